@@ -1,0 +1,88 @@
+"""A throwaway PostgreSQL server started by the test run itself.
+
+initdb refuses to run as root, so as root the server runs as the ``postgres`` OS user in
+a temporary folder it owns. fsync and friends are off: the data is thrown away anyway.
+The server listens only on a Unix socket and on 127.0.0.1 at a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bin(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    for candidate in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True):
+        return str(candidate)
+    raise RuntimeError(f"PostgreSQL binary {name!r} not found; install the PostgreSQL server")
+
+
+@dataclass
+class PostgresServer:
+    root: Path
+    port: int
+    user: str
+
+    @property
+    def socket_dir(self) -> str:
+        return str(self.root / "s")
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}/{database}"
+
+    def psql(self, sql: str, database: str = "postgres") -> None:
+        import psycopg
+
+        with psycopg.connect(host="127.0.0.1", port=self.port, user=self.user, dbname=database,
+                             autocommit=True) as conn:
+            conn.execute(sql)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        subprocess.run(self._as_owner([_bin("pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate",
+                                       "stop"]), capture_output=True, cwd=self.root, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _as_owner(self, argv: list[str]) -> list[str]:
+        if os.geteuid() == 0:
+            return ["runuser", "-u", "postgres", "--", *argv]
+        return argv
+
+
+def start_postgres() -> PostgresServer:
+    """initdb + start; ready in about a second."""
+    root = Path(tempfile.mkdtemp(prefix="gfpg-", dir="/tmp"))
+    user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
+    server = PostgresServer(root=root, port=_free_port(), user=user)
+    (root / "s").mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+        shutil.chown(root / "s", "postgres", "postgres")
+    run = lambda argv: subprocess.run(server._as_owner(argv), cwd=root, check=True,  # noqa: E731
+                                      capture_output=True, text=True)
+    run([_bin("initdb"), "-D", str(root / "data"), "-A", "trust", "-U", user, "--no-sync"])
+    opts = (f"-p {server.port} -k {root / 's'} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
+    run([_bin("pg_ctl"), "-D", str(root / "data"), "-o", opts, "-l", str(root / "log"), "-w", "start"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            server.psql("SELECT 1")
+            return server
+        except Exception:
+            time.sleep(0.1)
+    raise RuntimeError(f"PostgreSQL did not start; see {root / 'log'}")
