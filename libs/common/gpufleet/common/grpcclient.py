@@ -10,9 +10,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
-from opentelemetry.instrumentation.grpc import client_interceptor
-
 from gpufleet.common import errors
+from opentelemetry.instrumentation.grpc import client_interceptor
 
 T = TypeVar("T")
 

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from gpufleet.common.errors import FIELD_METADATA_KEY, GpufleetError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import server_interceptor
-
-from gpufleet.common.errors import FIELD_METADATA_KEY, GpufleetError
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +156,18 @@ def run_until_signalled(server: ServiceServer, stop: threading.Event, grace: flo
     signal.signal(signal.SIGINT, _handler)
     stop.wait()
     server.stop(grace)
+
+
+def announce_port(port: int, port_file: str | None) -> None:
+    """Write the bound port atomically to ``port_file`` (if set) once the server serves."""
+    if not port_file:
+        return
+    import os
+
+    tmp = f"{port_file}.tmp.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.write(str(port))
+    os.replace(tmp, port_file)
 
 
 def host_port(address: str, port: int) -> str:

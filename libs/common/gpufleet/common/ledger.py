@@ -11,11 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from gpufleet.common.db.enums import IncidentState, LedgerOutcome
 from gpufleet.common.db.models import Failure, Incident
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 
 class FailureClass(StrEnum):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
+from gpufleet.common.clock import Clock, clock_from_spec
 from pydantic import Field
 from pydantic_settings import (
     BaseSettings,
@@ -17,8 +18,6 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
-
-from gpufleet.common.clock import Clock, clock_from_spec
 
 
 class BaseServiceSettings(BaseSettings):
@@ -37,6 +36,8 @@ class BaseServiceSettings(BaseSettings):
     log_format: Literal["json", "text"] = "json"
     # Every client call carries a deadline (seconds of real time).
     rpc_timeout_s: float = Field(default=10.0, gt=0)
+    # When set, the bound port is written here once serving (tests and `gpufleet up` bind 0).
+    port_file: str | None = None
 
     @classmethod
     def settings_customise_sources(

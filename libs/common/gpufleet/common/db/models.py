@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+
 # Every time is stored as timezone-aware UTC.
 class UTCDateTime(TypeDecorator[datetime]):
     """A DateTime that always comes back timezone-aware (SQLite forgets the zone)."""

@@ -1,0 +1,3 @@
+from gpufleet.scheduler.main import main
+
+main()

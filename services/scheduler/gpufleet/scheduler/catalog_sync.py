@@ -1,0 +1,70 @@
+"""Writes the configured catalogue into the store so the fleet tick can join against it.
+
+Rows are upserted, never deleted: a job or machine may still name a plan, pool or kind
+that left the configuration.
+"""
+
+from __future__ import annotations
+
+from gpufleet.common.catalog import Catalog
+from gpufleet.common.db import models
+from sqlalchemy.orm import Session
+
+
+def sync_catalog(session: Session, catalog: Catalog) -> None:
+    for plan in catalog.plans:
+        session.merge(
+            models.Plan(
+                id=plan.id,
+                tier=plan.tier,
+                weight=plan.weight,
+                max_gpu_jobs=plan.max_gpu_jobs,
+                rate_micros=plan.rate_micros,
+            )
+        )
+    session.flush()
+    for ws in catalog.workspaces:
+        session.merge(models.Workspace(id=ws.id, plan_id=ws.plan, active=ws.active))
+    for kind in catalog.kinds:
+        session.merge(
+            models.JobKind(
+                id=kind.id,
+                slots=kind.slots,
+                time_limit_s=kind.time_limit_s,
+                runs_writer_code=kind.runs_writer_code,
+                queue_wait_deadline_s=kind.queue_wait_deadline_s,
+                retry_budget=kind.retry_budget,
+                lost_retry_budget=kind.lost_retry_budget,
+                resumes_from_checkpoint=kind.resumes_from_checkpoint,
+            )
+        )
+    for pool in catalog.pools:
+        existing = session.get(models.Pool, pool.id)
+        session.merge(
+            models.Pool(
+                id=pool.id,
+                gpu_model=pool.gpu_model,
+                slots_per_machine=pool.slots_per_machine,
+                warm_target=pool.warm_target,
+                max_machines=pool.max_machines,
+                idle_since=existing.idle_since if existing else None,
+            )
+        )
+        session.flush()
+        for rank, off in enumerate(pool.offerings):
+            session.merge(
+                models.Offering(
+                    id=off.id,
+                    pool_id=pool.id,
+                    rank=rank,
+                    provider=off.provider,
+                    region=off.region,
+                    zone=off.zone,
+                    instance_type=off.instance_type,
+                    gpu_model=off.gpu_model,
+                    gpu_count=off.gpu_count,
+                    slots=off.slots,
+                    capacity_type=off.capacity_type,
+                    hourly_price_micros=off.hourly_price_micros,
+                )
+            )

@@ -1,0 +1,163 @@
+"""FleetService: the operators' view of machines (all three liveness channels and their
+composite), pools and workspaces, and cordoning."""
+
+from __future__ import annotations
+
+import grpc
+from gpufleet.common import paging
+from gpufleet.common.clock import Clock
+from gpufleet.common.convert import enum_name, machine_to_proto, offering_to_proto
+from gpufleet.common.db import models
+from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, MachineState
+from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from gpufleet.scheduler.validation import IDENT, JOB_ID, require
+from gpufleet.v1 import catalog_pb2, fleet_service_pb2, fleet_service_pb2_grpc, machine_pb2
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def _busy_slots(session: Session, machine_ids: list[str]) -> dict[str, int]:
+    if not machine_ids:
+        return {}
+    rows = session.execute(
+        select(models.Attempt.machine_id, func.sum(models.Attempt.slots))
+        .where(
+            models.Attempt.machine_id.in_(machine_ids),
+            models.Attempt.state.in_([s.value for s in LIVE_ATTEMPT_STATES]),
+        )
+        .group_by(models.Attempt.machine_id)
+    ).all()
+    return {mid: int(n or 0) for mid, n in rows}
+
+
+class FleetService(fleet_service_pb2_grpc.FleetServiceServicer):
+    def __init__(self, sessions: sessionmaker[Session], clock: Clock) -> None:
+        self.sessions = sessions
+        self.clock = clock
+
+    def ListMachines(
+        self, request: fleet_service_pb2.ListMachinesRequest, context: grpc.ServicerContext
+    ) -> fleet_service_pb2.ListMachinesResponse:
+        size = paging.page_size(request.page_size)
+        after = paging.decode("machines", request.page_token)
+        query = select(models.Machine)
+        if not request.include_destroyed:
+            query = query.where(models.Machine.state != MachineState.DESTROYED.value)
+        if request.pool:
+            require(request.pool, "pool", IDENT, "pool id")
+            query = query.where(models.Machine.pool_id == request.pool)
+        if request.state:
+            if request.state not in machine_pb2.MachineState.values():
+                raise InvalidArgument("unknown machine state", field="state")
+            query = query.where(
+                models.Machine.state == enum_name(machine_pb2.MachineState, "MACHINE_STATE_", request.state)
+            )
+        if after is not None:
+            if not isinstance(after, str):
+                raise InvalidArgument("malformed page token", field="page_token")
+            query = query.where(models.Machine.id > after)
+        with self.sessions() as session:
+            rows = list(session.execute(query.order_by(models.Machine.id).limit(size + 1)).scalars())
+            more = len(rows) > size
+            rows = rows[:size]
+            busy = _busy_slots(session, [m.id for m in rows])
+        return fleet_service_pb2.ListMachinesResponse(
+            machines=[machine_to_proto(m, busy.get(m.id, 0)) for m in rows],
+            next_page_token=paging.encode("machines", rows[-1].id) if more else "",
+        )
+
+    def GetMachine(
+        self, request: fleet_service_pb2.GetMachineRequest, context: grpc.ServicerContext
+    ) -> machine_pb2.Machine:
+        machine_id = require(request.machine_id, "machine_id", JOB_ID, "machine id")
+        with self.sessions() as session:
+            machine = session.get(models.Machine, machine_id)
+            if machine is None:
+                raise NotFound(f"no machine {machine_id!r}", field="machine_id")
+            return machine_to_proto(machine, _busy_slots(session, [machine_id]).get(machine_id, 0))
+
+    def _set_cordon(self, machine_id: str, cordoned: bool) -> machine_pb2.Machine:
+        require(machine_id, "machine_id", JOB_ID, "machine id")
+        with self.sessions() as session, session.begin():
+            machine = session.get(models.Machine, machine_id)
+            if machine is None:
+                raise NotFound(f"no machine {machine_id!r}", field="machine_id")
+            if machine.state == MachineState.DESTROYED.value:
+                raise FailedPrecondition("machine is destroyed", field="machine_id")
+            machine.cordoned = cordoned
+            session.flush()
+            return machine_to_proto(machine, _busy_slots(session, [machine_id]).get(machine_id, 0))
+
+    def CordonMachine(
+        self, request: fleet_service_pb2.CordonMachineRequest, context: grpc.ServicerContext
+    ) -> machine_pb2.Machine:
+        return self._set_cordon(request.machine_id, True)
+
+    def UncordonMachine(
+        self, request: fleet_service_pb2.UncordonMachineRequest, context: grpc.ServicerContext
+    ) -> machine_pb2.Machine:
+        return self._set_cordon(request.machine_id, False)
+
+    def ListPools(
+        self, request: fleet_service_pb2.ListPoolsRequest, context: grpc.ServicerContext
+    ) -> fleet_service_pb2.ListPoolsResponse:
+        size = paging.page_size(request.page_size)
+        after = paging.decode("pools", request.page_token) or ""
+        with self.sessions() as session:
+            pools = list(
+                session.execute(
+                    select(models.Pool)
+                    .where(models.Pool.id > str(after))
+                    .order_by(models.Pool.id)
+                    .limit(size + 1)
+                ).scalars()
+            )
+            more = len(pools) > size
+            pools = pools[:size]
+            out = []
+            for pool in pools:
+                offerings = session.execute(
+                    select(models.Offering)
+                    .where(models.Offering.pool_id == pool.id)
+                    .order_by(models.Offering.rank)
+                ).scalars()
+                out.append(
+                    catalog_pb2.Pool(
+                        name=f"pools/{pool.id}",
+                        pool_id=pool.id,
+                        gpu_model=pool.gpu_model,
+                        slots_per_machine=pool.slots_per_machine,
+                        warm_target=pool.warm_target,
+                        max_machines=pool.max_machines,
+                        offerings=[offering_to_proto(o) for o in offerings],
+                    )
+                )
+        return fleet_service_pb2.ListPoolsResponse(
+            pools=out, next_page_token=paging.encode("pools", pools[-1].id) if more else ""
+        )
+
+    def ListWorkspaces(
+        self, request: fleet_service_pb2.ListWorkspacesRequest, context: grpc.ServicerContext
+    ) -> fleet_service_pb2.ListWorkspacesResponse:
+        size = paging.page_size(request.page_size)
+        after = paging.decode("workspaces", request.page_token) or ""
+        with self.sessions() as session:
+            rows = list(
+                session.execute(
+                    select(models.Workspace)
+                    .where(models.Workspace.id > str(after))
+                    .order_by(models.Workspace.id)
+                    .limit(size + 1)
+                ).scalars()
+            )
+        more = len(rows) > size
+        rows = rows[:size]
+        return fleet_service_pb2.ListWorkspacesResponse(
+            workspaces=[
+                catalog_pb2.Workspace(
+                    name=f"workspaces/{w.id}", workspace_id=w.id, plan=w.plan_id, active=w.active
+                )
+                for w in rows
+            ],
+            next_page_token=paging.encode("workspaces", rows[-1].id) if more else "",
+        )

@@ -1,0 +1,280 @@
+"""JobService: the product backend's API (submit, get, list, cancel, watch)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+
+import grpc
+from gpufleet.common import paging
+from gpufleet.common.clients.agent import AgentClient
+from gpufleet.common.clock import Clock
+from gpufleet.common.convert import enum_name, enum_value, ts
+from gpufleet.common.db import models
+from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, TERMINAL_JOB_STATES, AttemptState, JobState
+from gpufleet.common.errors import AlreadyExists, FailedPrecondition, GpufleetError, InvalidArgument, NotFound
+from gpufleet.scheduler import validation
+from gpufleet.scheduler.jobstate import attempt_charge_micros, set_job_state
+from gpufleet.scheduler.render import job_to_proto
+from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger(__name__)
+
+WATCH_POLL_S = 0.1
+
+
+class JobService(job_service_pb2_grpc.JobServiceServicer):
+    def __init__(self, sessions: sessionmaker[Session], clock: Clock) -> None:
+        self.sessions = sessions
+        self.clock = clock
+
+    # -- SubmitJob -------------------------------------------------------------------
+    def SubmitJob(
+        self, request: job_service_pb2.SubmitJobRequest, context: grpc.ServicerContext
+    ) -> job_pb2.Job:
+        content_hash = validation.submission(request.request_id, request.job, request.HasField("job"))
+        spec = request.job
+        with self.sessions() as session, session.begin():
+            existing = self._by_request_id(session, request.request_id, content_hash)
+            if existing is not None:
+                return existing
+            workspace = session.get(models.Workspace, spec.workspace)
+            if workspace is None:
+                raise NotFound(f"unknown workspace {spec.workspace!r}", field="job.workspace")
+            if not workspace.active:
+                raise FailedPrecondition(f"workspace {spec.workspace!r} is not active", field="job.workspace")
+            pool = session.get(models.Pool, spec.pool)
+            if pool is None:
+                raise NotFound(f"unknown pool {spec.pool!r}", field="job.pool")
+            kind = session.get(models.JobKind, spec.kind)
+            if kind is None:
+                raise NotFound(f"unknown job kind {spec.kind!r}", field="job.kind")
+            if kind.slots > pool.slots_per_machine:
+                raise InvalidArgument(
+                    f"kind {kind.id!r} needs {kind.slots} slots; pool {pool.id!r} machines have "
+                    f"{pool.slots_per_machine}",
+                    field="job.kind",
+                )
+            now = self.clock.now()
+            job = models.Job(
+                id=str(uuid.uuid4()),
+                request_id=request.request_id,
+                request_hash=content_hash,
+                workspace_id=workspace.id,
+                pool_id=pool.id,
+                kind_id=kind.id,
+                pipeline_version=spec.pipeline_version,
+                tenant_values=dict(spec.tenant_values),
+                state=JobState.QUEUED.value,
+                created_at=now,
+                updated_at=now,
+                attempt_count=0,
+                failure_retries_used=0,
+                lost_retries_used=0,
+                status_message="",
+                slot_seconds=0.0,
+                charge_micros=0,
+                cancel_requested=False,
+                paid_wait_incident=False,
+            )
+            session.add(job)
+            try:
+                session.flush()
+            except IntegrityError:
+                session.rollback()
+                job = None  # type: ignore[assignment]
+            if job is not None:
+                session.add(
+                    models.JobEvent(job_id=job.id, state=JobState.QUEUED.value, at=now, message="submitted")
+                )
+                log.info(
+                    "job %s submitted for %s",
+                    job.id,
+                    workspace.id,
+                    extra={"fields": {"job_id": job.id, "workspace": workspace.id}},
+                )
+                return job_to_proto(job)
+        # A concurrent submission with the same request_id won the race: answer as it did.
+        with self.sessions() as session:
+            existing = self._by_request_id(session, request.request_id, content_hash)
+            if existing is None:
+                raise FailedPrecondition("request_id conflict; retry", field="request_id")
+            return existing
+
+    @staticmethod
+    def _by_request_id(session: Session, request_id: str, content_hash: str) -> job_pb2.Job | None:
+        job = session.execute(
+            select(models.Job).where(models.Job.request_id == request_id)
+        ).scalar_one_or_none()
+        if job is None:
+            return None
+        if job.request_hash != content_hash:
+            raise AlreadyExists(
+                f"request_id {request_id!r} was used for a different job ({job.id})", field="request_id"
+            )
+        return job_to_proto(job)
+
+    # -- GetJob / ListJobs -----------------------------------------------------------
+    def GetJob(self, request: job_service_pb2.GetJobRequest, context: grpc.ServicerContext) -> job_pb2.Job:
+        job_id = validation.job_id(request.job_id)
+        with self.sessions() as session:
+            return self._render(session, job_id)
+
+    @staticmethod
+    def _render(session: Session, job_id: str) -> job_pb2.Job:
+        job = session.get(models.Job, job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id!r}", field="job_id")
+        attempts = list(
+            session.execute(
+                select(models.Attempt)
+                .where(models.Attempt.job_id == job_id)
+                .order_by(models.Attempt.started_at, models.Attempt.id)
+            ).scalars()
+        )
+        return job_to_proto(job, attempts)
+
+    def ListJobs(
+        self, request: job_service_pb2.ListJobsRequest, context: grpc.ServicerContext
+    ) -> job_service_pb2.ListJobsResponse:
+        size = paging.page_size(request.page_size)
+        position = paging.decode("jobs", request.page_token)
+        query = select(models.Job)
+        with self.sessions() as session:
+            if request.workspace:
+                if session.get(models.Workspace, request.workspace) is None:
+                    raise NotFound(f"unknown workspace {request.workspace!r}", field="workspace")
+                query = query.where(models.Job.workspace_id == request.workspace)
+            if request.pool:
+                if session.get(models.Pool, request.pool) is None:
+                    raise NotFound(f"unknown pool {request.pool!r}", field="pool")
+                query = query.where(models.Job.pool_id == request.pool)
+            if request.state:
+                if request.state not in job_pb2.JobState.values():
+                    raise InvalidArgument("unknown job state", field="state")
+                query = query.where(
+                    models.Job.state == enum_name(job_pb2.JobState, "JOB_STATE_", request.state)
+                )
+            if position is not None:
+                try:
+                    after_time = datetime.fromisoformat(position[0])
+                    after_id = str(position[1])
+                except (TypeError, ValueError, IndexError) as exc:
+                    raise InvalidArgument("malformed page token", field="page_token") from exc
+                query = query.where(
+                    (models.Job.created_at > after_time)
+                    | ((models.Job.created_at == after_time) & (models.Job.id > after_id))
+                )
+            rows = list(
+                session.execute(
+                    query.order_by(models.Job.created_at, models.Job.id).limit(size + 1)
+                ).scalars()
+            )
+        more = len(rows) > size
+        rows = rows[:size]
+        token = paging.encode("jobs", [rows[-1].created_at.isoformat(), rows[-1].id]) if more else ""
+        return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(j) for j in rows], next_page_token=token)
+
+    # -- CancelJob -------------------------------------------------------------------
+    def CancelJob(
+        self, request: job_service_pb2.CancelJobRequest, context: grpc.ServicerContext
+    ) -> job_pb2.Job:
+        job_id = validation.job_id(request.job_id)
+        if len(request.reason) > 1024:
+            raise InvalidArgument("at most 1024 characters", field="reason")
+        to_cancel: list[tuple[str, str]] = []
+        with self.sessions() as session, session.begin():
+            job = session.get(models.Job, job_id)
+            if job is None:
+                raise NotFound(f"no job {job_id!r}", field="job_id")
+            if job.state in TERMINAL_JOB_STATES:
+                if job.state == JobState.CANCELLED.value:
+                    return self._render(session, job_id)
+                raise FailedPrecondition(f"job already ended ({job.state})", field="job_id")
+            now = self.clock.now()
+            message = f"cancelled: {request.reason}" if request.reason else "cancelled"
+            live = session.execute(
+                select(models.Attempt, models.Machine)
+                .join(models.Machine, models.Machine.id == models.Attempt.machine_id)
+                .where(
+                    models.Attempt.job_id == job_id,
+                    models.Attempt.state.in_([s.value for s in LIVE_ATTEMPT_STATES]),
+                )
+            ).all()
+            for attempt, machine in live:
+                self._end_cancelled(session, job, attempt, machine, now)
+                if machine.agent_address:
+                    to_cancel.append((machine.agent_address, attempt.id))
+            job.cancel_requested = True
+            set_job_state(session, job, JobState.CANCELLED, now, message)
+        # After commit: tell the machines (best effort; the next heartbeat repeats it).
+        for address, attempt_id in to_cancel:
+            try:
+                with AgentClient(address) as agent:
+                    agent.cancel_job(attempt_id, "job cancelled")
+            except GpufleetError as exc:
+                log.warning(
+                    "cancel of attempt %s on %s not delivered (%s); the worker's next heartbeat will be told",
+                    attempt_id,
+                    address,
+                    exc,
+                )
+        with self.sessions() as session:
+            return self._render(session, job_id)
+
+    @staticmethod
+    def _end_cancelled(
+        session: Session, job: models.Job, attempt: models.Attempt, machine: models.Machine, now: datetime
+    ) -> None:
+        """A cancelled attempt is charged for the GPU time it held until now."""
+        elapsed = max(0.0, (now - attempt.started_at).total_seconds())
+        attempt.state = AttemptState.CANCELLED.value
+        attempt.ended_at = now
+        attempt.slot_seconds = elapsed * attempt.slots
+        plan = session.execute(
+            select(models.Plan)
+            .join(models.Workspace, models.Workspace.plan_id == models.Plan.id)
+            .where(models.Workspace.id == job.workspace_id)
+        ).scalar_one()
+        attempt.charge_micros = attempt_charge_micros(attempt.slot_seconds, machine, plan)
+        attempt.charged = True
+        job.slot_seconds += attempt.slot_seconds
+        job.charge_micros += attempt.charge_micros
+
+    # -- WatchJob --------------------------------------------------------------------
+    def WatchJob(
+        self, request: job_service_pb2.WatchJobRequest, context: grpc.ServicerContext
+    ) -> Iterator[job_pb2.JobEvent]:
+        job_id = validation.job_id(request.job_id)
+        with self.sessions() as session:
+            if session.get(models.Job, job_id) is None:
+                raise NotFound(f"no job {job_id!r}", field="job_id")
+        last_id = 0
+        idle = threading.Event()
+        while context.is_active():
+            with self.sessions() as session:
+                events = list(
+                    session.execute(
+                        select(models.JobEvent)
+                        .where(models.JobEvent.job_id == job_id, models.JobEvent.id > last_id)
+                        .order_by(models.JobEvent.id)
+                    ).scalars()
+                )
+                snapshot = self._render(session, job_id) if events else None
+            for event in events:
+                last_id = event.id
+                yield job_pb2.JobEvent(
+                    job=snapshot,
+                    state=enum_value(job_pb2.JobState, "JOB_STATE_", event.state),
+                    event_time=ts(event.at),
+                    message=event.message,
+                )
+                if event.state in {s.value for s in TERMINAL_JOB_STATES}:
+                    return
+            idle.wait(WATCH_POLL_S)  # transport polling in real time, not logic

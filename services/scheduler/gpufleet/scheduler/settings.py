@@ -1,0 +1,27 @@
+"""The scheduler's typed settings (env ``GPUFLEET_*``, optional TOML file)."""
+
+from __future__ import annotations
+
+from gpufleet.common.settings import StoreSettings
+from pydantic import Field
+
+
+class Settings(StoreSettings):
+    listen_address: str = "127.0.0.1:50051"
+    catalog_file: str | None = None
+    # The fleet tick (demand -> scale -> assign -> limits -> leases), seconds of clock time.
+    tick_s: float = Field(default=5.0, gt=0)
+    # A worker's report renews its attempts' leases for this long.
+    attempt_lease_s: float = Field(default=90.0, gt=0)
+    # Only machines whose worker reported within this window are given new work.
+    worker_fresh_s: float = Field(default=60.0, gt=0)
+    # A fixed ceiling on machines running at once, over every pool.
+    max_running_machines: int = Field(default=8, ge=0)
+    provision_deadline_s: float = Field(default=1200.0, gt=0)
+    # Back-off after a machine fails to start, doubled each time.
+    start_backoff_s: float = Field(default=60.0, gt=0)
+    # Back-off before a job whose attempt failed or was lost is dispatched again.
+    retry_backoff_s: float = Field(default=10.0, ge=0)
+    lost_retry_backoff_s: float = Field(default=30.0, ge=0)
+    # Fair share looks at GPU slot-seconds used over this window.
+    fair_share_window_s: float = Field(default=86400.0, gt=0)

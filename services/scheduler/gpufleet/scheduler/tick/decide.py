@@ -1,0 +1,197 @@
+"""Pure decisions of the fleet tick: no database, no network, no clock but ``snapshot.now``."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from datetime import timedelta
+
+from gpufleet.common.db.enums import MachineIntent, MachineOrigin, MachineState
+from gpufleet.scheduler.tick.model import (
+    Assignment,
+    AttemptView,
+    CreateMachine,
+    FleetSnapshot,
+    JobView,
+    MachineView,
+    OfferingView,
+    Policy,
+    StartMachine,
+    TickPlan,
+)
+
+ARRIVING = frozenset(
+    {MachineState.REQUESTED, MachineState.PROVISIONING, MachineState.BOOTING, MachineState.STARTING}
+)
+# States in which a machine bills, or is about to: counted against the ceiling.
+NOT_RUNNING = frozenset({MachineState.STOPPED, MachineState.DESTROYED})
+
+
+def decide(snapshot: FleetSnapshot, policy: Policy) -> TickPlan:
+    """The whole tick's plan from one snapshot."""
+    demand = eligible_demand(snapshot)
+    assignments = assign(snapshot, policy, demand)
+    assigned = {a.job_id for a in assignments}
+    unmet = [j for j in demand if j.id not in assigned]
+    return TickPlan(
+        scale=scale(snapshot, policy, unmet),
+        assignments=assignments,
+        expired_leases=expired_leases(snapshot.live_attempts, snapshot),
+        over_limit=over_time_limit(snapshot.live_attempts, snapshot),
+    )
+
+
+def eligible_demand(snapshot: FleetSnapshot) -> list[JobView]:
+    """Queued jobs that may run now, in the order free slots go to them: plan tier (higher
+    first), then fair share (slot-seconds over the window / plan weight, least first), then
+    age — each workspace capped at its plan's number of GPU jobs at once."""
+    ordered = sorted(snapshot.queued, key=lambda j: (-j.tier, j.usage / j.weight, j.created_at, j.id))
+    running = Counter(snapshot.running_per_workspace)
+    out: list[JobView] = []
+    for job in ordered:
+        if running[job.workspace_id] >= snapshot.workspace_limits.get(job.workspace_id, 0):
+            continue
+        running[job.workspace_id] += 1
+        out.append(job)
+    return out
+
+
+def healthy(machine: MachineView, snapshot: FleetSnapshot, policy: Policy) -> bool:
+    """Ready, not lost, not cordoned, and its worker reported recently."""
+    if machine.state != MachineState.READY or machine.lost or machine.cordoned:
+        return False
+    if machine.worker_report_at is None:
+        return False
+    return snapshot.now - machine.worker_report_at <= timedelta(seconds=policy.worker_fresh_s)
+
+
+def assign(snapshot: FleetSnapshot, policy: Policy, demand: list[JobView]) -> list[Assignment]:
+    """Give free slots to jobs in demand order, packing busy machines first so that the
+    others go quiet and the money chain can stop them."""
+    free: dict[str, list[int]] = {
+        m.id: m.free_slots for m in snapshot.machines if healthy(m, snapshot, policy)
+    }
+    by_id = {m.id: m for m in snapshot.machines}
+    out: list[Assignment] = []
+    for job in demand:
+        candidates = [
+            by_id[mid]
+            for mid, slots in free.items()
+            if by_id[mid].pool_id == job.pool_id and _fits(job, by_id[mid], slots)
+        ]
+        if not candidates:
+            continue
+        best = min(candidates, key=lambda m: (len(free[m.id]), m.hourly_price_micros, m.id))
+        take = tuple(free[best.id][: (best.slots if job.whole_machine else job.slots_needed)])
+        free[best.id] = [s for s in free[best.id] if s not in take]
+        out.append(Assignment(job_id=job.id, machine_id=best.id, slots=take))
+    return out
+
+
+def _fits(job: JobView, machine: MachineView, free: list[int]) -> bool:
+    if job.whole_machine:
+        return len(free) == machine.slots
+    return len(free) >= job.slots_needed
+
+
+def expected_cost_micros(
+    hourly_price_micros: int, capacity_type: str, preemptions: int, spot_seconds: float, policy: Policy
+) -> float:
+    """Price an hour plus the pre-emption rate times what a pre-emption loses (every job on
+    the machine: at most an hour of its work)."""
+    if capacity_type != "SPOT":
+        return float(hourly_price_micros)
+    hours = spot_seconds / 3600.0
+    rate = (
+        preemptions / hours
+        if hours >= 1.0
+        else max(policy.spot_preemption_prior_per_hour, preemptions / max(hours, 1.0))
+    )
+    return hourly_price_micros * (1.0 + rate)
+
+
+def scale(
+    snapshot: FleetSnapshot, policy: Policy, unmet: list[JobView]
+) -> list[StartMachine | CreateMachine]:
+    """Start stopped machines (cheapest expected cost first), else create from the pool's
+    offerings, until arriving slots cover the unmet demand — within every ceiling."""
+    actions: list[StartMachine | CreateMachine] = []
+    running = sum(1 for m in snapshot.machines if m.state not in NOT_RUNNING)
+    for pool_id in sorted({j.pool_id for j in unmet}):
+        pool = snapshot.pools.get(pool_id)
+        if pool is None:
+            continue
+        jobs = [j for j in unmet if j.pool_id == pool_id]
+        needed_machines = _machines_needed(jobs, pool.slots_per_machine)
+        arriving = [
+            m
+            for m in snapshot.machines
+            if m.pool_id == pool_id and m.state in ARRIVING and m.intent == MachineIntent.RUNNING
+        ]
+        arriving_slots = sum(m.slots for m in arriving)
+        needed_machines -= arriving_slots // max(pool.slots_per_machine, 1)
+        in_pool = sum(1 for m in snapshot.machines if m.pool_id == pool_id and m.state not in NOT_RUNNING)
+        stopped = sorted(
+            (
+                m
+                for m in snapshot.machines
+                if m.pool_id == pool_id
+                and m.state == MachineState.STOPPED
+                and m.intent != MachineIntent.DESTROYED
+                and m.origin == MachineOrigin.PROVISIONED
+                and m.managed
+                and (m.backoff_until is None or m.backoff_until <= snapshot.now)
+            ),
+            key=lambda m: (
+                expected_cost_micros(
+                    m.hourly_price_micros, m.capacity_type, m.preemption_count, m.spot_seconds, policy
+                ),
+                m.id,
+            ),
+        )
+        offerings = sorted(
+            (o for o in snapshot.offerings if o.pool_id == pool_id and _usable(o, snapshot)),
+            key=lambda o: (
+                expected_cost_micros(o.hourly_price_micros, o.capacity_type, 0, 0.0, policy),
+                o.rank,
+                o.id,
+            ),
+        )
+        while needed_machines > 0 and running < policy.max_running_machines and in_pool < pool.max_machines:
+            if stopped:
+                actions.append(StartMachine(machine_id=stopped.pop(0).id))
+            elif offerings:
+                actions.append(CreateMachine(offering_id=offerings[0].id, pool_id=pool_id))
+            else:
+                break
+            needed_machines -= 1
+            running += 1
+            in_pool += 1
+    return actions
+
+
+def _machines_needed(jobs: list[JobView], slots_per_machine: int) -> int:
+    films = sum(1 for j in jobs if j.whole_machine)
+    slots = sum(j.slots_needed for j in jobs if not j.whole_machine)
+    return films + math.ceil(slots / max(slots_per_machine, 1))
+
+
+def _usable(offering: OfferingView, snapshot: FleetSnapshot) -> bool:
+    if offering.id in snapshot.quarantined_offerings:
+        return False
+    return (offering.provider, offering.region) not in snapshot.halted_regions
+
+
+def expired_leases(attempts: list[AttemptView], snapshot: FleetSnapshot) -> list[str]:
+    """Live attempts whose lease ran out: the machine was lost."""
+    return [a.id for a in attempts if a.lease_expires_at < snapshot.now]
+
+
+def over_time_limit(attempts: list[AttemptView], snapshot: FleetSnapshot) -> list[str]:
+    """Live attempts past their kind's limit, counted from the start of this attempt."""
+    return [
+        a.id
+        for a in attempts
+        if a.lease_expires_at >= snapshot.now
+        and snapshot.now - a.started_at > timedelta(seconds=a.time_limit_s)
+    ]

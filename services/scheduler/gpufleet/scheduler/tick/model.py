@@ -1,0 +1,129 @@
+"""The immutable views the fleet tick decides over."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: str
+    workspace_id: str
+    pool_id: str
+    kind_id: str
+    # Slots this job needs on one machine (a film: every slot of a pool machine).
+    slots_needed: int
+    whole_machine: bool
+    tier: int
+    weight: float
+    created_at: datetime
+    # GPU slot-seconds the workspace used over the fair-share window.
+    usage: float
+
+
+@dataclass(frozen=True)
+class MachineView:
+    id: str
+    pool_id: str | None
+    state: str
+    intent: str
+    origin: str
+    managed: bool
+    lost: bool
+    cordoned: bool
+    slots: int
+    busy_slots: frozenset[int]
+    worker_report_at: datetime | None
+    hourly_price_micros: int
+    capacity_type: str
+    preemption_count: int
+    spot_seconds: float
+    backoff_until: datetime | None
+    agent_address: str | None
+
+    @property
+    def free_slots(self) -> list[int]:
+        return [s for s in range(self.slots) if s not in self.busy_slots]
+
+
+@dataclass(frozen=True)
+class OfferingView:
+    id: str
+    pool_id: str
+    rank: int
+    provider: str
+    region: str
+    zone: str
+    slots: int
+    capacity_type: str
+    hourly_price_micros: int
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    id: str
+    job_id: str
+    machine_id: str
+    state: str
+    started_at: datetime
+    lease_expires_at: datetime
+    slots: int
+    time_limit_s: float
+
+
+@dataclass(frozen=True)
+class PoolView:
+    id: str
+    slots_per_machine: int
+    max_machines: int
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    now: datetime
+    # Queued jobs whose back-off has passed and whose workspace is active, oldest first.
+    queued: list[JobView]
+    # Live attempts per workspace and each workspace's plan limit.
+    running_per_workspace: dict[str, int]
+    workspace_limits: dict[str, int]
+    machines: list[MachineView]
+    pools: dict[str, PoolView]
+    offerings: list[OfferingView]
+    live_attempts: list[AttemptView]
+    quarantined_offerings: frozenset[str] = frozenset()
+    halted_regions: frozenset[tuple[str, str]] = frozenset()
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_running_machines: int
+    worker_fresh_s: float
+    # Prior pre-emptions an hour for a spot offering with no history of its own.
+    spot_preemption_prior_per_hour: float = 0.05
+
+
+@dataclass(frozen=True)
+class StartMachine:
+    machine_id: str
+
+
+@dataclass(frozen=True)
+class CreateMachine:
+    offering_id: str
+    pool_id: str
+
+
+@dataclass(frozen=True)
+class Assignment:
+    job_id: str
+    machine_id: str
+    slots: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TickPlan:
+    scale: list[StartMachine | CreateMachine] = field(default_factory=list)
+    assignments: list[Assignment] = field(default_factory=list)
+    expired_leases: list[str] = field(default_factory=list)
+    over_limit: list[str] = field(default_factory=list)

@@ -1,0 +1,168 @@
+"""Reads one FleetSnapshot from the store: one query per concern, no per-row round trips."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from gpufleet.common.db import models
+from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, JobState, MachineState, QuarantineKind
+from gpufleet.scheduler.tick.model import (
+    AttemptView,
+    FleetSnapshot,
+    JobView,
+    MachineView,
+    OfferingView,
+    PoolView,
+)
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+_LIVE = [s.value for s in LIVE_ATTEMPT_STATES]
+
+
+def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -> FleetSnapshot:
+    live_rows = session.execute(
+        select(models.Attempt, models.Job.workspace_id, models.JobKind.time_limit_s)
+        .join(models.Job, models.Job.id == models.Attempt.job_id)
+        .join(models.JobKind, models.JobKind.id == models.Job.kind_id)
+        .where(models.Attempt.state.in_(_LIVE))
+    ).all()
+    live = [
+        AttemptView(
+            id=a.id,
+            job_id=a.job_id,
+            machine_id=a.machine_id,
+            state=a.state,
+            started_at=a.started_at,
+            lease_expires_at=a.lease_expires_at,
+            slots=a.slots,
+            time_limit_s=limit,
+        )
+        for a, _ws, limit in live_rows
+    ]
+    running_per_ws: dict[str, int] = defaultdict(int)
+    busy: dict[str, set[int]] = defaultdict(set)
+    usage: dict[str, float] = defaultdict(float)
+    for a, ws, _limit in live_rows:
+        running_per_ws[ws] += 1
+        busy[a.machine_id].update(range(a.slot, a.slot + a.slots))
+        usage[ws] += max(0.0, (now - a.started_at).total_seconds()) * a.slots
+
+    since = now - timedelta(seconds=fair_share_window_s)
+    for ws, used in session.execute(
+        select(models.Job.workspace_id, func.sum(models.Attempt.slot_seconds))
+        .join(models.Job, models.Job.id == models.Attempt.job_id)
+        .where(models.Attempt.ended_at >= since)
+        .group_by(models.Job.workspace_id)
+    ).all():
+        usage[ws] += float(used or 0.0)
+
+    pools = {
+        p.id: PoolView(id=p.id, slots_per_machine=p.slots_per_machine, max_machines=p.max_machines)
+        for p in session.execute(select(models.Pool)).scalars()
+    }
+    limits = {
+        ws: limit
+        for ws, limit in session.execute(
+            select(models.Workspace.id, models.Plan.max_gpu_jobs).join(
+                models.Plan, models.Plan.id == models.Workspace.plan_id
+            )
+        ).all()
+    }
+
+    queued_rows = session.execute(
+        select(models.Job, models.JobKind.slots, models.Plan.tier, models.Plan.weight)
+        .join(models.JobKind, models.JobKind.id == models.Job.kind_id)
+        .join(models.Workspace, models.Workspace.id == models.Job.workspace_id)
+        .join(models.Plan, models.Plan.id == models.Workspace.plan_id)
+        .where(
+            models.Job.state == JobState.QUEUED.value,
+            models.Workspace.active.is_(True),
+            or_(models.Job.not_before.is_(None), models.Job.not_before <= now),
+        )
+        .order_by(models.Job.created_at)
+    ).all()
+    queued = []
+    for job, kind_slots, tier, weight in queued_rows:
+        pool = pools.get(job.pool_id)
+        whole = kind_slots == 0
+        need = pool.slots_per_machine if (whole and pool) else max(kind_slots, 1)
+        queued.append(
+            JobView(
+                id=job.id,
+                workspace_id=job.workspace_id,
+                pool_id=job.pool_id,
+                kind_id=job.kind_id,
+                slots_needed=need,
+                whole_machine=whole,
+                tier=tier,
+                weight=weight,
+                created_at=job.created_at,
+                usage=usage.get(job.workspace_id, 0.0),
+            )
+        )
+
+    machines = [
+        MachineView(
+            id=m.id,
+            pool_id=m.pool_id,
+            state=m.state,
+            intent=m.intent,
+            origin=m.origin,
+            managed=m.managed,
+            lost=m.lost,
+            cordoned=m.cordoned,
+            slots=m.slots,
+            busy_slots=frozenset(busy.get(m.id, set())),
+            worker_report_at=m.worker_report_at,
+            hourly_price_micros=m.hourly_price_micros,
+            capacity_type=m.capacity_type,
+            preemption_count=m.preemption_count,
+            spot_seconds=m.spot_seconds,
+            backoff_until=m.backoff_until,
+            agent_address=m.agent_address,
+        )
+        for m in session.execute(
+            select(models.Machine).where(models.Machine.state != MachineState.DESTROYED.value)
+        ).scalars()
+    ]
+    offerings = [
+        OfferingView(
+            id=o.id,
+            pool_id=o.pool_id,
+            rank=o.rank,
+            provider=o.provider,
+            region=o.region,
+            zone=o.zone,
+            slots=o.slots,
+            capacity_type=o.capacity_type,
+            hourly_price_micros=o.hourly_price_micros,
+        )
+        for o in session.execute(select(models.Offering)).scalars()
+    ]
+    active_q = session.execute(
+        select(models.Quarantine).where(
+            models.Quarantine.cleared_at.is_(None),
+            or_(models.Quarantine.expires_at.is_(None), models.Quarantine.expires_at > now),
+        )
+    ).scalars()
+    quarantined: set[str] = set()
+    halted: set[tuple[str, str]] = set()
+    for q in active_q:
+        if q.kind == QuarantineKind.OFFERING.value and q.offering_id:
+            quarantined.add(q.offering_id)
+        elif q.kind == QuarantineKind.PROVIDER_REGION.value and q.provider:
+            halted.add((q.provider, q.region or ""))
+    return FleetSnapshot(
+        now=now,
+        queued=queued,
+        running_per_workspace=dict(running_per_ws),
+        workspace_limits=limits,
+        machines=machines,
+        pools=pools,
+        offerings=offerings,
+        live_attempts=live,
+        quarantined_offerings=frozenset(quarantined),
+        halted_regions=frozenset(halted),
+    )

@@ -1,0 +1,73 @@
+"""Validation of what the product backend sends. Every refusal names the field, and
+nothing is stored until the whole request is valid."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from gpufleet.common.errors import InvalidArgument
+from gpufleet.v1 import job_pb2
+
+REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$")
+IDENT = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
+VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]{0,63}$")
+TENANT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+JOB_ID = re.compile(r"^[A-Za-z0-9\-]{1,64}$")
+
+MAX_TENANT_VALUES = 64
+MAX_TENANT_VALUE_BYTES = 8192
+MAX_TENANT_TOTAL_BYTES = 65536
+
+
+def require(value: str, field: str, pattern: re.Pattern[str], what: str) -> str:
+    if not value:
+        raise InvalidArgument("is required", field=field)
+    if not pattern.match(value):
+        raise InvalidArgument(f"is not a valid {what}", field=field)
+    return value
+
+
+def job_id(value: str, field: str = "job_id") -> str:
+    return require(value, field, JOB_ID, "job id")
+
+
+def submission(request_id: str, job: job_pb2.Job | None, has_job: bool) -> str:
+    """Checks a SubmitJob request's shape; returns the content hash for idempotency."""
+    require(request_id, "request_id", REQUEST_ID, "request id (1-128 of A-Z a-z 0-9 . _ : -)")
+    if not has_job or job is None:
+        raise InvalidArgument("is required", field="job")
+    require(job.workspace, "job.workspace", IDENT, "workspace id")
+    require(job.pool, "job.pool", IDENT, "pool id")
+    require(job.kind, "job.kind", IDENT, "job kind")
+    require(job.pipeline_version, "job.pipeline_version", VERSION, "pipeline version")
+    if len(job.tenant_values) > MAX_TENANT_VALUES:
+        raise InvalidArgument(f"at most {MAX_TENANT_VALUES} entries", field="job.tenant_values")
+    total = 0
+    for key, value in job.tenant_values.items():
+        if not TENANT_KEY.match(key):
+            raise InvalidArgument(
+                "keys are identifiers of at most 64 characters", field=f"job.tenant_values[{key[:64]!r}]"
+            )
+        size = len(value.encode())
+        if size > MAX_TENANT_VALUE_BYTES:
+            raise InvalidArgument(
+                f"value is {size} bytes; at most {MAX_TENANT_VALUE_BYTES}",
+                field=f"job.tenant_values[{key!r}]",
+            )
+        if "\x00" in value:
+            raise InvalidArgument("value contains a NUL byte", field=f"job.tenant_values[{key!r}]")
+        total += size + len(key)
+    if total > MAX_TENANT_TOTAL_BYTES:
+        raise InvalidArgument(
+            f"{total} bytes in all; at most {MAX_TENANT_TOTAL_BYTES}", field="job.tenant_values"
+        )
+    content = {
+        "workspace": job.workspace,
+        "pool": job.pool,
+        "kind": job.kind,
+        "pipeline_version": job.pipeline_version,
+        "tenant_values": dict(sorted(job.tenant_values.items())),
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()

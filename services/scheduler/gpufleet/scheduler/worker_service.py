@@ -1,0 +1,288 @@
+"""WorkerService: what the worker on each machine reports for itself.
+
+A heartbeat writes the worker channel (``worker_report_at``) — the only channel the
+went-silent net reads — moves a booting machine to READY, and renews the leases of the
+attempts the worker says it runs. A completion ends an attempt with its slot-seconds and
+its charge; it is idempotent by attempt id, and a completion for an attempt already ended
+(lost, timed out, cancelled) changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+
+import grpc
+from gpufleet.common.clock import Clock
+from gpufleet.common.convert import enum_name, machine_to_proto
+from gpufleet.common.db import models
+from gpufleet.common.db.enums import (
+    LIVE_ATTEMPT_STATES,
+    AttemptState,
+    JobState,
+    MachineIntent,
+    MachineOrigin,
+    MachineState,
+    WorkloadClass,
+)
+from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from gpufleet.common.ledger import FailureClass, record_failure
+from gpufleet.scheduler.jobstate import attempt_charge_micros, set_job_state
+from gpufleet.scheduler.render import attempt_to_proto
+from gpufleet.scheduler.settings import Settings
+from gpufleet.scheduler.validation import IDENT, JOB_ID, require
+from gpufleet.v1 import job_pb2, machine_pb2, worker_service_pb2, worker_service_pb2_grpc
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger(__name__)
+
+_REPORTABLE = {
+    job_pb2.ATTEMPT_STATE_SUCCEEDED,
+    job_pb2.ATTEMPT_STATE_FAILED,
+    job_pb2.ATTEMPT_STATE_TIMED_OUT,
+    job_pb2.ATTEMPT_STATE_CANCELLED,
+    job_pb2.ATTEMPT_STATE_INFRA_ERROR,
+}
+
+
+class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
+    def __init__(self, sessions: sessionmaker[Session], clock: Clock, settings: Settings) -> None:
+        self.sessions = sessions
+        self.clock = clock
+        self.settings = settings
+
+    def ReportHeartbeat(
+        self, request: worker_service_pb2.ReportHeartbeatRequest, context: grpc.ServicerContext
+    ) -> worker_service_pb2.ReportHeartbeatResponse:
+        machine_id = require(request.machine_id, "machine_id", JOB_ID, "machine id")
+        now = self.clock.now()
+        lease_until = now + timedelta(seconds=self.settings.attempt_lease_s)
+        reported = {r.attempt_id: r.slot for r in request.running}
+        cancel: list[str] = []
+        with self.sessions() as session, session.begin():
+            machine = session.get(models.Machine, machine_id)
+            if machine is None:
+                raise NotFound(f"no machine {machine_id!r}", field="machine_id")
+            if machine.state == MachineState.DESTROYED.value:
+                raise FailedPrecondition("machine is destroyed", field="machine_id")
+            machine.worker_report_at = now
+            if machine.state == MachineState.BOOTING.value:
+                machine.state = MachineState.READY.value
+                machine.state_changed_at = now
+                log.info("machine %s is ready", machine_id, extra={"fields": {"machine_id": machine_id}})
+            if reported:
+                attempts = session.execute(
+                    select(models.Attempt, models.Job)
+                    .join(models.Job, models.Job.id == models.Attempt.job_id)
+                    .where(models.Attempt.id.in_(list(reported)))
+                ).all()
+                known = set()
+                for attempt, job in attempts:
+                    known.add(attempt.id)
+                    if (
+                        attempt.machine_id == machine_id
+                        and attempt.state in LIVE_ATTEMPT_STATES
+                        and not job.cancel_requested
+                    ):
+                        attempt.lease_expires_at = lease_until
+                        if attempt.state == AttemptState.STARTING.value:
+                            attempt.state = AttemptState.RUNNING.value
+                        if job.state == JobState.DISPATCHING.value:
+                            set_job_state(session, job, JobState.RUNNING, now, "running")
+                    else:
+                        cancel.append(attempt.id)
+                cancel.extend(a for a in reported if a not in known)
+        resp = worker_service_pb2.ReportHeartbeatResponse(cancel_attempt_ids=cancel)
+        resp.lease_expire_time.FromDatetime(lease_until)
+        return resp
+
+    def ReportCompletion(
+        self, request: worker_service_pb2.ReportCompletionRequest, context: grpc.ServicerContext
+    ) -> worker_service_pb2.ReportCompletionResponse:
+        machine_id = require(request.machine_id, "machine_id", JOB_ID, "machine id")
+        attempt_id = require(request.attempt_id, "attempt_id", JOB_ID, "attempt id")
+        if request.outcome not in _REPORTABLE:
+            raise InvalidArgument("must be an ended attempt state", field="outcome")
+        if request.slot_seconds < 0:
+            raise InvalidArgument("must not be negative", field="slot_seconds")
+        now = self.clock.now()
+        with self.sessions() as session, session.begin():
+            attempt = session.get(models.Attempt, attempt_id)
+            if attempt is None:
+                raise NotFound(f"no attempt {attempt_id!r}", field="attempt_id")
+            if attempt.machine_id != machine_id:
+                raise FailedPrecondition("attempt runs on another machine", field="machine_id")
+            if attempt.state in LIVE_ATTEMPT_STATES:
+                self._finish(session, attempt, request, now)
+            return worker_service_pb2.ReportCompletionResponse(attempt=attempt_to_proto(attempt))
+
+    def _finish(
+        self,
+        session: Session,
+        attempt: models.Attempt,
+        request: worker_service_pb2.ReportCompletionRequest,
+        now: datetime,
+    ) -> None:
+        outcome = AttemptState(enum_name(job_pb2.AttemptState, "ATTEMPT_STATE_", request.outcome))
+        job = session.get_one(models.Job, attempt.job_id)
+        machine = session.get_one(models.Machine, attempt.machine_id)
+        kind = session.get_one(models.JobKind, job.kind_id)
+        plan = session.execute(
+            select(models.Plan)
+            .join(models.Workspace, models.Workspace.plan_id == models.Plan.id)
+            .where(models.Workspace.id == job.workspace_id)
+        ).scalar_one()
+        attempt.state = outcome.value
+        attempt.ended_at = now
+        attempt.exit_code = request.exit_code
+        attempt.status_message = request.message[:2000]
+        attempt.slot_seconds = request.slot_seconds
+        # A failure on our side costs nothing; the job's own outcome is charged.
+        attempt.charged = outcome is not AttemptState.INFRA_ERROR
+        attempt.charge_micros = (
+            attempt_charge_micros(attempt.slot_seconds, machine, plan) if attempt.charged else 0
+        )
+        job.slot_seconds += attempt.slot_seconds
+        job.charge_micros += attempt.charge_micros
+        detail = f"attempt {attempt.id} on {machine.id}: exit {request.exit_code} {request.message}".strip()
+        if outcome is AttemptState.SUCCEEDED:
+            set_job_state(session, job, JobState.SUCCEEDED, now, "succeeded")
+        elif outcome is AttemptState.CANCELLED:
+            set_job_state(session, job, JobState.CANCELLED, now, "cancelled")
+        elif outcome is AttemptState.TIMED_OUT:
+            record_failure(
+                session,
+                now,
+                FailureClass.JOB_TIMED_OUT,
+                "runner",
+                machine_id=machine.id,
+                job_id=job.id,
+                attempt_id=attempt.id,
+                details=detail,
+            )
+            set_job_state(session, job, JobState.TIMED_OUT, now, "timed out")
+        elif outcome is AttemptState.FAILED:
+            record_failure(
+                session,
+                now,
+                FailureClass.JOB_FAILED,
+                "runner",
+                machine_id=machine.id,
+                job_id=job.id,
+                attempt_id=attempt.id,
+                details=detail,
+            )
+            if job.failure_retries_used < kind.retry_budget:
+                job.failure_retries_used += 1
+                job.not_before = now + timedelta(seconds=self.settings.retry_backoff_s)
+                set_job_state(
+                    session,
+                    job,
+                    JobState.QUEUED,
+                    now,
+                    f"attempt failed (exit {request.exit_code}); retry "
+                    f"{job.failure_retries_used} of {kind.retry_budget}",
+                )
+            else:
+                set_job_state(
+                    session,
+                    job,
+                    JobState.FAILED,
+                    now,
+                    f"failed (exit {request.exit_code}); retry budget spent",
+                )
+        else:  # INFRA_ERROR: ours, uncharged, retried on the patient budget
+            record_failure(
+                session,
+                now,
+                FailureClass.JOB_INFRA_ERROR,
+                "runner",
+                machine_id=machine.id,
+                job_id=job.id,
+                attempt_id=attempt.id,
+                details=detail,
+            )
+            requeue_after_loss(
+                session, job, kind, now, self.settings.lost_retry_backoff_s, "infrastructure error"
+            )
+
+    def RegisterMachine(
+        self, request: worker_service_pb2.RegisterMachineRequest, context: grpc.ServicerContext
+    ) -> machine_pb2.Machine:
+        require(request.request_id, "request_id", JOB_ID, "request id")
+        machine_id = request.machine_id or str(uuid.uuid5(uuid.NAMESPACE_URL, request.request_id))
+        require(machine_id, "machine_id", JOB_ID, "machine id")
+        if not request.agent_address:
+            raise InvalidArgument("is required", field="agent_address")
+        require(request.pool, "pool", IDENT, "pool id")
+        if request.slots < 1 or request.slots > 64:
+            raise InvalidArgument("must be 1-64", field="slots")
+        now = self.clock.now()
+        with self.sessions() as session, session.begin():
+            if session.get(models.Pool, request.pool) is None:
+                raise NotFound(f"unknown pool {request.pool!r}", field="pool")
+            machine = session.get(models.Machine, machine_id)
+            if machine is not None and machine.origin != MachineOrigin.REGISTERED.value:
+                raise FailedPrecondition("a provisioned machine cannot register", field="machine_id")
+            if machine is None:
+                wl = (
+                    WorkloadClass.SILENT
+                    if request.workload_class == machine_pb2.WORKLOAD_CLASS_SILENT
+                    else WorkloadClass.REPORTING
+                )
+                machine = models.Machine(
+                    id=machine_id,
+                    pool_id=request.pool,
+                    provider="LOCAL",
+                    slots=request.slots,
+                    origin=MachineOrigin.REGISTERED.value,
+                    managed=False,
+                    workload_class=wl.value,
+                    state=MachineState.READY.value,
+                    intent=MachineIntent.RUNNING.value,
+                    agent_address=request.agent_address,
+                    requested_at=now,
+                    state_changed_at=now,
+                    first_observed_at=now,
+                    lost=False,
+                    cordoned=False,
+                    preemption_count=0,
+                    spot_seconds=0.0,
+                    start_failures=0,
+                    hourly_price_micros=0,
+                    gpu_count=1,
+                    capacity_type="ON_DEMAND",
+                    region="",
+                    zone="",
+                    instance_type="registered",
+                    gpu_model="",
+                )
+                session.add(machine)
+            else:
+                machine.agent_address = request.agent_address
+            session.flush()
+            return machine_to_proto(machine)
+
+
+def requeue_after_loss(
+    session: Session, job: models.Job, kind: models.JobKind, now: datetime, backoff_s: float, why: str
+) -> None:
+    """Back to the queue on the separate, more patient budget; FAILED once it is spent."""
+    if job.cancel_requested:
+        set_job_state(session, job, JobState.CANCELLED, now, "cancelled")
+        return
+    if job.lost_retries_used < kind.lost_retry_budget:
+        job.lost_retries_used += 1
+        # Patient back-off: doubles with each loss.
+        job.not_before = now + timedelta(seconds=backoff_s * (2 ** (job.lost_retries_used - 1)))
+        set_job_state(
+            session,
+            job,
+            JobState.QUEUED,
+            now,
+            f"{why}; requeued ({job.lost_retries_used} of {kind.lost_retry_budget}), not charged",
+        )
+    else:
+        set_job_state(session, job, JobState.FAILED, now, f"{why}; lost-retry budget spent")
