@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import grpc
 from gpufleet.common import errors
-from opentelemetry.instrumentation.grpc import client_interceptor
+from opentelemetry.instrumentation.grpc import client_interceptor, grpcext
 
 T = TypeVar("T")
 
@@ -32,7 +32,8 @@ _CODE_TO_ERROR: dict[grpc.StatusCode, type[errors.GpufleetError]] = {
 def open_channel(address: str) -> grpc.Channel:
     """An insecure loopback/VPC channel with trace propagation."""
     channel = grpc.insecure_channel(address)
-    return grpc.intercept_channel(channel, client_interceptor())
+    # OpenTelemetry's client interceptor speaks its own interface (grpcext), not grpc's.
+    return grpcext.intercept_channel(channel, client_interceptor())  # type: ignore[no-any-return]
 
 
 def metadata_value(err: grpc.RpcError, key: str) -> str | None:
