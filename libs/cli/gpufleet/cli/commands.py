@@ -1,0 +1,194 @@
+"""``gpufleet submit | jobs | machines``: talk to a running system's scheduler."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+
+from gpufleet.cli import output
+from gpufleet.common import grpcclient
+from gpufleet.common.errors import GpufleetError
+from gpufleet.v1 import (
+    fleet_service_pb2,
+    fleet_service_pb2_grpc,
+    job_pb2,
+    job_service_pb2,
+    job_service_pb2_grpc,
+    machine_pb2,
+)
+
+TIMEOUT_S = 10.0
+
+
+def _job_stub(args: argparse.Namespace) -> job_service_pb2_grpc.JobServiceStub:
+    return job_service_pb2_grpc.JobServiceStub(grpcclient.open_channel(args.scheduler))
+
+
+def _fleet_stub(args: argparse.Namespace) -> fleet_service_pb2_grpc.FleetServiceStub:
+    return fleet_service_pb2_grpc.FleetServiceStub(grpcclient.open_channel(args.scheduler))
+
+
+def parse_values(pairs: list[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"gpufleet: --set expects KEY=VALUE, got {pair!r}")
+        values[key] = value
+    return values
+
+
+def submit(args: argparse.Namespace) -> int:
+    import uuid
+
+    request = job_service_pb2.SubmitJobRequest(
+        request_id=args.request_id or f"cli-{uuid.uuid4()}",
+        job=job_pb2.Job(
+            workspace=args.workspace,
+            pool=args.pool,
+            kind=args.kind,
+            pipeline_version=args.pipeline_version,
+            tenant_values=parse_values(args.set),
+        ),
+    )
+    job = grpcclient.call(_job_stub(args).SubmitJob, request, timeout=TIMEOUT_S, idempotent=True)
+    if args.json:
+        output.print_json(job)
+    else:
+        print(
+            f"submitted job {job.job_id} ({job.kind} for {job.workspace}), state "
+            f"{output.enum_short(job_pb2.JobState, job.state, 'JOB_STATE_')}"
+        )
+    return 0
+
+
+def _all_jobs(args: argparse.Namespace) -> list[job_pb2.Job]:
+    stub = _job_stub(args)
+    jobs: list[job_pb2.Job] = []
+    token = ""
+    state = job_pb2.JobState.Value(f"JOB_STATE_{args.state.upper()}") if args.state else 0
+    while True:
+        page = grpcclient.call(
+            stub.ListJobs,
+            job_service_pb2.ListJobsRequest(
+                page_size=200, page_token=token, workspace=args.workspace or "", state=state
+            ),
+            timeout=TIMEOUT_S,
+            idempotent=True,
+        )
+        jobs.extend(page.jobs)
+        token = page.next_page_token
+        if not token:
+            return jobs
+
+
+def jobs(args: argparse.Namespace) -> int:
+    rows = _all_jobs(args)
+    if args.json:
+        output.print_json(rows)
+        return 0
+    now = datetime.now(UTC)
+    print(
+        output.table(
+            ["JOB", "WORKSPACE", "KIND", "STATE", "ATTEMPTS", "SLOT-S", "CHARGE", "CREATED", "MESSAGE"],
+            [
+                [
+                    j.job_id[:8],
+                    j.workspace,
+                    j.kind,
+                    output.enum_short(job_pb2.JobState, j.state, "JOB_STATE_"),
+                    str(j.attempt_count),
+                    f"{j.slot_seconds:.0f}",
+                    output.money(j.charge_micros),
+                    output.when(j.create_time, now),
+                    j.status_message[:40],
+                ]
+                for j in rows
+            ],
+        )
+    )
+    return 0
+
+
+def machines(args: argparse.Namespace) -> int:
+    stub = _fleet_stub(args)
+    rows: list[machine_pb2.Machine] = []
+    token = ""
+    while True:
+        page = grpcclient.call(
+            stub.ListMachines,
+            fleet_service_pb2.ListMachinesRequest(
+                page_size=200, page_token=token, include_destroyed=args.all
+            ),
+            timeout=TIMEOUT_S,
+            idempotent=True,
+        )
+        rows.extend(page.machines)
+        token = page.next_page_token
+        if not token:
+            break
+    if args.json:
+        output.print_json(rows)
+        return 0
+    now = datetime.now(UTC)
+    print(
+        output.table(
+            [
+                "MACHINE",
+                "POOL",
+                "OFFERING",
+                "STATE",
+                "INTENT",
+                "SLOTS",
+                "WORKER",
+                "PROBE",
+                "PROVIDER",
+                "STOP DUE",
+                "DESTROY DUE",
+                "FLAGS",
+            ],
+            [
+                [
+                    m.machine_id[:8],
+                    m.pool,
+                    m.offering.offering_id or m.offering.instance_type,
+                    output.enum_short(machine_pb2.MachineState, m.state, "MACHINE_STATE_"),
+                    output.enum_short(machine_pb2.MachineIntent, m.intent, "MACHINE_INTENT_"),
+                    f"{m.slots_busy}/{m.slots_total}",
+                    output.when(m.liveness.worker_report_at, now),
+                    output.when(m.liveness.probe_ok_at, now),
+                    output.when(m.liveness.provider_seen_at, now),
+                    output.when(m.idle_timers.stop_due_at, now),
+                    output.when(m.idle_timers.destroy_due_at, now),
+                    ",".join(
+                        f
+                        for f, on in (
+                            ("lost", m.lost),
+                            ("cordoned", m.cordoned),
+                            ("registered", m.origin == machine_pb2.MACHINE_ORIGIN_REGISTERED),
+                        )
+                        if on
+                    )
+                    or "-",
+                ]
+                for m in rows
+            ],
+        )
+    )
+    return 0
+
+
+def run_client(func: object, args: argparse.Namespace) -> int:
+    """Run a client command; a gRPC error becomes one clear line and exit status 1."""
+    try:
+        return int(func(args))  # type: ignore[operator]
+    except GpufleetError as exc:
+        where = f" (field {exc.field})" if exc.field else ""
+        print(f"gpufleet: {exc.message}{where}", file=sys.stderr)
+        if isinstance(exc, grpcclient.errors.Unavailable):
+            print(
+                f"gpufleet: is the system running at {args.scheduler}? Start it with `gpufleet up`.",
+                file=sys.stderr,
+            )
+        return 1

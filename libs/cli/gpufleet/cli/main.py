@@ -1,0 +1,111 @@
+"""The ``gpufleet`` command.
+
+gpufleet up                 run the whole system (embedded default) until interrupted
+gpufleet demo               run it on a sped-up clock with a scripted scenario
+gpufleet submit ...         submit a GPU job to a running system
+gpufleet jobs [--json]      list jobs
+gpufleet machines [--json]  list machines with their liveness channels and idle timers
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from gpufleet.cli import commands
+from gpufleet.cli.demo import run_demo
+from gpufleet.cli.stack import DEFAULT_PORTS, Stack, StackConfig
+
+
+def run_up(args: argparse.Namespace) -> int:
+    ports = {name: port + args.port_offset for name, port in DEFAULT_PORTS.items()}
+    config = StackConfig(
+        state_dir=Path(args.state_dir).resolve(), ports=ports, clock_speed=args.speed, log_format="json"
+    )
+    stack = Stack(config)
+    print(
+        f"gpufleet up — state in {config.state_dir} (SQLite + local machines), logs in "
+        f"{config.state_dir / 'logs'}"
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stack.start(on_started=lambda n, a: print(f"  {n:<12} serving on {a}", flush=True))
+        print(
+            "ready. Try, in another terminal:\n"
+            "  gpufleet submit --workspace acme-studio --kind short_episode --set duration_s=60\n"
+            "  gpufleet jobs\n  gpufleet machines\n"
+            "Ctrl-C stops the control plane; running local machines keep running and are "
+            "adopted by the next `gpufleet up` in the same state directory.",
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            failed = stack.failed()
+            if failed:
+                print(
+                    f"gpufleet: service(s) {', '.join(failed)} exited; see {config.state_dir / 'logs'}",
+                    file=sys.stderr,
+                )
+                return 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        print("stopping the control plane ...", flush=True)
+        stack.stop()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpufleet", description="A control plane for rented GPU machines.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    scheduler_default = os.environ.get("GPUFLEET_SCHEDULER_ADDRESS", "127.0.0.1:50051")
+
+    up = sub.add_parser("up", help="run the whole system on the embedded default until interrupted")
+    up.add_argument("--state-dir", default="var", help="SQLite file, local machines and logs (default ./var)")
+    up.add_argument("--port-offset", type=int, default=0, help="add to every default port (50051-50054)")
+    up.add_argument("--speed", type=float, default=1.0, help="clock speed factor (1 = real time)")
+    up.set_defaults(func=run_up)
+
+    demo = sub.add_parser("demo", help="run the system on a sped-up clock with a scripted scenario")
+    demo.add_argument("--speed", type=float, default=120.0, help="clock speed factor (default 120)")
+    demo.add_argument("--state-dir", default=None, help="default: a new temporary directory")
+    demo.add_argument("--timeout", type=float, default=110.0, help="give up after this many real seconds")
+    demo.set_defaults(func=run_demo)
+
+    def client(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--scheduler", default=scheduler_default, help="scheduler address (host:port)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        return p
+
+    submit = client("submit", "submit a GPU job")
+    submit.add_argument("--workspace", required=True)
+    submit.add_argument("--pool", default="l4")
+    submit.add_argument("--kind", default="short_episode")
+    submit.add_argument("--pipeline-version", default="2026.12.0")
+    submit.add_argument("--request-id", default=None, help="idempotency key (default: a new one)")
+    submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a tenant value")
+    submit.set_defaults(func=lambda a: commands.run_client(commands.submit, a))
+
+    jobs = client("jobs", "list jobs")
+    jobs.add_argument("--workspace", default=None)
+    jobs.add_argument("--state", default=None, help="e.g. queued, running, succeeded")
+    jobs.set_defaults(func=lambda a: commands.run_client(commands.jobs, a))
+
+    machines = client("machines", "list machines")
+    machines.add_argument("--all", action="store_true", help="include destroyed machines")
+    machines.set_defaults(func=lambda a: commands.run_client(commands.machines, a))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

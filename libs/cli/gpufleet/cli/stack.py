@@ -1,0 +1,161 @@
+"""Runs the whole system on the embedded default: every service its own process, real
+gRPC between them, one SQLite file, local machines.
+
+The CLI never imports a service: it starts each one as ``python -m gpufleet.<name>`` with
+its settings in the environment, exactly as a deployment would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+SERVICES = ("provisioner", "scheduler", "reaper", "sweeper")
+DEFAULT_PORTS = {"scheduler": 50051, "reaper": 50052, "provisioner": 50053, "sweeper": 50054}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class StackConfig:
+    state_dir: Path
+    ports: dict[str, int]
+    clock_speed: float = 1.0
+    clock_origin: float | None = None
+    # Extra settings per service (env names without the GPUFLEET_ prefix).
+    overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    log_format: str = "json"
+
+    def address(self, service: str) -> str:
+        return f"127.0.0.1:{self.ports[service]}"
+
+    @property
+    def database_url(self) -> str:
+        return f"sqlite:///{self.state_dir / 'gpufleet.sqlite'}"
+
+
+@dataclass
+class Stack:
+    config: StackConfig
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def common_env(self) -> dict[str, str]:
+        cfg = self.config
+        env = {
+            "GPUFLEET_DATABASE_URL": cfg.database_url,
+            "GPUFLEET_PROVISIONER_ADDRESS": cfg.address("provisioner"),
+            "GPUFLEET_SCHEDULER_ADDRESS": cfg.address("scheduler"),
+            "GPUFLEET_LOG_FORMAT": cfg.log_format,
+            "GPUFLEET_LOCAL_ROOT": str(cfg.state_dir / "machines"),
+        }
+        if cfg.clock_speed != 1.0:
+            env["GPUFLEET_CLOCK"] = "scaled"
+            env["GPUFLEET_CLOCK_SPEED"] = repr(cfg.clock_speed)
+            env["GPUFLEET_CLOCK_ORIGIN"] = repr(
+                cfg.clock_origin if cfg.clock_origin is not None else time.time()
+            )
+        return env
+
+    def migrate(self) -> None:
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "gpufleet.common.db.migrate", "--database-url", self.config.database_url],
+            check=True,
+            capture_output=True,
+        )
+
+    def start(self, on_started: Callable[[str, str], None] | None = None) -> None:
+        """Migrate, then start every service and wait until each answers its health check."""
+        self.migrate()
+        env = {**os.environ, **self.common_env()}
+        if self.config.clock_speed != 1.0:
+            self.config.clock_origin = float(env["GPUFLEET_CLOCK_ORIGIN"])
+        logs = self.config.state_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        for name in SERVICES:
+            svc_env = {**env, "GPUFLEET_LISTEN_ADDRESS": self.config.address(name)}
+            svc_env.update(
+                {f"GPUFLEET_{k.upper()}": v for k, v in self.config.overrides.get(name, {}).items()}
+            )
+            with open(logs / f"{name}.log", "ab") as log:
+                self.processes[name] = subprocess.Popen(
+                    [sys.executable, "-m", f"gpufleet.{name}"],
+                    env=svc_env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.config.state_dir,
+                    start_new_session=True,
+                )
+        for name in SERVICES:
+            self.wait_healthy(name)
+            if on_started:
+                on_started(name, self.config.address(name))
+
+    def wait_healthy(self, name: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        with grpc.insecure_channel(self.config.address(name)) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                proc = self.processes[name]
+                if proc.poll() is not None:
+                    log = (self.config.state_dir / "logs" / f"{name}.log").read_text(errors="replace")
+                    raise RuntimeError(f"{name} exited with status {proc.returncode}:\n{log[-3000:]}")
+                try:
+                    resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.1)
+        raise TimeoutError(f"{name} did not become healthy within {timeout:.0f}s")
+
+    def failed(self) -> list[str]:
+        return [n for n, p in self.processes.items() if p.poll() is not None]
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM every service (each stops gracefully), then SIGKILL stragglers."""
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.processes.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def local_machine_pids(self) -> list[int]:
+        """Process groups of local machines still running under this state dir."""
+        pids = []
+        for pid_file in (self.config.state_dir / "machines").glob("*/disk/agent.pid"):
+            try:
+                pid = int(pid_file.read_text().strip())
+                os.kill(pid, 0)
+                pids.append(pid)
+            except (ValueError, ProcessLookupError, PermissionError):
+                continue
+        return pids
+
+    def kill_local_machines(self) -> int:
+        """Ends every local machine's process group (used by the demo's clean-up only)."""
+        pids = self.local_machine_pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        return len(pids)
