@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 from gpufleet.cli import output
 from gpufleet.common import grpcclient
-from gpufleet.common.errors import GpufleetError
+from gpufleet.common.errors import GpufleetError, Unavailable
 from gpufleet.v1 import (
     fleet_service_pb2,
     fleet_service_pb2_grpc,
@@ -67,7 +68,11 @@ def _all_jobs(args: argparse.Namespace) -> list[job_pb2.Job]:
     stub = _job_stub(args)
     jobs: list[job_pb2.Job] = []
     token = ""
-    state = job_pb2.JobState.Value(f"JOB_STATE_{args.state.upper()}") if args.state else 0
+    try:
+        state: Any = job_pb2.JobState.Value(f"JOB_STATE_{args.state.upper()}") if args.state else 0
+    except ValueError:
+        names = ", ".join(n.removeprefix("JOB_STATE_").lower() for n in job_pb2.JobState.keys()[1:])
+        raise SystemExit(f"gpufleet: unknown --state {args.state!r}; one of {names}") from None
     while True:
         page = grpcclient.call(
             stub.ListJobs,
@@ -186,7 +191,7 @@ def run_client(func: object, args: argparse.Namespace) -> int:
     except GpufleetError as exc:
         where = f" (field {exc.field})" if exc.field else ""
         print(f"gpufleet: {exc.message}{where}", file=sys.stderr)
-        if isinstance(exc, grpcclient.errors.Unavailable):
+        if isinstance(exc, Unavailable):
             print(
                 f"gpufleet: is the system running at {args.scheduler}? Start it with `gpufleet up`.",
                 file=sys.stderr,

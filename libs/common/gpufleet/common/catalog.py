@@ -102,8 +102,9 @@ DEFAULT_CATALOG = Catalog(
     ],
     kinds=[
         KindSpec(id="short_episode", slots=1, time_limit_s=3.5 * 3600, runs_writer_code=True),
-        KindSpec(id="film", slots=0, time_limit_s=9 * 3600, runs_writer_code=True,
-                 resumes_from_checkpoint=True),
+        KindSpec(
+            id="film", slots=0, time_limit_s=9 * 3600, runs_writer_code=True, resumes_from_checkpoint=True
+        ),
         KindSpec(id="clip", slots=1, time_limit_s=3600, runs_writer_code=False),
     ],
     pools=[
@@ -112,9 +113,15 @@ DEFAULT_CATALOG = Catalog(
             slots_per_machine=2,
             max_machines=2,
             offerings=[
-                OfferingSpec(id="local-l4", provider="LOCAL", region="local", zone="local-a",
-                             instance_type="local-g2-standard-8", slots=2,
-                             hourly_price_micros=850_000),
+                OfferingSpec(
+                    id="local-l4",
+                    provider="LOCAL",
+                    region="local",
+                    zone="local-a",
+                    instance_type="local-g2-standard-8",
+                    slots=2,
+                    hourly_price_micros=850_000,
+                ),
             ],
         )
     ],

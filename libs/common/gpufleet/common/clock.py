@@ -169,8 +169,9 @@ class FileClock:
         return 0.5
 
 
-def clock_from_spec(kind: str, speed: float = 1.0, origin: float | None = None,
-                    path: str | None = None) -> Clock:
+def clock_from_spec(
+    kind: str, speed: float = 1.0, origin: float | None = None, path: str | None = None
+) -> Clock:
     """Build the clock a process's settings ask for (``real``, ``scaled`` or ``file``)."""
     if kind == "real":
         return RealClock()

@@ -37,7 +37,7 @@ def open_channel(address: str) -> grpc.Channel:
 
 
 def metadata_value(err: grpc.RpcError, key: str) -> str | None:
-    for item in (err.trailing_metadata() or ()):  # type: ignore[attr-defined]
+    for item in err.trailing_metadata() or ():  # type: ignore[attr-defined]
         if item.key == key:
             return str(item.value)
     return None
@@ -55,8 +55,15 @@ def wrap_rpc_error(err: grpc.RpcError) -> errors.GpufleetError:
     return wrapped
 
 
-def call(method: Callable[..., T], request: Any, *, timeout: float, idempotent: bool,
-         attempts: int = 3, backoff: float = 0.2) -> T:
+def call(
+    method: Callable[..., T],
+    request: Any,
+    *,
+    timeout: float,
+    idempotent: bool,
+    attempts: int = 3,
+    backoff: float = 0.2,
+) -> T:
     """Call ``method`` with a deadline; retry transport failures only when idempotent."""
     tries = attempts if idempotent else 1
     for attempt in range(tries):

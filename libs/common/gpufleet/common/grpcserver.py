@@ -47,7 +47,7 @@ def _guard_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
         except GpufleetError as err:
             _abort(context, err)
         except Exception:
-            if context.code() is not None:  # already aborted on purpose
+            if context.code() is not None:  # type: ignore[attr-defined]  # already aborted on purpose
                 raise
             log.exception("unexpected error in %s", getattr(behavior, "__qualname__", behavior))
             context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
@@ -63,7 +63,7 @@ def _guard_stream(behavior: Callable[..., Iterator[Any]]) -> Callable[..., Itera
         except GpufleetError as err:
             _abort(context, err)
         except Exception:
-            if context.code() is not None:
+            if context.code() is not None:  # type: ignore[attr-defined]
                 raise
             log.exception("unexpected error in stream %s", getattr(behavior, "__qualname__", behavior))
             context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
@@ -71,14 +71,14 @@ def _guard_stream(behavior: Callable[..., Iterator[Any]]) -> Callable[..., Itera
     return wrapper
 
 
-class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg,misc]
     """Turns a GpufleetError raised by any handler into its status, in one place."""
 
     def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> Any:
         handler = continuation(handler_call_details)
         if handler is None:
             return None
@@ -100,16 +100,18 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
 class ServiceServer:
     """A started gRPC server with health and reflection; ``port`` is the bound port."""
 
-    def __init__(self, server: grpc.Server, port: int, health_servicer: health.HealthServicer,
-                 names: Sequence[str]) -> None:
+    def __init__(
+        self, server: grpc.Server, port: int, health_servicer: health.HealthServicer, names: Sequence[str]
+    ) -> None:
         self.server = server
         self.port = port
         self.health = health_servicer
         self.names = list(names)
 
     def set_serving(self, serving: bool) -> None:
-        status = (health_pb2.HealthCheckResponse.SERVING if serving
-                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in [*self.names, ""]:
             self.health.set(name, status)
 
@@ -122,8 +124,9 @@ class ServiceServer:
         self.server.wait_for_termination()
 
 
-def create_server(address: str, bindings: Sequence[ServiceBinding], *,
-                  max_workers: int = 32) -> ServiceServer:
+def create_server(
+    address: str, bindings: Sequence[ServiceBinding], *, max_workers: int = 32
+) -> ServiceServer:
     """Build, bind and start a server; returns it with the port actually bound."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers),

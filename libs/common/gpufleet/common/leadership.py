@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 class LeaderLease:
     """One replica's view of a named lease."""
 
-    def __init__(self, name: str, holder: str, clock: Clock, sessions: sessionmaker[Session],
-                 ttl_s: float) -> None:
+    def __init__(
+        self, name: str, holder: str, clock: Clock, sessions: sessionmaker[Session], ttl_s: float
+    ) -> None:
         self.name = name
         self.holder = holder
         self.clock = clock
@@ -50,8 +51,7 @@ class LeaderLease:
             if row is None:
                 try:
                     with session.begin_nested():
-                        session.add(LeaseRow(name=self.name, holder=self.holder, epoch=1,
-                                             expires_at=expires))
+                        session.add(LeaseRow(name=self.name, holder=self.holder, epoch=1, expires_at=expires))
                 except IntegrityError:
                     self.epoch = None
                     return False
@@ -72,8 +72,12 @@ class LeaderLease:
 
     def _became(self, epoch: int) -> None:
         if self.epoch != epoch:
-            log.info("leader of %s with epoch %d", self.name, epoch,
-                     extra={"fields": {"lease": self.name, "epoch": epoch}})
+            log.info(
+                "leader of %s with epoch %d",
+                self.name,
+                epoch,
+                extra={"fields": {"lease": self.name, "epoch": epoch}},
+            )
         self.epoch = epoch
 
     def _lost(self) -> None:
@@ -101,8 +105,9 @@ class LeaderLease:
         with self.sessions() as session, session.begin():
             session.execute(
                 update(LeaseRow)
-                .where(LeaseRow.name == self.name, LeaseRow.holder == self.holder,
-                       LeaseRow.epoch == self.epoch)
+                .where(
+                    LeaseRow.name == self.name, LeaseRow.holder == self.holder, LeaseRow.epoch == self.epoch
+                )
                 .values(expires_at=self.clock.now())
             )
         self.epoch = None

@@ -56,9 +56,7 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
 }
 
 # Classes that open an incident whatever they route to: a human should hear of them.
-INCIDENT_CLASSES = frozenset(
-    {FailureClass.STOCKOUT, FailureClass.QUOTA_EXCEEDED, FailureClass.AUTH_FAILED}
-)
+INCIDENT_CLASSES = frozenset({FailureClass.STOCKOUT, FailureClass.QUOTA_EXCEEDED, FailureClass.AUTH_FAILED})
 
 
 def route(failure_class: str) -> LedgerOutcome:
@@ -69,27 +67,56 @@ def route(failure_class: str) -> LedgerOutcome:
         return LedgerOutcome.ALERT_HUMAN
 
 
-def record_failure(session: Session, now: datetime, failure_class: str, detector: str, *,
-                   machine_id: str | None = None, job_id: str | None = None,
-                   attempt_id: str | None = None, details: str = "",
-                   incident_key: str | None = None) -> Failure:
+def record_failure(
+    session: Session,
+    now: datetime,
+    failure_class: str,
+    detector: str,
+    *,
+    machine_id: str | None = None,
+    job_id: str | None = None,
+    attempt_id: str | None = None,
+    details: str = "",
+    incident_key: str | None = None,
+) -> Failure:
     """Append one ledger row (and an incident when the class calls for one)."""
     outcome = route(failure_class)
-    row = Failure(at=now, machine_id=machine_id, job_id=job_id, attempt_id=attempt_id,
-                  failure_class=failure_class, detector=detector, details=details,
-                  outcome=outcome.value)
+    row = Failure(
+        at=now,
+        machine_id=machine_id,
+        job_id=job_id,
+        attempt_id=attempt_id,
+        failure_class=failure_class,
+        detector=detector,
+        details=details,
+        outcome=outcome.value,
+    )
     session.add(row)
     wants_incident = outcome is LedgerOutcome.ALERT_HUMAN or failure_class in INCIDENT_CLASSES
     if wants_incident:
-        open_incident(session, now, failure_class, details or failure_class,
-                      machine_id=machine_id, job_id=job_id, dedupe_key=incident_key)
+        open_incident(
+            session,
+            now,
+            failure_class,
+            details or failure_class,
+            machine_id=machine_id,
+            job_id=job_id,
+            dedupe_key=incident_key,
+        )
     session.flush()
     return row
 
 
-def open_incident(session: Session, now: datetime, failure_class: str, summary: str, *,
-                  machine_id: str | None = None, job_id: str | None = None,
-                  dedupe_key: str | None = None) -> Incident | None:
+def open_incident(
+    session: Session,
+    now: datetime,
+    failure_class: str,
+    summary: str,
+    *,
+    machine_id: str | None = None,
+    job_id: str | None = None,
+    dedupe_key: str | None = None,
+) -> Incident | None:
     """Open an incident; with a ``dedupe_key`` at most one is ever opened for it."""
     if dedupe_key is not None:
         existing = session.execute(
@@ -97,7 +124,14 @@ def open_incident(session: Session, now: datetime, failure_class: str, summary: 
         ).scalar_one_or_none()
         if existing is not None:
             return None
-    incident = Incident(at=now, failure_class=failure_class, machine_id=machine_id, job_id=job_id,
-                        summary=summary, state=IncidentState.OPEN.value, dedupe_key=dedupe_key)
+    incident = Incident(
+        at=now,
+        failure_class=failure_class,
+        machine_id=machine_id,
+        job_id=job_id,
+        summary=summary,
+        state=IncidentState.OPEN.value,
+        dedupe_key=dedupe_key,
+    )
     session.add(incident)
     return incident

@@ -49,8 +49,15 @@ class PeriodicTask:
 class Ticker:
     """Runs each task at its cadence while this replica holds the lease."""
 
-    def __init__(self, service: str, clock: Clock, sessions: sessionmaker[Session],
-                 lease: LeaderLease, tasks: list[PeriodicTask], renew_s: float) -> None:
+    def __init__(
+        self,
+        service: str,
+        clock: Clock,
+        sessions: sessionmaker[Session],
+        lease: LeaderLease,
+        tasks: list[PeriodicTask],
+        renew_s: float,
+    ) -> None:
         self.service = service
         self.clock = clock
         self.sessions = sessions
@@ -65,9 +72,16 @@ class Ticker:
             for task in self.tasks:
                 row = session.get(WatchdogStat, task.name)
                 if row is None:
-                    session.add(WatchdogStat(name=task.name, service=self.service,
-                                             cadence_s=task.cadence_s, runs=0, actions={},
-                                             refusals={}))
+                    session.add(
+                        WatchdogStat(
+                            name=task.name,
+                            service=self.service,
+                            cadence_s=task.cadence_s,
+                            runs=0,
+                            actions={},
+                            refusals={},
+                        )
+                    )
                 else:
                     row.cadence_s = task.cadence_s
                     row.service = self.service
@@ -97,9 +111,7 @@ class Ticker:
 
     def _record(self, task: PeriodicTask, now: datetime, report: TickReport) -> None:
         with self.sessions() as session, session.begin():
-            row = session.execute(
-                select(WatchdogStat).where(WatchdogStat.name == task.name)
-            ).scalar_one()
+            row = session.execute(select(WatchdogStat).where(WatchdogStat.name == task.name)).scalar_one()
             row.last_run_at = now
             row.runs = (row.runs or 0) + 1
             row.actions = dict(Counter(row.actions or {}) + report.actions)

@@ -42,8 +42,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str)
 
 
-def configure(service: str, *, otlp_endpoint: str | None = None, level: str = "INFO",
-              log_format: str = "json") -> None:
+def configure(
+    service: str, *, otlp_endpoint: str | None = None, level: str = "INFO", log_format: str = "json"
+) -> None:
     """Configure logging and the tracer provider once per process."""
     global _configured
     if _configured:

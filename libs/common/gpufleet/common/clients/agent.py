@@ -28,24 +28,41 @@ class AgentClient:
         self.close()
 
     def probe(self) -> agent_service_pb2.ProbeResponse:
-        return grpcclient.call(self._stub.Probe, agent_service_pb2.ProbeRequest(),
-                               timeout=self.timeout_s, idempotent=True, attempts=1)
+        resp: agent_service_pb2.ProbeResponse = grpcclient.call(
+            self._stub.Probe,
+            agent_service_pb2.ProbeRequest(),
+            timeout=self.timeout_s,
+            idempotent=True,
+            attempts=1,
+        )
+        return resp
 
     def sample(self, window: timedelta = timedelta(seconds=2)) -> agent_service_pb2.SampleUtilizationResponse:
         dur = Duration()
         dur.FromTimedelta(window)
-        return grpcclient.call(self._stub.SampleUtilization,
-                               agent_service_pb2.SampleUtilizationRequest(window=dur),
-                               timeout=self.timeout_s + window.total_seconds(), idempotent=True,
-                               attempts=1)
+        resp: agent_service_pb2.SampleUtilizationResponse = grpcclient.call(
+            self._stub.SampleUtilization,
+            agent_service_pb2.SampleUtilizationRequest(window=dur),
+            timeout=self.timeout_s + window.total_seconds(),
+            idempotent=True,
+            attempts=1,
+        )
+        return resp
 
-    def start_job(self, request: agent_service_pb2.AgentServiceStartJobRequest
-                  ) -> agent_service_pb2.AgentServiceStartJobResponse:
+    def start_job(
+        self, request: agent_service_pb2.AgentServiceStartJobRequest
+    ) -> agent_service_pb2.AgentServiceStartJobResponse:
         # Idempotent by attempt_id on the agent side, so a retry is safe.
-        return grpcclient.call(self._stub.StartJob, request, timeout=self.timeout_s, idempotent=True)
+        resp: agent_service_pb2.AgentServiceStartJobResponse = grpcclient.call(
+            self._stub.StartJob, request, timeout=self.timeout_s, idempotent=True
+        )
+        return resp
 
     def cancel_job(self, attempt_id: str, reason: str) -> agent_service_pb2.AgentServiceCancelJobResponse:
-        return grpcclient.call(
+        resp: agent_service_pb2.AgentServiceCancelJobResponse = grpcclient.call(
             self._stub.CancelJob,
             agent_service_pb2.AgentServiceCancelJobRequest(attempt_id=attempt_id, reason=reason),
-            timeout=self.timeout_s, idempotent=True)
+            timeout=self.timeout_s,
+            idempotent=True,
+        )
+        return resp

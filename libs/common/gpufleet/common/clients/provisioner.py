@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 from gpufleet.common import grpcclient
 from gpufleet.common.provider_errors import BY_KIND, METADATA_KEY, ProviderError, Transient
@@ -45,49 +47,70 @@ class ProvisionerClient:
 
     # Create/start/stop/destroy are idempotent by machine id and operation (the
     # provisioner derives the provider's idempotency key from them), so they may retry.
-    def create(self, machine_id: str, offering: machine_pb2.Offering, request_id: str
-               ) -> provisioner_service_pb2.Instance:
+    def create(
+        self, machine_id: str, offering: machine_pb2.Offering, request_id: str
+    ) -> provisioner_service_pb2.Instance:
         req = provisioner_service_pb2.CreateInstanceRequest(
-            request_id=request_id, machine_id=machine_id, offering=offering)
+            request_id=request_id, machine_id=machine_id, offering=offering
+        )
         return self._call(self._stub.CreateInstance, req, idempotent=True)  # type: ignore[no-any-return]
 
-    def start(self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str,
-              request_id: str) -> provisioner_service_pb2.Instance:
+    def start(
+        self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str, request_id: str
+    ) -> provisioner_service_pb2.Instance:
         req = provisioner_service_pb2.StartInstanceRequest(
-            request_id=request_id, machine_id=machine_id, offering=offering,
-            provider_instance_id=provider_instance_id)
+            request_id=request_id,
+            machine_id=machine_id,
+            offering=offering,
+            provider_instance_id=provider_instance_id,
+        )
         return self._call(self._stub.StartInstance, req, idempotent=True)  # type: ignore[no-any-return]
 
-    def stop(self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str,
-             request_id: str) -> provisioner_service_pb2.Instance:
+    def stop(
+        self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str, request_id: str
+    ) -> provisioner_service_pb2.Instance:
         req = provisioner_service_pb2.StopInstanceRequest(
-            request_id=request_id, machine_id=machine_id, offering=offering,
-            provider_instance_id=provider_instance_id)
+            request_id=request_id,
+            machine_id=machine_id,
+            offering=offering,
+            provider_instance_id=provider_instance_id,
+        )
         return self._call(self._stub.StopInstance, req, idempotent=True)  # type: ignore[no-any-return]
 
-    def destroy(self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str,
-                request_id: str) -> bool:
+    def destroy(
+        self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str, request_id: str
+    ) -> bool:
         """Returns whether the instance existed; a missing instance is success."""
         req = provisioner_service_pb2.DestroyInstanceRequest(
-            request_id=request_id, machine_id=machine_id, offering=offering,
-            provider_instance_id=provider_instance_id)
+            request_id=request_id,
+            machine_id=machine_id,
+            offering=offering,
+            provider_instance_id=provider_instance_id,
+        )
         resp = self._call(self._stub.DestroyInstance, req, idempotent=True)
         return bool(resp.existed)
 
-    def get(self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str
-            ) -> provisioner_service_pb2.Instance:
+    def get(
+        self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str
+    ) -> provisioner_service_pb2.Instance:
         req = provisioner_service_pb2.GetInstanceRequest(
-            machine_id=machine_id, offering=offering, provider_instance_id=provider_instance_id)
+            machine_id=machine_id, offering=offering, provider_instance_id=provider_instance_id
+        )
         return self._call(self._stub.GetInstance, req, idempotent=True)  # type: ignore[no-any-return]
 
-    def list_all(self, provider: int = 0) -> tuple[list[provisioner_service_pb2.Instance], list[int]]:
+    def list_all(self, provider: Any = 0) -> tuple[list[provisioner_service_pb2.Instance], list[int]]:
         """Every instance labelled with our deployment, and the providers that could not be listed."""
         instances: list[provisioner_service_pb2.Instance] = []
         unreachable: list[int] = []
         token = ""
         while True:
-            resp = self._call(self._stub.ListInstances, provisioner_service_pb2.ListInstancesRequest(
-                page_size=500, page_token=token, provider=provider), idempotent=True)  # type: ignore[arg-type]
+            resp = self._call(
+                self._stub.ListInstances,
+                provisioner_service_pb2.ListInstancesRequest(
+                    page_size=500, page_token=token, provider=provider
+                ),
+                idempotent=True,
+            )  # type: ignore[arg-type]
             instances.extend(resp.instances)
             unreachable.extend(p for p in resp.unreachable if p not in unreachable)
             token = resp.next_page_token

@@ -67,9 +67,7 @@ class JobState(StrEnum):
     TIMED_OUT = "TIMED_OUT"
 
 
-TERMINAL_JOB_STATES = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT}
-)
+TERMINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT})
 
 
 class AttemptState(StrEnum):

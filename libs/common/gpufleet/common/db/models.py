@@ -161,13 +161,24 @@ class Machine(Base):
     __table_args__ = (
         # Every scan excludes destroyed machines: partial indexes keep scans proportional
         # to the live fleet, not to history.
-        Index("ix_machines_live_state", "state", postgresql_where=text("state <> 'DESTROYED'"),
-              sqlite_where=text("state <> 'DESTROYED'")),
-        Index("ix_machines_stop_due", "stop_due_at", postgresql_where=text("stop_due_at IS NOT NULL"),
-              sqlite_where=text("stop_due_at IS NOT NULL")),
-        Index("ix_machines_destroy_due", "destroy_due_at",
-              postgresql_where=text("destroy_due_at IS NOT NULL"),
-              sqlite_where=text("destroy_due_at IS NOT NULL")),
+        Index(
+            "ix_machines_live_state",
+            "state",
+            postgresql_where=text("state <> 'DESTROYED'"),
+            sqlite_where=text("state <> 'DESTROYED'"),
+        ),
+        Index(
+            "ix_machines_stop_due",
+            "stop_due_at",
+            postgresql_where=text("stop_due_at IS NOT NULL"),
+            sqlite_where=text("stop_due_at IS NOT NULL"),
+        ),
+        Index(
+            "ix_machines_destroy_due",
+            "destroy_due_at",
+            postgresql_where=text("destroy_due_at IS NOT NULL"),
+            sqlite_where=text("destroy_due_at IS NOT NULL"),
+        ),
         Index("ix_machines_pool", "pool_id"),
         Index("ix_machines_provider_instance", "provider", "provider_instance_id"),
     )
@@ -227,9 +238,13 @@ class Attempt(Base):
     epoch: Mapped[int] = mapped_column(BigInteger, default=0)
 
     __table_args__ = (
-        Index("ix_attempts_live", "state", "lease_expires_at",
-              postgresql_where=text("state IN ('STARTING','RUNNING')"),
-              sqlite_where=text("state IN ('STARTING','RUNNING')")),
+        Index(
+            "ix_attempts_live",
+            "state",
+            "lease_expires_at",
+            postgresql_where=text("state IN ('STARTING','RUNNING')"),
+            sqlite_where=text("state IN ('STARTING','RUNNING')"),
+        ),
         Index("ix_attempts_machine", "machine_id", "state"),
         Index("ix_attempts_job", "job_id"),
     )
@@ -317,3 +332,26 @@ class WatchdogStat(Base):
     runs: Mapped[int] = mapped_column(BigInteger, default=0)
     actions: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
     refusals: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
+
+
+class Sweep(Base):
+    """One run of a sweeper pass (inventory reconcile, later the orphan sweep), for ListSweeps.
+
+    ``request_id`` makes a manual RunSweep idempotent: the same id returns the same sweep.
+    """
+
+    __tablename__ = "sweeps"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    request_id: Mapped[str | None] = mapped_column(String(128), unique=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    instances_seen: Mapped[int] = mapped_column(Integer, default=0)
+    machines_updated: Mapped[int] = mapped_column(Integer, default=0)
+    orphans_seen: Mapped[int] = mapped_column(Integer, default=0)
+    orphans_destroyed: Mapped[int] = mapped_column(Integer, default=0)
+    # Providers that could not be listed this time (names, e.g. ["AWS"]).
+    unreachable: Mapped[list[str]] = mapped_column(JSON, default=list)
+    summary: Mapped[str] = mapped_column(Text, default="")
+
+    __table_args__ = (Index("ix_sweeps_kind", "kind", "id"),)
