@@ -44,7 +44,7 @@ SCENARIO = [
 DEMO_OVERRIDES = {
     "scheduler": {"tick_s": "15", "attempt_lease_s": "900", "worker_fresh_s": "900"},
     "reaper": {"idle_stop_after_s": "300", "idle_destroy_after_s": "1800", "idle_sample_window_s": "0.2"},
-    "provisioner": {"heartbeat_s": "30"},
+    "provisioner": {"heartbeat_s": "30", "local_agent_base_port": "0"},
     "sweeper": {},
 }
 

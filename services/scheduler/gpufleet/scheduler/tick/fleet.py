@@ -219,6 +219,7 @@ class FleetTick:
             self._create_failed(machine_id, action, exc, report)
             return
         with self.sessions() as session, session.begin():
+            self.lease.fence(session)
             machine = session.get_one(models.Machine, machine_id)
             if machine.state != MachineState.PROVISIONING.value:
                 return  # something else (a watchdog) took over meanwhile
@@ -240,6 +241,7 @@ class FleetTick:
             AuthFailed: FailureClass.AUTH_FAILED,
         }.get(type(exc), FailureClass.PROVIDER_CALL_FAILED)
         with self.sessions() as session, session.begin():
+            self.lease.fence(session)
             machine = session.get_one(models.Machine, machine_id)
             offering = session.get_one(models.Offering, action.offering_id)
             record_failure(
@@ -301,6 +303,7 @@ class FleetTick:
             )
         except ProviderError as exc:
             with self.sessions() as session, session.begin():
+                self.lease.fence(session)
                 machine = session.get_one(models.Machine, machine_id)
                 machine.start_failures += 1
                 machine.backoff_until = self.clock.now() + timedelta(
@@ -317,6 +320,7 @@ class FleetTick:
             report.actions["start_failed"] += 1
             return
         with self.sessions() as session, session.begin():
+            self.lease.fence(session)
             machine = session.get_one(models.Machine, machine_id)
             if machine.state != MachineState.STARTING.value:
                 return
@@ -400,6 +404,7 @@ class FleetTick:
             self._start_job_failed(attempt_id, str(exc), report)
             return
         with self.sessions() as session, session.begin():
+            self.lease.fence(session)
             attempt = session.get_one(models.Attempt, attempt_id)
             if attempt.state == AttemptState.STARTING.value:
                 attempt.state = AttemptState.RUNNING.value
@@ -410,6 +415,7 @@ class FleetTick:
     def _start_job_failed(self, attempt_id: str, why: str, report: TickReport) -> None:
         now = self.clock.now()
         with self.sessions() as session, session.begin():
+            self.lease.fence(session)
             attempt = session.get_one(models.Attempt, attempt_id)
             if attempt.state not in LIVE_ATTEMPT_STATES:
                 return
