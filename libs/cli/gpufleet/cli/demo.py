@@ -88,7 +88,10 @@ class Timeline:
                 extra = (
                     f" — {job.slot_seconds / 60:.1f} slot-minutes, charged {output.money(job.charge_micros)}"
                 )
-            elif job.status_message and job.state not in (job_pb2.JOB_STATE_QUEUED,):
+            elif job.state == job_pb2.JOB_STATE_DISPATCHING and job.attempts:
+                last = job.attempts[-1]
+                extra = f" — attempt {len(job.attempts)} to machine {last.machine_id[:8]}, slot {last.slot}"
+            elif job.state not in (job_pb2.JOB_STATE_QUEUED, job_pb2.JOB_STATE_RUNNING) and job.status_message:
                 extra = f" — {job.status_message}"
             self.say(f"job {self.job_label(job)}: {state}{extra}")
 
@@ -168,6 +171,8 @@ def _scenario(stack: Stack, clock: Clock, args: argparse.Namespace) -> int:
     jobs_stub = job_service_pb2_grpc.JobServiceStub(channel)
     fleet = fleet_service_pb2_grpc.FleetServiceStub(channel)
     timeline = Timeline(clock)
+    # The timeline counts from the first submission, not from the services' start-up.
+    clock.start = time.time()
     print("\nSubmitting GPU jobs for two workspaces (the product backend's SubmitJob):")
     ids: list[str] = []
     for ws, kind, minutes, topic in SCENARIO:
@@ -188,7 +193,7 @@ def _scenario(stack: Stack, clock: Clock, args: argparse.Namespace) -> int:
         timeline.labels[job.job_id] = job.job_id[:8]
         ids.append(job.job_id)
         print(f"  - {label}")
-    print("\nTimeline (demo clock, hh:mm:ss):")
+    print("\nTimeline (demo clock since the first submission, hh:mm:ss):")
     deadline = time.monotonic() + args.timeout
     destroyed_seen = False
     while time.monotonic() < deadline:
