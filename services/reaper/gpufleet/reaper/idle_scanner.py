@@ -1,0 +1,295 @@
+"""The idle scanner: the head of the money chain (DESIGN §4, every 30 s).
+
+For each running, managed machine we provisioned, ask its agent for a short live sample.
+Quiet arms ``stop_due_at`` and ``destroy_due_at`` together — only when neither is armed,
+so later quiet samples never push them out, and stop always falls due before destroy.
+Traffic clears both **unconditionally**: the clearing write has no condition on the
+recorded state, because a gate on that path can only fail dangerous — a machine that
+drifted into a state nobody anticipated would keep serving live traffic with a destroy
+timer counting down against it. An agent that cannot be reached gives no sample and
+changes no timer (fails safe).
+
+Which machines are sampled follows from that: every machine of ours (not destroyed, with
+an agent address) that is running (BOOTING/READY/DRAINING) **or has a timer armed, whatever
+its recorded state** — a scan limited to running states would be the very state gate the
+clearing path must not have. Only a running machine is ever armed.
+
+Every contact also writes the probe liveness channel (``probe_ok_at`` /
+``probe_failed_since``) that the lost detector reads; a failed contact is recorded only
+for a running machine (a stopped one is expected not to answer).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from sqlalchemy import Update, func, literal, or_, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.clients.agent import AgentClient
+from gpufleet.common.db.enums import RUNNING_STATES
+from gpufleet.common.db.models import Machine, UTCDateTime
+from gpufleet.common.errors import GpufleetError
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.loops import TickReport
+from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.refusal import MachineSnapshot
+from gpufleet.reaper.snapshot import not_destroyed, ours, scan
+
+log = logging.getLogger(__name__)
+
+NAME = "idle_scanner"
+_RUNNING = sorted(s.value for s in RUNNING_STATES)
+
+
+@dataclass(frozen=True)
+class UtilisationSample:
+    """What an agent saw over its short sampling window."""
+
+    gpu_utilization_percent: float
+    running_attempts: int
+    requests_since_last_sample: int
+
+
+@dataclass(frozen=True)
+class IdlePolicy:
+    stop_after: timedelta = timedelta(minutes=5)
+    destroy_after: timedelta = timedelta(hours=2)
+    # At or above this GPU utilisation the machine counts as busy.
+    gpu_busy_percent: float = 5.0
+
+
+@dataclass(frozen=True)
+class ArmIdleTimers:
+    stop_due_at: datetime
+    destroy_due_at: datetime
+
+
+@dataclass(frozen=True)
+class ClearIdleTimers:
+    """Traffic was seen: both timers go, whatever the row says."""
+
+
+@dataclass(frozen=True)
+class ProbeSucceeded:
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ProbeFailed:
+    at: datetime
+
+
+IdleAction = ArmIdleTimers | ClearIdleTimers | ProbeSucceeded | ProbeFailed
+
+
+def is_quiet(machine: MachineSnapshot, sample: UtilisationSample, policy: IdlePolicy) -> bool:
+    """Quiet = no running attempt (agent's or ours), no request, GPU under the threshold.
+
+    A live attempt recorded here counts as traffic even before the agent has started it:
+    work has been assigned, so the machine is not idle.
+    """
+    return (
+        sample.running_attempts == 0
+        and machine.live_attempts == 0
+        and sample.requests_since_last_sample == 0
+        and sample.gpu_utilization_percent < policy.gpu_busy_percent
+    )
+
+
+def decide(
+    now: datetime, machine: MachineSnapshot, sample: UtilisationSample | None, policy: IdlePolicy
+) -> list[IdleAction]:
+    """What one sample (or its absence) means for one machine's timers and probe channel."""
+    if sample is None:
+        # No sample, no timer change (fails safe).
+        return [ProbeFailed(now)] if machine.state in RUNNING_STATES else []
+    actions: list[IdleAction] = [ProbeSucceeded(now)]
+    if not is_quiet(machine, sample, policy):
+        # No condition on state, managed or whether anything is armed: traffic clears.
+        actions.append(ClearIdleTimers())
+    elif machine.state in RUNNING_STATES and machine.stop_due_at is None and machine.destroy_due_at is None:
+        actions.append(ArmIdleTimers(now + policy.stop_after, now + policy.destroy_after))
+    return actions
+
+
+class AgentSampler(Protocol):
+    def sample(self, address: str) -> UtilisationSample | None:
+        """A live sample, or None when the agent cannot be reached or answer in time."""
+        ...
+
+
+class GrpcAgentSampler:
+    """Samples an agent over gRPC through :class:`AgentClient` (a deadline on every call)."""
+
+    def __init__(self, window: timedelta = timedelta(seconds=2), timeout_s: float = 5.0) -> None:
+        self.window = window
+        self.timeout_s = timeout_s
+
+    def sample(self, address: str) -> UtilisationSample | None:
+        try:
+            with AgentClient(address, timeout_s=self.timeout_s) as client:
+                resp = client.sample(self.window)
+        except GpufleetError as err:
+            log.info("agent %s gave no sample: %s", address, err)
+            return None
+        except Exception:
+            log.exception("unexpected error sampling agent %s", address)
+            return None
+        return UtilisationSample(
+            gpu_utilization_percent=resp.gpu_utilization_percent,
+            running_attempts=resp.running_attempts,
+            requests_since_last_sample=resp.requests_since_last_sample,
+        )
+
+
+class IdleScanner:
+    """Scan (one query), sample every agent in parallel with no transaction open, apply."""
+
+    name = NAME
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        lease: LeaderLease,
+        sampler: AgentSampler,
+        policy: IdlePolicy,
+        concurrency: int = 16,
+    ) -> None:
+        self.sessions = sessions
+        self.lease = lease
+        self.sampler = sampler
+        self.policy = policy
+        self.concurrency = max(1, concurrency)
+
+    def scan(self) -> list[MachineSnapshot]:
+        with self.sessions() as session:
+            return scan(
+                session,
+                [
+                    *ours(),
+                    Machine.agent_address.is_not(None),
+                    or_(
+                        Machine.state.in_(_RUNNING),
+                        Machine.stop_due_at.is_not(None),
+                        Machine.destroy_due_at.is_not(None),
+                    ),
+                ],
+            )
+
+    def run(self, now: datetime) -> TickReport:
+        decisions = DecisionLog(NAME)
+        machines = self.scan()
+        if not machines:
+            return decisions.report
+        samples = self._sample_all(machines)
+        for machine, sample in zip(machines, samples, strict=True):
+            self.apply(machine, decide(now, machine, sample, self.policy), decisions)
+        return decisions.report
+
+    def _sample_all(self, machines: Sequence[MachineSnapshot]) -> list[UtilisationSample | None]:
+        addresses = [m.agent_address or "" for m in machines]
+        workers = min(self.concurrency, len(addresses))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="idle-sample") as pool:
+            return list(pool.map(self.sampler.sample, addresses))
+
+    def apply(self, machine: MachineSnapshot, actions: Sequence[IdleAction], decisions: DecisionLog) -> None:
+        """One fenced transaction per machine, so one bad row cannot block another's clearing."""
+        if not actions:
+            return
+        mid = machine.machine_id
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            for action in actions:
+                if isinstance(action, ClearIdleTimers):
+                    # Written whether or not the scan saw anything armed (no gate); counted
+                    # as a "clear" only when it disarmed something, so the count means that.
+                    session.execute(clear_idle_timers(mid))
+                    if machine.stop_due_at is not None or machine.destroy_due_at is not None:
+                        decisions.acted(mid, "clear")
+                    else:
+                        decisions.acted(mid, "traffic", level=logging.DEBUG)
+                elif isinstance(action, ArmIdleTimers):
+                    if arm_idle_timers(session, mid, action):
+                        decisions.acted(
+                            mid,
+                            "arm",
+                            f"stop at {action.stop_due_at.isoformat()}, "
+                            f"destroy at {action.destroy_due_at.isoformat()}",
+                        )
+                elif isinstance(action, ProbeSucceeded):
+                    _probe_ok(session, mid, action.at)
+                    decisions.acted(mid, "probe_ok", level=logging.DEBUG)
+                else:
+                    _probe_failed(session, mid, action.at)
+                    decisions.acted(mid, "probe_failed")
+
+
+def clear_idle_timers(machine_id: str) -> Update:
+    """``UPDATE machines SET stop_due_at=NULL, destroy_due_at=NULL WHERE id=:id`` — no other condition.
+
+    Deliberately no state, managed or origin condition: traffic clears both timers
+    whatever the recorded state says (seed: "the clearing step has no gate"). It is a
+    statement, not a call, so a test can read its WHERE clause.
+    """
+    return (
+        update(Machine)
+        .where(Machine.id == machine_id)
+        .values(stop_due_at=None, destroy_due_at=None)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def arm_idle_timers(session: Session, machine_id: str, arm: ArmIdleTimers) -> bool:
+    """Arm both timers only if neither is armed and the machine is still running and ours.
+
+    Unlike clearing, arming is gated: if the row moved since the scan, arming fails safe.
+    """
+    result = session.execute(
+        update(Machine)
+        .where(
+            Machine.id == machine_id,
+            Machine.stop_due_at.is_(None),
+            Machine.destroy_due_at.is_(None),
+            Machine.state.in_(_RUNNING),
+            not_destroyed(),
+            *ours(),
+        )
+        .values(stop_due_at=arm.stop_due_at, destroy_due_at=arm.destroy_due_at)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0) == 1)
+
+
+def _probe_ok(session: Session, machine_id: str, at: datetime) -> None:
+    # The agent answered: this platform has seen the machine running. first_observed_at
+    # is filled only once (the grace windows count from it, never from the provider).
+    session.execute(
+        update(Machine)
+        .where(Machine.id == machine_id, Machine.managed.is_(True), not_destroyed())
+        .values(
+            probe_ok_at=at,
+            probe_failed_since=None,
+            first_observed_at=func.coalesce(Machine.first_observed_at, literal(at, UTCDateTime())),
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _probe_failed(session: Session, machine_id: str, at: datetime) -> None:
+    session.execute(
+        update(Machine)
+        .where(
+            Machine.id == machine_id,
+            Machine.managed.is_(True),
+            not_destroyed(),
+            Machine.probe_failed_since.is_(None),
+        )
+        .values(probe_failed_since=at)
+        .execution_options(synchronize_session=False)
+    )

@@ -1,0 +1,156 @@
+"""Run the reaper: ``python -m gpufleet.reaper``.
+
+It connects to the database (migrations are the migrate step's job, not the reaper's),
+serves ReaperService with health and reflection, and runs its watchdogs on a Ticker in a
+background thread — only while it holds the ``reaper`` leader lease, so several replicas
+can run and exactly one acts. SIGTERM/SIGINT stops the loops, releases the lease (another
+replica takes over at once) and stops the server gracefully.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common import telemetry
+from gpufleet.common.clients.provisioner import ProvisionerClient
+from gpufleet.common.clock import Clock
+from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from gpufleet.common.grpcserver import (
+    ServiceBinding,
+    ServiceServer,
+    announce_port,
+    create_server,
+    run_until_signalled,
+)
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.loops import PeriodicTask, Ticker
+from gpufleet.reaper.auto_destroy import AutoDestroy
+from gpufleet.reaper.auto_stop import AutoStop
+from gpufleet.reaper.idle_scanner import AgentSampler, GrpcAgentSampler, IdleScanner
+from gpufleet.reaper.service import ReaperService
+from gpufleet.reaper.settings import Settings
+from gpufleet.reaper.transition import MachineProvider
+from gpufleet.v1 import reaper_service_pb2, reaper_service_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE = "reaper"
+
+
+def build_watchdogs(
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    lease: LeaderLease,
+    clock: Clock,
+    provider: MachineProvider,
+    sampler: AgentSampler,
+) -> list[PeriodicTask]:
+    """The reaper's nets, each at its own cadence (the next issue adds its siblings here)."""
+    idle = IdleScanner(
+        sessions, lease, sampler, settings.idle_policy(), concurrency=settings.idle_sample_concurrency
+    )
+    stop = AutoStop(sessions, lease, clock, provider, settings.auto_stop_policy())
+    destroy = AutoDestroy(sessions, lease, clock, provider, settings.auto_destroy_policy())
+    return [
+        PeriodicTask(idle.name, settings.idle_scan_every_s, idle.run),
+        PeriodicTask(stop.name, settings.auto_stop_every_s, stop.run),
+        PeriodicTask(destroy.name, settings.auto_destroy_every_s, destroy.run),
+    ]
+
+
+@dataclass
+class Reaper:
+    """A running reaper: its server, its ticker thread and what they hold."""
+
+    settings: Settings
+    engine: Engine
+    lease: LeaderLease
+    ticker: Ticker
+    server: ServiceServer
+    provider: ProvisionerClient | None
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start_loops(self) -> None:
+        self.thread = threading.Thread(
+            target=self.ticker.run_forever, args=(self.stop_event,), name="reaper-ticker", daemon=True
+        )
+        self.thread.start()
+
+    def close(self, grace: float = 5.0) -> None:
+        """Stop the loops (releasing the lease), then the server, then the connections."""
+        self.stop_event.set()
+        if self.thread is not None:
+            self.thread.join(timeout=grace + 30)
+        self.server.stop(grace)
+        if self.provider is not None:
+            self.provider.close()
+        self.engine.dispose()
+
+
+def build(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    provider: MachineProvider | None = None,
+    sampler: AgentSampler | None = None,
+) -> Reaper:
+    """Wire a reaper from its settings; tests pass their own clock, provider or sampler."""
+    clock = clock or settings.make_clock()
+    engine = make_engine(settings.database_url)
+    sessions = make_sessionmaker(engine)
+    owned_provider = None
+    if provider is None:
+        owned_provider = ProvisionerClient(
+            settings.provisioner_address, timeout_s=settings.provider_timeout_s
+        )
+        provider = owned_provider
+    sampler = sampler or GrpcAgentSampler(
+        window=timedelta(seconds=settings.idle_sample_window_s), timeout_s=settings.agent_timeout_s
+    )
+    lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
+    tasks = build_watchdogs(settings, sessions, lease, clock, provider, sampler)
+    ticker = Ticker(SERVICE, clock, sessions, lease, tasks, renew_s=settings.lease_renew_s)
+    server = create_server(
+        settings.listen_address,
+        [
+            ServiceBinding(
+                reaper_service_pb2_grpc.add_ReaperServiceServicer_to_server,
+                ReaperService(sessions, clock),
+                reaper_service_pb2.DESCRIPTOR.services_by_name["ReaperService"].full_name,
+            )
+        ],
+    )
+    return Reaper(
+        settings=settings, engine=engine, lease=lease, ticker=ticker, server=server, provider=owned_provider
+    )
+
+
+def main() -> int:
+    settings = Settings()
+    telemetry.configure(
+        SERVICE,
+        otlp_endpoint=settings.otlp_endpoint,
+        level=settings.log_level,
+        log_format=settings.log_format,
+    )
+    reaper = build(settings)
+    log.info(
+        "reaper serving on port %d",
+        reaper.server.port,
+        extra={"fields": {"port": reaper.server.port, "instance": settings.instance_name}},
+    )
+    announce_port(reaper.server.port, settings.port_file)
+    reaper.start_loops()
+    try:
+        run_until_signalled(reaper.server, reaper.stop_event)
+    finally:
+        reaper.close()
+    log.info("reaper stopped")
+    return 0

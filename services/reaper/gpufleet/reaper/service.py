@@ -1,0 +1,231 @@
+"""ReaperService: watchdog status, the failure ledger, incidents and quarantines.
+
+Read-mostly operator API over tables the watchdogs write. Every List is paged with an
+opaque token (``gpufleet.common.paging``); bad input is INVALID_ARGUMENT naming the field,
+an unknown id is NOT_FOUND. Acknowledging an incident or clearing a quarantine twice is
+harmless, so both are idempotent without storing ``request_id``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from sqlalchemy import Select, or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common import paging
+from gpufleet.common.clock import Clock
+from gpufleet.common.convert import dur, enum_name, ts
+from gpufleet.common.db.enums import IncidentState
+from gpufleet.common.db.models import Failure, Incident, Quarantine, WatchdogStat
+from gpufleet.common.errors import InvalidArgument, NotFound
+from gpufleet.v1 import ledger_pb2, reaper_service_pb2, reaper_service_pb2_grpc
+
+_MAX_FILTER = 64
+
+
+def _int_position(kind: str, token: str) -> int | None:
+    after = paging.decode(kind, token)
+    if after is None:
+        return None
+    if not isinstance(after, int) or isinstance(after, bool):
+        raise InvalidArgument("malformed page token", field="page_token")
+    return after
+
+
+def _short(value: str, field: str, limit: int = _MAX_FILTER) -> str:
+    if len(value) > limit:
+        raise InvalidArgument(f"longer than {limit} characters", field=field)
+    return value
+
+
+def _enum_or_unspecified(enum_type: Any, prefix: str, name: str) -> Any:
+    """The proto enum member for a stored name; a name the protos do not know reads UNSPECIFIED."""
+    full = prefix + name
+    return full if full in enum_type.DESCRIPTOR.values_by_name else prefix + "UNSPECIFIED"
+
+
+def _page(session: Session, query: Select[Any], size: int) -> tuple[list[Any], bool]:
+    rows = list(session.execute(query.limit(size + 1)).scalars())
+    return rows[:size], len(rows) > size
+
+
+def watchdog_to_proto(row: WatchdogStat) -> ledger_pb2.Watchdog:
+    return ledger_pb2.Watchdog(
+        name=f"watchdogs/{row.name}",
+        watchdog_id=row.name,
+        service=row.service,
+        cadence=dur(row.cadence_s),
+        last_run_time=ts(row.last_run_at),
+        runs=row.runs or 0,
+        actions={k: int(v) for k, v in (row.actions or {}).items()},
+        refusals={k: int(v) for k, v in (row.refusals or {}).items()},
+    )
+
+
+def ledger_entry_to_proto(row: Failure) -> ledger_pb2.LedgerEntry:
+    return ledger_pb2.LedgerEntry(
+        name=f"ledger/{row.id}",
+        entry_id=row.id,
+        create_time=ts(row.at),
+        machine_id=row.machine_id or "",
+        job_id=row.job_id or "",
+        attempt_id=row.attempt_id or "",
+        failure_class=row.failure_class,
+        detector=row.detector,
+        details=row.details,
+        outcome=_enum_or_unspecified(ledger_pb2.LedgerOutcome, "LEDGER_OUTCOME_", row.outcome),
+    )
+
+
+def incident_to_proto(row: Incident) -> ledger_pb2.Incident:
+    return ledger_pb2.Incident(
+        name=f"incidents/{row.id}",
+        incident_id=row.id,
+        create_time=ts(row.at),
+        failure_class=row.failure_class,
+        machine_id=row.machine_id or "",
+        job_id=row.job_id or "",
+        summary=row.summary,
+        state=_enum_or_unspecified(ledger_pb2.IncidentState, "INCIDENT_STATE_", row.state),
+        acknowledge_time=ts(row.acknowledged_at),
+        acknowledged_by=row.acknowledged_by or "",
+    )
+
+
+def quarantine_to_proto(row: Quarantine) -> ledger_pb2.Quarantine:
+    return ledger_pb2.Quarantine(
+        name=f"quarantines/{row.id}",
+        quarantine_id=row.id,
+        kind=_enum_or_unspecified(ledger_pb2.QuarantineKind, "QUARANTINE_KIND_", row.kind),
+        offering_id=row.offering_id or "",
+        provider=row.provider or "",
+        region=row.region or "",
+        reason=row.reason,
+        create_time=ts(row.created_at),
+        expire_time=ts(row.expires_at),
+    )
+
+
+class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ignore[misc]
+    def __init__(self, sessions: sessionmaker[Session], clock: Clock) -> None:
+        self.sessions = sessions
+        self.clock = clock
+
+    def ListWatchdogs(
+        self, request: reaper_service_pb2.ListWatchdogsRequest, context: grpc.ServicerContext
+    ) -> reaper_service_pb2.ListWatchdogsResponse:
+        """Every service's watchdogs (the Ticker registers each), by name."""
+        size = paging.page_size(request.page_size)
+        after = paging.decode("watchdogs", request.page_token)
+        if after is not None and not isinstance(after, str):
+            raise InvalidArgument("malformed page token", field="page_token")
+        query = select(WatchdogStat).order_by(WatchdogStat.name)
+        if after is not None:
+            query = query.where(WatchdogStat.name > after)
+        with self.sessions() as session:
+            rows, more = _page(session, query, size)
+        return reaper_service_pb2.ListWatchdogsResponse(
+            watchdogs=[watchdog_to_proto(r) for r in rows],
+            next_page_token=paging.encode("watchdogs", rows[-1].name) if more else "",
+        )
+
+    def ListLedgerEntries(
+        self, request: reaper_service_pb2.ListLedgerEntriesRequest, context: grpc.ServicerContext
+    ) -> reaper_service_pb2.ListLedgerEntriesResponse:
+        """Newest first; filters combine with AND."""
+        size = paging.page_size(request.page_size)
+        after = _int_position("ledger", request.page_token)
+        query = select(Failure).order_by(Failure.id.desc())
+        if request.machine_id:
+            query = query.where(Failure.machine_id == _short(request.machine_id, "machine_id"))
+        if request.failure_class:
+            query = query.where(Failure.failure_class == _short(request.failure_class, "failure_class"))
+        if request.detector:
+            query = query.where(Failure.detector == _short(request.detector, "detector"))
+        if after is not None:
+            query = query.where(Failure.id < after)
+        with self.sessions() as session:
+            rows, more = _page(session, query, size)
+        return reaper_service_pb2.ListLedgerEntriesResponse(
+            entries=[ledger_entry_to_proto(r) for r in rows],
+            next_page_token=paging.encode("ledger", rows[-1].id) if more else "",
+        )
+
+    def ListIncidents(
+        self, request: reaper_service_pb2.ListIncidentsRequest, context: grpc.ServicerContext
+    ) -> reaper_service_pb2.ListIncidentsResponse:
+        """Newest first; ``state`` unset lists every state."""
+        size = paging.page_size(request.page_size)
+        after = _int_position("incidents", request.page_token)
+        query = select(Incident).order_by(Incident.id.desc())
+        if request.state:
+            if request.state not in ledger_pb2.IncidentState.values():
+                raise InvalidArgument("unknown incident state", field="state")
+            query = query.where(
+                Incident.state == enum_name(ledger_pb2.IncidentState, "INCIDENT_STATE_", request.state)
+            )
+        if after is not None:
+            query = query.where(Incident.id < after)
+        with self.sessions() as session:
+            rows, more = _page(session, query, size)
+        return reaper_service_pb2.ListIncidentsResponse(
+            incidents=[incident_to_proto(r) for r in rows],
+            next_page_token=paging.encode("incidents", rows[-1].id) if more else "",
+        )
+
+    def AcknowledgeIncident(
+        self, request: reaper_service_pb2.AcknowledgeIncidentRequest, context: grpc.ServicerContext
+    ) -> ledger_pb2.Incident:
+        """Idempotent: acknowledging an acknowledged incident returns it unchanged."""
+        if request.incident_id <= 0:
+            raise InvalidArgument("must be a positive incident id", field="incident_id")
+        who = _short(request.acknowledged_by, "acknowledged_by", 128)
+        with self.sessions() as session, session.begin():
+            row = session.get(Incident, request.incident_id, with_for_update=True)
+            if row is None:
+                raise NotFound(f"no incident {request.incident_id}", field="incident_id")
+            if row.state != IncidentState.ACKNOWLEDGED.value:
+                row.state = IncidentState.ACKNOWLEDGED.value
+                row.acknowledged_at = self.clock.now()
+                row.acknowledged_by = who or None
+            return incident_to_proto(row)
+
+    def ListQuarantines(
+        self, request: reaper_service_pb2.ListQuarantinesRequest, context: grpc.ServicerContext
+    ) -> reaper_service_pb2.ListQuarantinesResponse:
+        """Quarantines in force now (not cleared, not expired), newest first."""
+        size = paging.page_size(request.page_size)
+        after = _int_position("quarantines", request.page_token)
+        now = self.clock.now()
+        query = (
+            select(Quarantine)
+            .where(
+                Quarantine.cleared_at.is_(None),
+                or_(Quarantine.expires_at.is_(None), Quarantine.expires_at > now),
+            )
+            .order_by(Quarantine.id.desc())
+        )
+        if after is not None:
+            query = query.where(Quarantine.id < after)
+        with self.sessions() as session:
+            rows, more = _page(session, query, size)
+        return reaper_service_pb2.ListQuarantinesResponse(
+            quarantines=[quarantine_to_proto(r) for r in rows],
+            next_page_token=paging.encode("quarantines", rows[-1].id) if more else "",
+        )
+
+    def ClearQuarantine(
+        self, request: reaper_service_pb2.ClearQuarantineRequest, context: grpc.ServicerContext
+    ) -> reaper_service_pb2.ClearQuarantineResponse:
+        """A human ends a quarantine now; clearing a cleared one succeeds."""
+        if request.quarantine_id <= 0:
+            raise InvalidArgument("must be a positive quarantine id", field="quarantine_id")
+        with self.sessions() as session, session.begin():
+            row = session.get(Quarantine, request.quarantine_id, with_for_update=True)
+            if row is None:
+                raise NotFound(f"no quarantine {request.quarantine_id}", field="quarantine_id")
+            if row.cleared_at is None:
+                row.cleared_at = self.clock.now()
+        return reaper_service_pb2.ClearQuarantineResponse()

@@ -1,0 +1,185 @@
+"""The acting rung of the ladder, shared by every net that calls the provisioner.
+
+Record the intent and the transitional state in one fenced transaction, commit, call the
+provisioner with no transaction open, then record the outcome in a new transaction:
+success moves the machine to the end state; failure leaves it transitional — visible, for
+the stuck-transition watchdog, never silently back in the pool or silently retried — and
+appends a ``provider_call_failed`` row to the ledger.
+
+The claiming write is a compare-and-set on what the scan saw (same state, still ours,
+still not pinned, still due), so a decision made on a row that moved since the scan is
+dropped rather than forced.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import ColumnElement, update
+from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
+
+from gpufleet.common.clock import Clock
+from gpufleet.common.db.enums import MachineIntent, MachineState
+from gpufleet.common.db.models import Machine
+from gpufleet.common.errors import GpufleetError
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.ledger import FailureClass, record_failure
+from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason
+from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours
+from gpufleet.v1 import machine_pb2
+
+log = logging.getLogger(__name__)
+
+TimerColumn = InstrumentedAttribute[datetime | None]
+
+
+class MachineProvider(Protocol):
+    """The provisioner calls a reaper makes (``ProvisionerClient`` satisfies it).
+
+    Both are idempotent by ``request_id``; destroying an instance that is already gone
+    succeeds (returns False).
+    """
+
+    def stop(
+        self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str, request_id: str
+    ) -> Any: ...
+
+    def destroy(
+        self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str, request_id: str
+    ) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One provider-backed move of a machine: ``intent`` + ``transitional`` → ``end``."""
+
+    operation: str
+    detector: str
+    intent: MachineIntent
+    transitional: MachineState
+    end: MachineState
+
+
+def request_id(operation: str, machine_id: str, at: datetime) -> str:
+    """The idempotency key: the machine, the operation, and when the transition began.
+
+    The start time keeps a later stop of the same machine (after a restart) from being
+    mistaken by the provider for a replay of this one; a retry of this very transition
+    reads the same ``state_changed_at`` and so sends the same key.
+    """
+    return f"{operation}:{machine_id}:{at.isoformat()}"
+
+
+class TransitionRunner:
+    """Claims, calls and records one transition for one machine."""
+
+    def __init__(self, sessions: sessionmaker[Session], lease: LeaderLease, clock: Clock) -> None:
+        self.sessions = sessions
+        self.lease = lease
+        self.clock = clock
+
+    def execute(
+        self,
+        transition: Transition,
+        machine: MachineSnapshot,
+        now: datetime,
+        decisions: DecisionLog,
+        *,
+        guards: Sequence[ColumnElement[bool]],
+        clear_at_begin: Sequence[TimerColumn] = (),
+        clear_at_end: Sequence[TimerColumn] = (),
+        call: Callable[[str, machine_pb2.Offering, str, str], object],
+    ) -> bool:
+        """Run ``transition``; returns whether the provider call succeeded.
+
+        ``call(machine_id, offering, provider_instance_id, request_id)`` is the provider call.
+        """
+        if not self._claim(transition, machine, now, guards, clear_at_begin):
+            decisions.refused(machine.machine_id, RefusalReason.CHANGED_SINCE_SCAN)
+            return False
+        key = request_id(transition.operation, machine.machine_id, now)
+        offering = machine.offering or machine_pb2.Offering()
+        try:
+            call(machine.machine_id, offering, machine.provider_instance_id or "", key)
+        except Exception as err:
+            if not isinstance(err, GpufleetError):
+                log.exception("unexpected error from %s of %s", transition.operation, machine.machine_id)
+            self._record_failure(transition, machine, key, err)
+            decisions.acted(machine.machine_id, f"{transition.operation}_failed", str(err))
+            return False
+        self._finish(transition, machine, clear_at_end)
+        decisions.acted(machine.machine_id, transition.operation)
+        return True
+
+    def _claim(
+        self,
+        transition: Transition,
+        machine: MachineSnapshot,
+        now: datetime,
+        guards: Sequence[ColumnElement[bool]],
+        clear: Sequence[TimerColumn],
+    ) -> bool:
+        values: dict[str, object] = {c.key: None for c in clear}
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            result = session.execute(
+                update(Machine)
+                .where(
+                    Machine.id == machine.machine_id,
+                    Machine.state == machine.state,
+                    not_destroyed(),
+                    *ours(),
+                    no_live_attempt(),
+                    *guards,
+                )
+                .values(
+                    intent=transition.intent.value,
+                    state=transition.transitional.value,
+                    state_changed_at=now,
+                    **values,
+                )
+                .execution_options(synchronize_session=False)
+            )
+            return bool(getattr(result, "rowcount", 0) == 1)
+
+    def _finish(self, transition: Transition, machine: MachineSnapshot, clear: Sequence[TimerColumn]) -> None:
+        values: dict[str, object] = {c.key: None for c in clear}
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            result = session.execute(
+                update(Machine)
+                .where(Machine.id == machine.machine_id, Machine.state == transition.transitional.value)
+                .values(state=transition.end.value, state_changed_at=self.clock.now(), **values)
+                .execution_options(synchronize_session=False)
+            )
+            if getattr(result, "rowcount", 0) != 1:
+                log.warning(
+                    "%s of %s succeeded but the machine left %s meanwhile; not overwritten",
+                    transition.operation,
+                    machine.machine_id,
+                    transition.transitional.value,
+                )
+
+    def _record_failure(
+        self, transition: Transition, machine: MachineSnapshot, key: str, err: Exception
+    ) -> None:
+        kind = getattr(err, "kind", type(err).__name__)
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            record_failure(
+                session,
+                self.clock.now(),
+                FailureClass.PROVIDER_CALL_FAILED.value,
+                transition.detector,
+                machine_id=machine.machine_id,
+                details=(
+                    f"{transition.operation} failed ({kind}): {err}; the machine stays "
+                    f"{transition.transitional.value} for the stuck-transition watchdog"
+                ),
+                incident_key=f"{FailureClass.PROVIDER_CALL_FAILED.value}:{key}",
+            )

@@ -1,0 +1,261 @@
+"""ReaperService over real gRPC: watchdogs, the ledger, incidents, quarantines, bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import grpc
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common import paging
+from gpufleet.common.clock import ManualClock
+from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from gpufleet.common.db.models import Incident, Quarantine
+from gpufleet.common.grpcserver import ServiceBinding, create_server
+from gpufleet.common.ledger import record_failure
+from gpufleet.reaper.service import ReaperService
+from gpufleet.v1 import ledger_pb2, reaper_service_pb2, reaper_service_pb2_grpc
+from tests.integration.reaper.conftest import Chain
+
+
+@dataclass
+class Api:
+    stub: reaper_service_pb2_grpc.ReaperServiceStub
+    sessions: sessionmaker[Session]
+    clock: ManualClock
+
+
+@pytest.fixture
+def api(pg_url: str) -> Iterator[Api]:
+    clock = ManualClock()
+    engine = make_engine(pg_url)
+    sessions = make_sessionmaker(engine)
+    server = create_server(
+        "127.0.0.1:0",
+        [
+            ServiceBinding(
+                reaper_service_pb2_grpc.add_ReaperServiceServicer_to_server,
+                ReaperService(sessions, clock),
+                reaper_service_pb2.DESCRIPTOR.services_by_name["ReaperService"].full_name,
+            )
+        ],
+        max_workers=4,
+    )
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        yield Api(reaper_service_pb2_grpc.ReaperServiceStub(channel), sessions, clock)
+    server.stop(0)
+    engine.dispose()
+
+
+def _field(err: grpc.RpcError) -> str | None:
+    for item in err.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if item.key == "gpufleet-field":
+            return str(item.value)
+    return None
+
+
+def test_ledger_is_newest_first_paged_and_filtered(api: Api) -> None:
+    now = api.clock.now()
+    with api.sessions() as s, s.begin():
+        for i in range(5):
+            record_failure(
+                s,
+                now + timedelta(seconds=i),
+                "went_silent" if i % 2 else "boot_failed",
+                "went_silent" if i % 2 else "boot_failed",
+                machine_id=f"m{i % 2}",
+                details=str(i),
+            )
+    first = api.stub.ListLedgerEntries(reaper_service_pb2.ListLedgerEntriesRequest(page_size=2), timeout=5)
+    assert [e.details for e in first.entries] == ["4", "3"]
+    second = api.stub.ListLedgerEntries(
+        reaper_service_pb2.ListLedgerEntriesRequest(page_size=2, page_token=first.next_page_token), timeout=5
+    )
+    assert [e.details for e in second.entries] == ["2", "1"]
+    third = api.stub.ListLedgerEntries(
+        reaper_service_pb2.ListLedgerEntriesRequest(page_size=2, page_token=second.next_page_token), timeout=5
+    )
+    assert [e.details for e in third.entries] == ["0"]
+    assert third.next_page_token == ""
+    silent = api.stub.ListLedgerEntries(
+        reaper_service_pb2.ListLedgerEntriesRequest(failure_class="went_silent", machine_id="m1"), timeout=5
+    )
+    assert [e.details for e in silent.entries] == ["3", "1"]
+    assert silent.entries[0].outcome == ledger_pb2.LEDGER_OUTCOME_REPLACE_MACHINE
+    assert silent.entries[0].name == f"ledger/{silent.entries[0].entry_id}"
+    by_detector = api.stub.ListLedgerEntries(
+        reaper_service_pb2.ListLedgerEntriesRequest(detector="boot_failed"), timeout=5
+    )
+    assert [e.details for e in by_detector.entries] == ["4", "2", "0"]
+
+
+@pytest.mark.parametrize(
+    "token", ["%%%not-base64", paging.encode("incidents", 3), paging.encode("ledger", "x")]
+)
+def test_a_bad_page_token_is_invalid_argument_naming_page_token(api: Api, token: str) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        api.stub.ListLedgerEntries(reaper_service_pb2.ListLedgerEntriesRequest(page_token=token), timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert _field(info.value) == "page_token"
+
+
+def test_other_bad_input_names_its_field(api: Api) -> None:
+    calls = [
+        (
+            lambda: api.stub.ListIncidents(reaper_service_pb2.ListIncidentsRequest(page_size=-1), timeout=5),
+            "page_size",
+        ),
+        (
+            lambda: api.stub.ListIncidents(reaper_service_pb2.ListIncidentsRequest(state=99), timeout=5),
+            "state",
+        ),
+        (
+            lambda: api.stub.ListLedgerEntries(
+                reaper_service_pb2.ListLedgerEntriesRequest(machine_id="x" * 65), timeout=5
+            ),
+            "machine_id",
+        ),
+        (
+            lambda: api.stub.AcknowledgeIncident(reaper_service_pb2.AcknowledgeIncidentRequest(), timeout=5),
+            "incident_id",
+        ),
+        (
+            lambda: api.stub.ListWatchdogs(
+                reaper_service_pb2.ListWatchdogsRequest(page_token=paging.encode("watchdogs", 7)), timeout=5
+            ),
+            "page_token",
+        ),
+    ]
+    for call, field in calls:
+        with pytest.raises(grpc.RpcError) as info:
+            call()
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field  # type: ignore[attr-defined]
+        assert _field(info.value) == field
+
+
+def test_incidents_list_acknowledge_and_not_found(api: Api) -> None:
+    now = api.clock.now()
+    with api.sessions() as s, s.begin():
+        s.add_all(
+            [
+                Incident(at=now, failure_class="provider_call_failed", machine_id="m1", summary="a"),
+                Incident(at=now, failure_class="stockout", summary="b"),
+            ]
+        )
+    listed = api.stub.ListIncidents(reaper_service_pb2.ListIncidentsRequest(), timeout=5)
+    assert [i.summary for i in listed.incidents] == ["b", "a"]
+    target = listed.incidents[1]
+    api.clock.advance(60)
+    acked = api.stub.AcknowledgeIncident(
+        reaper_service_pb2.AcknowledgeIncidentRequest(
+            incident_id=target.incident_id, acknowledged_by="ops@example.com", request_id="r1"
+        ),
+        timeout=5,
+    )
+    assert acked.state == ledger_pb2.INCIDENT_STATE_ACKNOWLEDGED
+    assert acked.acknowledged_by == "ops@example.com"
+    first_time = acked.acknowledge_time.ToDatetime()
+    api.clock.advance(60)
+    again = api.stub.AcknowledgeIncident(
+        reaper_service_pb2.AcknowledgeIncidentRequest(
+            incident_id=target.incident_id, acknowledged_by="someone-else"
+        ),
+        timeout=5,
+    )
+    assert (again.acknowledged_by, again.acknowledge_time.ToDatetime()) == ("ops@example.com", first_time)
+    still_open = api.stub.ListIncidents(
+        reaper_service_pb2.ListIncidentsRequest(state=ledger_pb2.INCIDENT_STATE_OPEN), timeout=5
+    )
+    assert [i.summary for i in still_open.incidents] == ["b"]
+    with pytest.raises(grpc.RpcError) as info:
+        api.stub.AcknowledgeIncident(
+            reaper_service_pb2.AcknowledgeIncidentRequest(incident_id=999), timeout=5
+        )
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+
+
+def test_quarantines_in_force_and_cleared(api: Api) -> None:
+    now = api.clock.now()
+    with api.sessions() as s, s.begin():
+        s.add_all(
+            [
+                Quarantine(
+                    kind="OFFERING",
+                    offering_id="gcp-l4",
+                    reason="stockout",
+                    created_at=now,
+                    expires_at=now + timedelta(hours=1),
+                ),
+                Quarantine(
+                    kind="PROVIDER_REGION", provider="AWS", region="us-east-1", reason="quota", created_at=now
+                ),
+                Quarantine(
+                    kind="OFFERING",
+                    offering_id="old",
+                    reason="x",
+                    created_at=now,
+                    expires_at=now - timedelta(seconds=1),
+                ),
+            ]
+        )
+    listed = api.stub.ListQuarantines(reaper_service_pb2.ListQuarantinesRequest(), timeout=5)
+    assert [(q.kind, q.offering_id or q.region) for q in listed.quarantines] == [
+        (ledger_pb2.QUARANTINE_KIND_PROVIDER_REGION, "us-east-1"),
+        (ledger_pb2.QUARANTINE_KIND_OFFERING, "gcp-l4"),
+    ]
+    aws = listed.quarantines[0].quarantine_id
+    api.stub.ClearQuarantine(
+        reaper_service_pb2.ClearQuarantineRequest(quarantine_id=aws, request_id="c1"), timeout=5
+    )
+    api.stub.ClearQuarantine(
+        reaper_service_pb2.ClearQuarantineRequest(quarantine_id=aws, request_id="c1"), timeout=5
+    )
+    after = api.stub.ListQuarantines(reaper_service_pb2.ListQuarantinesRequest(), timeout=5)
+    assert [q.offering_id for q in after.quarantines] == ["gcp-l4"]
+    api.clock.advance(timedelta(hours=1))
+    assert (
+        list(api.stub.ListQuarantines(reaper_service_pb2.ListQuarantinesRequest(), timeout=5).quarantines)
+        == []
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        api.stub.ClearQuarantine(reaper_service_pb2.ClearQuarantineRequest(quarantine_id=12345), timeout=5)
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+
+
+def test_watchdogs_show_cadence_runs_and_refusals(chain: Chain) -> None:
+    from tests.support.fleet_rows import add_machine
+
+    now = chain.clock.now()
+    add_machine(chain.sessions, now, origin="REGISTERED", stop_due_at=now)
+    chain.tick()
+    chain.step(30)
+    server = create_server(
+        "127.0.0.1:0",
+        [
+            ServiceBinding(
+                reaper_service_pb2_grpc.add_ReaperServiceServicer_to_server,
+                ReaperService(chain.sessions, chain.clock),
+                reaper_service_pb2.DESCRIPTOR.services_by_name["ReaperService"].full_name,
+            )
+        ],
+        max_workers=2,
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = reaper_service_pb2_grpc.ReaperServiceStub(channel)
+            page = stub.ListWatchdogs(reaper_service_pb2.ListWatchdogsRequest(page_size=2), timeout=5)
+            rest = stub.ListWatchdogs(
+                reaper_service_pb2.ListWatchdogsRequest(page_size=2, page_token=page.next_page_token),
+                timeout=5,
+            )
+    finally:
+        server.stop(0)
+    dogs = {w.watchdog_id: w for w in [*page.watchdogs, *rest.watchdogs]}
+    assert sorted(dogs) == ["auto_destroy", "auto_stop", "idle_scanner"]
+    stop = dogs["auto_stop"]
+    assert (stop.service, stop.cadence.ToTimedelta(), stop.runs) == ("reaper", timedelta(seconds=30), 2)
+    assert stop.last_run_time.ToDatetime().replace(tzinfo=chain.clock.now().tzinfo) == chain.clock.now()
+    assert dict(stop.refusals) == {"NOT_OURS": 2}

@@ -1,0 +1,97 @@
+"""Factory helpers that write fleet rows (machines, and the attempts that pin them)
+straight into a test database, with defaults a test overrides by keyword."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.db.models import Attempt, Job, JobKind, Machine, Plan, Pool, Workspace
+
+
+def add_machine(sessions: sessionmaker[Session], now: datetime, **overrides: Any) -> str:
+    """A READY, managed, PROVISIONED sim machine first seen an hour ago (ids are UUIDs)."""
+    machine_id = overrides.pop("id", None) or str(uuid.uuid4())
+    values: dict[str, Any] = dict(
+        id=machine_id,
+        provider="SIM",
+        region="sim-1",
+        zone="sim-1a",
+        instance_type="sim.l4",
+        gpu_model="L4",
+        gpu_count=1,
+        slots=2,
+        capacity_type="ON_DEMAND",
+        hourly_price_micros=800_000,
+        origin="PROVISIONED",
+        managed=True,
+        workload_class="REPORTING",
+        state="READY",
+        intent="RUNNING",
+        provider_instance_id=f"sim-{machine_id[:8]}",
+        agent_address=None,
+        requested_at=now - timedelta(hours=2),
+        state_changed_at=now - timedelta(hours=1),
+        first_observed_at=now - timedelta(hours=1),
+    )
+    values.update(overrides)
+    with sessions() as s, s.begin():
+        s.add(Machine(**values))
+    return machine_id
+
+
+def add_attempt(
+    sessions: sessionmaker[Session], now: datetime, machine_id: str, state: str = "RUNNING"
+) -> str:
+    """An attempt on ``machine_id`` (with the plan/workspace/pool/kind/job it needs)."""
+    with sessions() as s, s.begin():
+        if s.get(Plan, "p") is None:
+            s.add_all(
+                [
+                    Plan(id="p"),
+                    Pool(id="pool", gpu_model="L4", slots_per_machine=2),
+                    JobKind(id="clip", time_limit_s=3600.0),
+                ]
+            )
+            s.flush()
+            s.add(Workspace(id="w", plan_id="p"))
+            s.flush()
+        job_id = str(uuid.uuid4())
+        s.add(
+            Job(
+                id=job_id,
+                request_id=job_id,
+                request_hash="h",
+                workspace_id="w",
+                pool_id="pool",
+                kind_id="clip",
+                pipeline_version="1",
+                state="RUNNING",
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        s.flush()
+        attempt_id = str(uuid.uuid4())
+        s.add(
+            Attempt(
+                id=attempt_id,
+                job_id=job_id,
+                machine_id=machine_id,
+                slot=0,
+                state=state,
+                started_at=now,
+                lease_expires_at=now + timedelta(minutes=5),
+            )
+        )
+    return attempt_id
+
+
+def machine(sessions: sessionmaker[Session], machine_id: str) -> Machine:
+    with sessions() as s:
+        row = s.get(Machine, machine_id)
+        assert row is not None
+        return row
