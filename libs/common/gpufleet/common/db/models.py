@@ -355,3 +355,9 @@ class Sweep(Base):
     summary: Mapped[str] = mapped_column(Text, default="")
 
     __table_args__ = (Index("ix_sweeps_kind", "kind", "id"),)
+
+
+# --- reaper nets (issue 3): models added by that work go below this line ---
+
+
+# --- sweeper orphan sweep (issue 4): models added by that work go below this line ---
