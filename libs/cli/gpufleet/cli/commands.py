@@ -184,7 +184,7 @@ def machines(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_client(func: object, args: argparse.Namespace) -> int:
+def run_client(func: object, args: argparse.Namespace, address: str | None = None) -> int:
     """Run a client command; a gRPC error becomes one clear line and exit status 1."""
     try:
         return int(func(args))  # type: ignore[operator]

@@ -91,7 +91,9 @@ class Timeline:
             elif job.state == job_pb2.JOB_STATE_DISPATCHING and job.attempts:
                 last = job.attempts[-1]
                 extra = f" — attempt {len(job.attempts)} to machine {last.machine_id[:8]}, slot {last.slot}"
-            elif job.state not in (job_pb2.JOB_STATE_QUEUED, job_pb2.JOB_STATE_RUNNING) and job.status_message:
+            elif (
+                job.state not in (job_pb2.JOB_STATE_QUEUED, job_pb2.JOB_STATE_RUNNING) and job.status_message
+            ):
                 extra = f" — {job.status_message}"
             self.say(f"job {self.job_label(job)}: {state}{extra}")
 

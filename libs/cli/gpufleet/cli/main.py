@@ -16,7 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
-from gpufleet.cli import commands
+from gpufleet.cli import commands, ops
 from gpufleet.cli.demo import run_demo
 from gpufleet.cli.stack import DEFAULT_PORTS, Stack, StackConfig
 
@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     machines = client("machines", "list machines")
     machines.add_argument("--all", action="store_true", help="include destroyed machines")
     machines.set_defaults(func=lambda a: commands.run_client(commands.machines, a))
+
+    ops.add_parsers(sub, client)
     return parser
 
 

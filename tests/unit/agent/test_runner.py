@@ -1,0 +1,206 @@
+"""The runner: outcome rules from a table, and real (tiny) job processes behind a slot
+launcher, timed on a manual clock."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from gpufleet.agent.launcher import CurrentUserLauncher, SlotError
+from gpufleet.agent.runner import Runner, StopReason, decide_outcome, exit_code_of, job_base_environment
+from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome
+from gpufleet.agent.statedir import AttemptFiles
+from gpufleet.common.clock import ManualClock
+from tests.unit.agent.factories import spec
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "stopped", "outcome", "message"),
+    [
+        (0, None, Outcome.SUCCEEDED, ""),
+        (3, None, Outcome.FAILED, "exited with code 3"),
+        (137, None, Outcome.FAILED, "killed by SIGKILL"),
+        (143, StopReason.CANCELLED, Outcome.CANCELLED, "cancelled: user"),
+        (0, StopReason.CANCELLED, Outcome.CANCELLED, "cancelled"),
+        (143, StopReason.TIMED_OUT, Outcome.TIMED_OUT, "time limit"),
+        (143, StopReason.RUNNER_STOPPED, Outcome.INFRA_ERROR, "runner was stopped"),
+        (0, StopReason.RUNNER_STOPPED, Outcome.INFRA_ERROR, "runner was stopped"),
+    ],
+)
+def test_outcome_rules(exit_code: int, stopped: StopReason | None, outcome: Outcome, message: str) -> None:
+    decided, text = decide_outcome(exit_code, stopped, "user" if exit_code else "")
+    assert decided is outcome
+    assert message in text
+
+
+def test_a_signal_death_reads_like_the_shell() -> None:
+    assert exit_code_of(-9) == 137
+    assert exit_code_of(3) == 3
+
+
+def test_the_job_gets_no_gpufleet_settings_but_the_clock_and_its_spec(tmp_path: Path) -> None:
+    env = job_base_environment(
+        {"PATH": "/bin", "GPUFLEET_SCHEDULER_ADDRESS": "x", "GPUFLEET_MACHINE_ID": "m"},
+        {"GPUFLEET_CLOCK": "scaled", "GPUFLEET_CLOCK_SPEED": "20.0"},
+        tmp_path / "spec.json",
+        tmp_path / "work",
+    )
+    assert env == {
+        "PATH": "/bin",
+        "GPUFLEET_CLOCK": "scaled",
+        "GPUFLEET_CLOCK_SPEED": "20.0",
+        "GPUFLEET_JOB_SPEC": str(tmp_path / "spec.json"),
+        "GPUFLEET_JOB_DIR": str(tmp_path / "work"),
+    }
+
+
+class WalledLauncher(CurrentUserLauncher):
+    """Stands for the isolation issue's launcher: a prefix, a slot to open and close."""
+
+    name = "walled"
+
+    def __init__(self, fail_open: bool = False) -> None:
+        self.fail_open = fail_open
+        self.closed: list[int] = []
+
+    def open_slot(self, spec: JobSpec) -> None:
+        if self.fail_open:
+            raise SlotError("could not create the slot user")
+
+    def argv_prefix(self, spec: JobSpec) -> list[str]:
+        return ["/usr/bin/env", f"WALL=slot-{spec.slot}"]
+
+    def job_environment(self, spec: JobSpec, base: Mapping[str, str]) -> dict[str, str]:
+        return {**base, "SLOT": str(spec.slot)}
+
+    def close_slot(self, spec: JobSpec) -> None:
+        self.closed.append(spec.slot)
+
+
+def make_runner(
+    tmp_path: Path, job: JobSpec, script: str, clock: ManualClock, launcher: CurrentUserLauncher | None = None
+) -> Runner:
+    files = AttemptFiles(tmp_path / job.attempt_id)
+    files.folder.mkdir()
+    job.save(files.spec)
+    return Runner(
+        files,
+        job,
+        clock,
+        launcher or CurrentUserLauncher(),
+        [sys.executable, "-c", script],
+        {"GPUFLEET_CLOCK": "real"},
+        poll_s=0.02,
+        kill_grace_s=2,
+    )
+
+
+SHOW = (
+    "import json, os; spec = json.load(open(os.environ['GPUFLEET_JOB_SPEC'])); "
+    "print(os.environ['WALL'], os.environ['SLOT'], spec['tenant_values']['v'], os.getcwd()); "
+    "raise SystemExit(4)"
+)
+
+
+def test_the_job_runs_behind_the_launcher_and_its_exit_is_the_verdict(tmp_path: Path) -> None:
+    launcher = WalledLauncher()
+    runner = make_runner(tmp_path, spec("a-1", slot=2, v="$(id)"), SHOW, ManualClock(), launcher)
+    result = runner.run()
+    assert (result.outcome, result.exit_code) == (Outcome.FAILED, 4)
+    assert AttemptResult.load(runner.files.result) == result
+    assert runner.files.job_log.read_text().split() == ["slot-2", "2", "$(id)", str(runner.files.work)]
+    assert launcher.closed == [2]
+    assert not runner.files.work.exists()  # the job's folder is removed whatever happened
+
+
+def test_a_slot_that_cannot_be_closed_off_runs_nothing(tmp_path: Path) -> None:
+    runner = make_runner(tmp_path, spec("a-1"), "print('ran')", ManualClock(), WalledLauncher(fail_open=True))
+    result = runner.run()
+    assert result.outcome is Outcome.INFRA_ERROR
+    assert "slot" in result.message
+    assert not runner.files.job_log.exists()
+
+
+def test_a_missing_pipeline_is_an_infra_error(tmp_path: Path) -> None:
+    job = spec("a-1")
+    files = AttemptFiles(tmp_path / "a-1")
+    files.folder.mkdir()
+    runner = Runner(
+        files,
+        job,
+        ManualClock(),
+        CurrentUserLauncher(),
+        ["/nonexistent/pipeline"],
+        {},
+        poll_s=0.02,
+        kill_grace_s=1,
+    )
+    assert runner.run().outcome is Outcome.INFRA_ERROR
+
+
+def run_in_thread(runner: Runner) -> tuple[threading.Thread, list[AttemptResult]]:
+    results: list[AttemptResult] = []
+    thread = threading.Thread(target=lambda: results.append(runner.run()))
+    thread.start()
+    return thread, results
+
+
+def wait_started(runner: Runner) -> None:
+    for _ in range(500):
+        if runner.files.runner_state.exists():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("job never started")
+
+
+SLEEP = "import time; time.sleep(60)"
+
+
+def test_the_time_limit_is_the_clock_s_and_charges_every_slot_held(tmp_path: Path) -> None:
+    clock = ManualClock()
+    job = JobSpec(attempt_id="a-1", job_id="j", slot=0, slots=3, time_limit_s=600)
+    runner = make_runner(tmp_path, job, SLEEP, clock)
+    thread, results = run_in_thread(runner)
+    wait_started(runner)
+    clock.advance(599)
+    thread.join(0.3)
+    assert thread.is_alive()  # one clock second short of the limit
+    clock.advance(1)
+    thread.join(10)
+    assert results[0].outcome is Outcome.TIMED_OUT
+    assert results[0].slot_seconds == 600 * 3
+
+
+def test_a_cancel_marker_stops_the_job(tmp_path: Path) -> None:
+    clock = ManualClock()
+    runner = make_runner(tmp_path, spec("a-1"), SLEEP, clock)
+    thread, results = run_in_thread(runner)
+    wait_started(runner)
+    clock.advance(42)
+    runner.files.cancel.write_text("user asked\n")
+    thread.join(10)
+    assert (results[0].outcome, results[0].message, results[0].slot_seconds) == (
+        Outcome.CANCELLED,
+        "cancelled: user asked",
+        42,
+    )
+
+
+def test_a_runner_told_to_stop_reports_infra_error(tmp_path: Path) -> None:
+    runner = make_runner(tmp_path, spec("a-1"), SLEEP, ManualClock())
+    thread, results = run_in_thread(runner)
+    wait_started(runner)
+    runner.on_signal(15, None)
+    thread.join(10)
+    assert results[0].outcome is Outcome.INFRA_ERROR
+
+
+def test_a_second_run_keeps_the_first_verdict(tmp_path: Path) -> None:
+    runner = make_runner(tmp_path, spec("a-1"), "raise SystemExit(0)", ManualClock())
+    first = runner.run()
+    runner.pipeline_command = [sys.executable, "-c", "raise SystemExit(9)"]
+    assert runner.run() == first

@@ -1,0 +1,87 @@
+"""What crosses process boundaries: specs and results survive a round trip byte for byte;
+settings come from the environment with the clock pinned for children."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from gpufleet.agent.settings import Settings
+from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome
+from gpufleet.v1 import job_pb2
+
+PAYLOADS = {"a": "$(touch /tmp/x)", "b": "; rm -rf /", "c": "`id`", "d": "'\"\n\t\\", "e": "\u0000nul 🎬"}
+
+
+def test_a_spec_round_trips_every_byte(tmp_path: Path) -> None:
+    spec = JobSpec(
+        attempt_id="a-1",
+        job_id="j",
+        slot=1,
+        slots=2,
+        kind="film",
+        pipeline_version="v9",
+        workspace="w",
+        request_id="r",
+        tenant_values=PAYLOADS,
+        time_limit_s=32400,
+    )
+    spec.save(tmp_path / "spec.json")
+    assert JobSpec.load(tmp_path / "spec.json") == spec
+    assert list(spec.occupies()) == [1, 2]
+
+
+def test_a_result_round_trips(tmp_path: Path) -> None:
+    result = AttemptResult("a-1", Outcome.TIMED_OUT, exit_code=143, slot_seconds=1.5, message="m")
+    result.save(tmp_path / "result.json")
+    assert AttemptResult.load(tmp_path / "result.json") == result
+    assert AttemptResult.load(tmp_path / "absent.json") is None
+
+
+def test_outcomes_are_the_attempt_states_of_the_contract() -> None:
+    assert Outcome.SUCCEEDED.to_proto() == job_pb2.ATTEMPT_STATE_SUCCEEDED
+    assert Outcome.INFRA_ERROR.to_proto() == job_pb2.ATTEMPT_STATE_INFRA_ERROR
+    assert Outcome.TIMED_OUT.to_proto() == job_pb2.ATTEMPT_STATE_TIMED_OUT
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("GPUFLEET_MACHINE_ID", "m-7")
+    monkeypatch.setenv("GPUFLEET_AGENT_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("GPUFLEET_SLOTS", "3")
+    monkeypatch.setenv("GPUFLEET_PIPELINE_COMMAND", '["/opt/pipeline/bin/run", "--episode", "$(x)"]')
+    settings = Settings()
+    assert (settings.machine_id, settings.agent_state_dir, settings.slots) == ("m-7", tmp_path, 3)
+    assert settings.pipeline_command == ["/opt/pipeline/bin/run", "--episode", "$(x)"]
+
+
+def test_the_default_pipeline_is_the_sample_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUFLEET_MACHINE_ID", "m-7")
+    assert Settings().pipeline_command == [sys.executable, "-m", "gpufleet.agent.sample_pipeline"]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"GPUFLEET_MACHINE_ID": "m", "GPUFLEET_PIPELINE_COMMAND": "[]"},
+        {"GPUFLEET_MACHINE_ID": "m", "GPUFLEET_SLOTS": "0"},
+    ],
+)
+def test_bad_settings_are_refused(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    monkeypatch.delenv("GPUFLEET_MACHINE_ID", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValidationError):
+        Settings()
+
+
+def test_children_share_a_scaled_clock_s_origin() -> None:
+    settings = Settings(machine_id="m", clock="scaled", clock_speed=20)
+    env = settings.child_env({"PATH": "/bin"})
+    assert env["GPUFLEET_CLOCK"] == "scaled"
+    assert float(env["GPUFLEET_CLOCK_SPEED"]) == 20
+    assert float(env["GPUFLEET_CLOCK_ORIGIN"]) == settings.clock_origin
+    assert settings.child_env({})["GPUFLEET_CLOCK_ORIGIN"] == env["GPUFLEET_CLOCK_ORIGIN"]
