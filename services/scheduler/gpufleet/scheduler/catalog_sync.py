@@ -6,9 +6,10 @@ that left the configuration.
 
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
+
 from gpufleet.common.catalog import Catalog
 from gpufleet.common.db import models
-from sqlalchemy.orm import Session
 
 
 def sync_catalog(session: Session, catalog: Catalog) -> None:

@@ -4,6 +4,9 @@ composite), pools and workspaces, and cordoning."""
 from __future__ import annotations
 
 import grpc
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
 from gpufleet.common import paging
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name, machine_to_proto, offering_to_proto
@@ -12,8 +15,6 @@ from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, MachineState
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.scheduler.validation import IDENT, JOB_ID, require
 from gpufleet.v1 import catalog_pb2, fleet_service_pb2, fleet_service_pb2_grpc, machine_pb2
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session, sessionmaker
 
 
 def _busy_slots(session: Session, machine_ids: list[str]) -> dict[str, int]:

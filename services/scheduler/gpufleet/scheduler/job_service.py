@@ -9,6 +9,10 @@ from collections.abc import Iterator
 from datetime import datetime
 
 import grpc
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
 from gpufleet.common import paging
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.clock import Clock
@@ -17,12 +21,9 @@ from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, TERMINAL_JOB_STATES, AttemptState, JobState
 from gpufleet.common.errors import AlreadyExists, FailedPrecondition, GpufleetError, InvalidArgument, NotFound
 from gpufleet.scheduler import validation
-from gpufleet.scheduler.jobstate import attempt_charge_micros, set_job_state
+from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import job_to_proto
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +209,8 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                 )
             ).all()
             for attempt, machine in live:
-                self._end_cancelled(session, job, attempt, machine, now)
+                # A cancelled attempt is charged for the GPU time it held until now.
+                end_attempt(session, attempt, AttemptState.CANCELLED, now, charged=True)
                 if machine.agent_address:
                     to_cancel.append((machine.agent_address, attempt.id))
             job.cancel_requested = True
@@ -227,25 +229,6 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                 )
         with self.sessions() as session:
             return self._render(session, job_id)
-
-    @staticmethod
-    def _end_cancelled(
-        session: Session, job: models.Job, attempt: models.Attempt, machine: models.Machine, now: datetime
-    ) -> None:
-        """A cancelled attempt is charged for the GPU time it held until now."""
-        elapsed = max(0.0, (now - attempt.started_at).total_seconds())
-        attempt.state = AttemptState.CANCELLED.value
-        attempt.ended_at = now
-        attempt.slot_seconds = elapsed * attempt.slots
-        plan = session.execute(
-            select(models.Plan)
-            .join(models.Workspace, models.Workspace.plan_id == models.Plan.id)
-            .where(models.Workspace.id == job.workspace_id)
-        ).scalar_one()
-        attempt.charge_micros = attempt_charge_micros(attempt.slot_seconds, machine, plan)
-        attempt.charged = True
-        job.slot_seconds += attempt.slot_seconds
-        job.charge_micros += attempt.charge_micros
 
     # -- WatchJob --------------------------------------------------------------------
     def WatchJob(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from sqlalchemy.exc import IntegrityError, OperationalError
+
 from gpufleet.common import telemetry
 from gpufleet.common.catalog import load_catalog
 from gpufleet.common.clients.provisioner import ProvisionerClient
@@ -27,7 +29,6 @@ from gpufleet.v1 import (
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError
 
 log = logging.getLogger("gpufleet.scheduler")
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpufleet.common.settings import StoreSettings
 from pydantic import Field
+
+from gpufleet.common.settings import StoreSettings
 
 
 class Settings(StoreSettings):

@@ -14,6 +14,9 @@ import uuid
 from datetime import datetime, timedelta
 
 import grpc
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name, machine_to_proto
 from gpufleet.common.db import models
@@ -28,13 +31,11 @@ from gpufleet.common.db.enums import (
 )
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.common.ledger import FailureClass, record_failure
-from gpufleet.scheduler.jobstate import attempt_charge_micros, set_job_state
+from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import attempt_to_proto
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.validation import IDENT, JOB_ID, require
 from gpufleet.v1 import job_pb2, machine_pb2, worker_service_pb2, worker_service_pb2_grpc
-from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 
@@ -129,23 +130,17 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         job = session.get_one(models.Job, attempt.job_id)
         machine = session.get_one(models.Machine, attempt.machine_id)
         kind = session.get_one(models.JobKind, job.kind_id)
-        plan = session.execute(
-            select(models.Plan)
-            .join(models.Workspace, models.Workspace.plan_id == models.Plan.id)
-            .where(models.Workspace.id == job.workspace_id)
-        ).scalar_one()
-        attempt.state = outcome.value
-        attempt.ended_at = now
         attempt.exit_code = request.exit_code
-        attempt.status_message = request.message[:2000]
-        attempt.slot_seconds = request.slot_seconds
         # A failure on our side costs nothing; the job's own outcome is charged.
-        attempt.charged = outcome is not AttemptState.INFRA_ERROR
-        attempt.charge_micros = (
-            attempt_charge_micros(attempt.slot_seconds, machine, plan) if attempt.charged else 0
+        end_attempt(
+            session,
+            attempt,
+            outcome,
+            now,
+            slot_seconds=request.slot_seconds,
+            charged=outcome is not AttemptState.INFRA_ERROR,
+            message=request.message,
         )
-        job.slot_seconds += attempt.slot_seconds
-        job.charge_micros += attempt.charge_micros
         detail = f"attempt {attempt.id} on {machine.id}: exit {request.exit_code} {request.message}".strip()
         if outcome is AttemptState.SUCCEEDED:
             set_job_state(session, job, JobState.SUCCEEDED, now, "succeeded")

@@ -9,6 +9,9 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
@@ -34,15 +37,13 @@ from gpufleet.common.provider_errors import (
     ProviderError,
     QuotaExceeded,
 )
-from gpufleet.scheduler.jobstate import attempt_charge_micros, set_job_state
+from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.decide import decide
 from gpufleet.scheduler.tick.model import Assignment, CreateMachine, Policy, StartMachine
 from gpufleet.scheduler.tick.snapshot import load_snapshot
 from gpufleet.scheduler.worker_service import requeue_after_loss
 from gpufleet.v1 import agent_service_pb2
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +99,14 @@ class FleetTick:
                 return
             job = session.get_one(models.Job, attempt.job_id)
             kind = session.get_one(models.JobKind, job.kind_id)
-            attempt.state = AttemptState.LOST.value
-            attempt.ended_at = now
-            attempt.slot_seconds = max(0.0, (now - attempt.started_at).total_seconds()) * attempt.slots
-            attempt.charged = False
-            attempt.charge_micros = 0
-            attempt.status_message = "lease expired: the machine stopped reporting"
+            end_attempt(
+                session,
+                attempt,
+                AttemptState.LOST,
+                now,
+                charged=False,
+                message="lease expired: the machine stopped reporting",
+            )
             record_failure(
                 session,
                 now,
@@ -130,18 +133,14 @@ class FleetTick:
                 return
             job = session.get_one(models.Job, attempt.job_id)
             machine = session.get_one(models.Machine, attempt.machine_id)
-            plan = session.execute(
-                select(models.Plan)
-                .join(models.Workspace, models.Workspace.plan_id == models.Plan.id)
-                .where(models.Workspace.id == job.workspace_id)
-            ).scalar_one()
-            attempt.state = AttemptState.TIMED_OUT.value
-            attempt.ended_at = now
-            attempt.slot_seconds = max(0.0, (now - attempt.started_at).total_seconds()) * attempt.slots
-            attempt.charged = True
-            attempt.charge_micros = attempt_charge_micros(attempt.slot_seconds, machine, plan)
-            job.slot_seconds += attempt.slot_seconds
-            job.charge_micros += attempt.charge_micros
+            end_attempt(
+                session,
+                attempt,
+                AttemptState.TIMED_OUT,
+                now,
+                charged=True,
+                message="past its kind's time limit",
+            )
             record_failure(
                 session,
                 now,
@@ -421,10 +420,14 @@ class FleetTick:
                 return
             job = session.get_one(models.Job, attempt.job_id)
             kind = session.get_one(models.JobKind, job.kind_id)
-            attempt.state = AttemptState.INFRA_ERROR.value
-            attempt.ended_at = now
-            attempt.charged = False
-            attempt.status_message = f"agent refused the job: {why}"[:2000]
+            end_attempt(
+                session,
+                attempt,
+                AttemptState.INFRA_ERROR,
+                now,
+                charged=False,
+                message=f"agent refused the job: {why}",
+            )
             record_failure(
                 session,
                 now,

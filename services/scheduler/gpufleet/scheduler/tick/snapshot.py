@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta
 
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, JobState, MachineState, QuarantineKind
 from gpufleet.scheduler.tick.model import (
@@ -15,8 +18,6 @@ from gpufleet.scheduler.tick.model import (
     OfferingView,
     PoolView,
 )
-from sqlalchemy import func, or_, select
-from sqlalchemy.orm import Session
 
 _LIVE = [s.value for s in LIVE_ATTEMPT_STATES]
 
