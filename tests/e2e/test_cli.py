@@ -1,0 +1,69 @@
+"""The `gpufleet` command as an operator and a newcomer use it: against a running system,
+and the demo from start to finish."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.e2e.fleet import Fleet
+
+GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
+
+
+def cli(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GPUFLEET_SCHEDULER_ADDRESS": f"127.0.0.1:{fleet.scheduler_port}",
+           "GPUFLEET_REAPER_ADDRESS": fleet.procs["reaper"].address,
+           "GPUFLEET_SWEEPER_ADDRESS": fleet.procs["sweeper"].address}
+    return subprocess.run([*GPUFLEET, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_submit_jobs_machines_and_operator_views_with_json(fleet: Fleet) -> None:
+    fleet.start_all()
+    out = cli(fleet, "submit", "--workspace", "indie-creator", "--kind", "clip", "--set", "duration_s=30",
+              "--set", "topic=$(touch /tmp/pwned); echo hi", "--json")
+    assert out.returncode == 0, out.stderr
+    job = json.loads(out.stdout)
+    assert job["state"] == "JOB_STATE_QUEUED"
+    assert job["tenant_values"]["topic"] == "$(touch /tmp/pwned); echo hi"
+
+    fleet.advance_until(lambda: json.loads(cli(fleet, "jobs", "--json").stdout)[0]["state"] == "JOB_STATE_SUCCEEDED",
+                        step_s=3, max_virtual_s=600, real_pause_s=0.1, what="the CLI shows the job succeeded")
+    table = cli(fleet, "jobs")
+    assert table.returncode == 0 and job["job_id"][:8] in table.stdout and "SUCCEEDED" in table.stdout
+
+    machines = json.loads(cli(fleet, "machines", "--json").stdout)
+    assert len(machines) == 1 and machines[0]["liveness"]["worker_report_at"]
+    assert "READY" in cli(fleet, "machines").stdout
+
+    watchdogs = json.loads(cli(fleet, "watchdogs", "--json").stdout)
+    assert {"idle_scanner", "auto_stop", "auto_destroy"} <= {w["watchdog_id"] for w in watchdogs}
+    assert json.loads(cli(fleet, "ledger", "--json").stdout) == []
+    assert cli(fleet, "incidents").returncode == 0
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_bad_input_and_no_system_give_one_clear_line(fleet: Fleet) -> None:
+    fleet.start_all()
+    bad = cli(fleet, "submit", "--workspace", "nobody")
+    assert bad.returncode == 1
+    assert "job.workspace" in bad.stderr and "Traceback" not in bad.stderr
+    down = subprocess.run([*GPUFLEET, "jobs", "--scheduler", "127.0.0.1:9"], capture_output=True, text=True,
+                          timeout=60)
+    assert down.returncode == 1 and "gpufleet up" in down.stderr and "Traceback" not in down.stderr
+
+
+def test_the_demo_tells_the_whole_story_and_exits_zero(tmp_path: Path) -> None:
+    out = subprocess.run([*GPUFLEET, "demo", "--state-dir", str(tmp_path / "demo"), "--speed", "180"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = out.stdout
+    for line in ("requested from offering", "worker reporting — ready for jobs", ": running",
+                 ": succeeded", "idle timers armed", "stopped: no GPU bill, disk kept",
+                 "destroyed: nothing left to bill", "Summary", "acme-studio", "indie-creator"):
+        assert line in text, f"demo output lacks {line!r}:\n{text}"
+    assert text.index("succeeded") < text.index("stopped: no GPU bill") < text.index("destroyed: nothing left")
+    assert not list((tmp_path / "demo" / "machines").glob("*/disk/agent.pid")), "no machine left running"
