@@ -67,3 +67,43 @@ def test_the_demo_tells_the_whole_story_and_exits_zero(tmp_path: Path) -> None:
         assert line in text, f"demo output lacks {line!r}:\n{text}"
     assert text.index("succeeded") < text.index("stopped: no GPU bill") < text.index("destroyed: nothing left")
     assert not list((tmp_path / "demo" / "machines").glob("*/disk/agent.pid")), "no machine left running"
+
+
+def test_up_serves_until_interrupted(tmp_path: Path) -> None:
+    import signal
+    import socket
+    import time
+
+    # Four free consecutive ports from a random base, as `--port-offset` shifts 50051-50054.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        base = s.getsockname()[1] // 10 * 10
+    base = min(base, 65000)
+    offset = base - 50051
+    proc = subprocess.Popen([*GPUFLEET, "up", "--state-dir", str(tmp_path / "var"), "--port-offset", str(offset)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 90
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if line.startswith("ready.") or proc.poll() is not None:
+                break
+        assert any(line.startswith("ready.") for line in lines), "".join(lines)
+        out = subprocess.run([*GPUFLEET, "submit", "--workspace", "acme-studio", "--scheduler",
+                              f"127.0.0.1:{50051 + offset}"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "submitted job" in out.stdout, out.stderr
+        assert (tmp_path / "var" / "gpufleet.sqlite").exists()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, rest
+    assert "stopping the control plane" in rest
+    # Local machines it started are left running on purpose (adopted by the next `up`); end them here.
+    for pid_file in (tmp_path / "var" / "machines").glob("*/disk/agent.pid"):
+        try:
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
