@@ -1,7 +1,9 @@
-"""Migration 0002 (``sweeps``) on both stores: it matches the model, and it goes down and up."""
+"""The sweeper's migrations on both stores: 0002 (``sweeps``) and 0004 (``orphans``,
+``provider_listings``) match their models, and each goes down and up again."""
 
 from __future__ import annotations
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -11,23 +13,36 @@ from gpufleet.common.db.engine import make_engine
 from gpufleet.common.db.migrate import alembic_config
 from gpufleet.common.db.models import Base
 
+SWEEPER_TABLES = ("sweeps", "orphans", "provider_listings")
 
-def test_sweeps_table_matches_its_model(db_url: str) -> None:
+
+def _tables(db_url: str) -> set[str]:
+    engine = make_engine(db_url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_sweeper_tables_match_their_models(db_url: str) -> None:
     engine = make_engine(db_url)
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     engine.dispose()
-    about_sweeps = [d for d in diff if "sweeps" in repr(d)]
-    assert about_sweeps == []
+    about_ours = [d for d in diff if any(t in repr(d) for t in SWEEPER_TABLES)]
+    assert about_ours == []
 
 
-def test_0002_downgrades_and_upgrades(db_url: str) -> None:
+@pytest.mark.parametrize(
+    ("revision", "below", "tables"),
+    [("0004", "0003", {"orphans", "provider_listings"}), ("0002", "0001", {"sweeps"})],
+)
+def test_each_migration_downgrades_and_upgrades(
+    db_url: str, revision: str, below: str, tables: set[str]
+) -> None:
     cfg = alembic_config(db_url)
-    command.downgrade(cfg, "0001")
-    engine = make_engine(db_url)
-    assert "sweeps" not in inspect(engine).get_table_names()
-    engine.dispose()
+    command.downgrade(cfg, below)
+    assert not tables & _tables(db_url)
+    command.upgrade(cfg, revision)
+    assert tables <= _tables(db_url)
     command.upgrade(cfg, "head")
-    engine = make_engine(db_url)
-    assert "sweeps" in inspect(engine).get_table_names()
-    engine.dispose()

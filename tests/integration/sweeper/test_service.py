@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, timedelta
 
 import grpc
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from gpufleet.common import paging
 from gpufleet.common.grpcserver import ServiceBinding, create_server
 from gpufleet.sweeper.service import SweeperService
-from gpufleet.v1 import machine_pb2, sweeper_service_pb2, sweeper_service_pb2_grpc
+from gpufleet.v1 import machine_pb2, provisioner_service_pb2, sweeper_service_pb2, sweeper_service_pb2_grpc
 from tests.integration.sweeper.conftest import Sweep
 from tests.support.fleet_rows import add_machine, machine
 
@@ -22,7 +23,7 @@ def stub(sweep: Sweep) -> Iterator[sweeper_service_pb2_grpc.SweeperServiceStub]:
         [
             ServiceBinding(
                 sweeper_service_pb2_grpc.add_SweeperServiceServicer_to_server,
-                SweeperService(sweep.sessions, sweep.clock, sweep.reconcile),
+                SweeperService(sweep.sessions, sweep.clock, sweep.reconcile, sweep.orphans, sweep.lease),
                 sweeper_service_pb2.DESCRIPTOR.services_by_name["SweeperService"].full_name,
             )
         ],
@@ -41,6 +42,7 @@ def _field(err: grpc.RpcError) -> str | None:
 
 
 RECONCILE = sweeper_service_pb2.SWEEP_KIND_INVENTORY_RECONCILE
+ORPHANS = sweeper_service_pb2.SWEEP_KIND_ORPHAN_SWEEP
 
 
 def test_run_sweep_runs_now_even_without_the_lease_and_is_idempotent(
@@ -64,23 +66,102 @@ def test_list_sweeps_newest_first_paged_by_kind(
 ) -> None:
     for i in range(3):
         stub.RunSweep(sweeper_service_pb2.RunSweepRequest(request_id=f"r{i}", kind=RECONCILE), timeout=10)
-    sweep.tick()  # the leader's own pass is recorded too
+    sweep.tick()  # the leader's own passes are recorded too (a reconcile and an orphan sweep)
     first = stub.ListSweeps(sweeper_service_pb2.ListSweepsRequest(page_size=3, kind=RECONCILE), timeout=5)
     rest = stub.ListSweeps(
-        sweeper_service_pb2.ListSweepsRequest(page_size=3, page_token=first.next_page_token), timeout=5
+        sweeper_service_pb2.ListSweepsRequest(page_size=3, page_token=first.next_page_token, kind=RECONCILE),
+        timeout=5,
     )
     ids = [s.sweep_id for s in [*first.sweeps, *rest.sweeps]]
     assert len(ids) == 4 and ids == sorted(ids, reverse=True)
     assert rest.next_page_token == ""
-    orphans = stub.ListSweeps(
-        sweeper_service_pb2.ListSweepsRequest(kind=sweeper_service_pb2.SWEEP_KIND_ORPHAN_SWEEP), timeout=5
-    )
-    assert list(orphans.sweeps) == []
+    orphans = stub.ListSweeps(sweeper_service_pb2.ListSweepsRequest(kind=ORPHANS), timeout=5)
+    assert [s.kind for s in orphans.sweeps] == [ORPHANS]
+    every = stub.ListSweeps(sweeper_service_pb2.ListSweepsRequest(), timeout=5)
+    assert len(every.sweeps) == 5
 
 
-def test_list_orphans_is_an_empty_page_for_now(stub: sweeper_service_pb2_grpc.SweeperServiceStub) -> None:
+def test_list_orphans_is_empty_before_any_sweep(stub: sweeper_service_pb2_grpc.SweeperServiceStub) -> None:
     page = stub.ListOrphans(sweeper_service_pb2.ListOrphansRequest(), timeout=5)
     assert (list(page.orphans), page.next_page_token) == ([], "")
+
+
+def test_run_orphan_sweep_needs_the_lease_and_is_idempotent(
+    sweep: Sweep, stub: sweeper_service_pb2_grpc.SweeperServiceStub
+) -> None:
+    sweep.provisioner.list_instance("m-orphan", "i-orphan")
+    request = sweeper_service_pb2.RunSweepRequest(request_id="o1", kind=ORPHANS)
+    assert not sweep.lease.is_leader
+    with pytest.raises(grpc.RpcError) as info:
+        stub.RunSweep(request, timeout=10)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
+    assert "leader" in (info.value.details() or "")  # type: ignore[attr-defined]
+    assert sweep.provisioner.ops("list") == []
+    assert sweep.lease.try_acquire()
+    done = stub.RunSweep(request, timeout=10)
+    assert (done.kind, done.instances_seen, done.orphans_seen, done.orphans_destroyed) == (ORPHANS, 1, 1, 0)
+    again = stub.RunSweep(request, timeout=10)
+    assert again.sweep_id == done.sweep_id and len(sweep.provisioner.ops("list")) == 1
+    with pytest.raises(grpc.RpcError) as reused:
+        stub.RunSweep(sweeper_service_pb2.RunSweepRequest(request_id="o1", kind=RECONCILE), timeout=10)
+    assert reused.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert _field(reused.value) == "request_id"
+
+
+def test_list_orphans_shows_each_orphan_paged_newest_first(
+    sweep: Sweep, stub: sweeper_service_pb2_grpc.SweeperServiceStub
+) -> None:
+    for i in range(3):
+        sweep.provisioner.list_instance(f"m-orphan-{i}", f"i-orphan-{i}")
+    assert sweep.lease.try_acquire()
+    first_seen = sweep.clock.now()
+    stub.RunSweep(sweeper_service_pb2.RunSweepRequest(kind=ORPHANS), timeout=10)
+    sweep.clock.advance(timedelta(minutes=30))
+    done = stub.RunSweep(sweeper_service_pb2.RunSweepRequest(kind=ORPHANS), timeout=10)
+    assert (done.orphans_seen, done.orphans_destroyed) == (3, 3)
+    assert [c.machine_id for c in sweep.provisioner.ops("destroy")] == [f"m-orphan-{i}" for i in range(3)]
+    page = stub.ListOrphans(sweeper_service_pb2.ListOrphansRequest(page_size=2), timeout=5)
+    rest = stub.ListOrphans(
+        sweeper_service_pb2.ListOrphansRequest(page_size=2, page_token=page.next_page_token), timeout=5
+    )
+    orphans = [*page.orphans, *rest.orphans]
+    assert rest.next_page_token == ""
+    assert [o.machine_label for o in orphans] == ["m-orphan-2", "m-orphan-1", "m-orphan-0"]
+    newest = orphans[0]
+    assert newest.name == "orphans/sim/i-orphan-2"
+    assert (newest.provider, newest.provider_instance_id, newest.action) == (
+        machine_pb2.PROVIDER_SIM,
+        "i-orphan-2",
+        "DESTROYED",
+    )
+    assert newest.first_seen_time.ToDatetime(tzinfo=UTC) == first_seen
+    assert newest.destroy_time.ToDatetime(tzinfo=UTC) == sweep.clock.now()
+    assert not newest.HasField("launch_time")  # the scripted provider gives none
+
+
+def test_run_reconcile_on_a_replica_that_does_not_lead_leaves_conclusions_to_the_leader(
+    sweep: Sweep, stub: sweeper_service_pb2_grpc.SweeperServiceStub
+) -> None:
+    now = sweep.clock.now()
+    spot = add_machine(sweep.sessions, now, capacity_type="SPOT")
+    sweep.provisioner.list_instance(
+        spot,
+        machine(sweep.sessions, spot).provider_instance_id or "",
+        status=provisioner_service_pb2.INSTANCE_STATUS_STOPPED,
+    )
+    stub.RunSweep(sweeper_service_pb2.RunSweepRequest(kind=RECONCILE), timeout=10)
+    assert (machine(sweep.sessions, spot).state, machine(sweep.sessions, spot).preemption_count) == (
+        "READY",
+        0,
+    )
+    assert sweep.failures() == []
+    assert sweep.lease.try_acquire()
+    done = stub.RunSweep(sweeper_service_pb2.RunSweepRequest(kind=RECONCILE), timeout=10)
+    assert "1 preempted" in done.summary
+    assert (machine(sweep.sessions, spot).state, machine(sweep.sessions, spot).preemption_count) == (
+        "STOPPED",
+        1,
+    )
 
 
 @pytest.mark.parametrize(
@@ -88,11 +169,6 @@ def test_list_orphans_is_an_empty_page_for_now(stub: sweeper_service_pb2_grpc.Sw
     [
         (sweeper_service_pb2.RunSweepRequest(), grpc.StatusCode.INVALID_ARGUMENT, "kind"),
         (sweeper_service_pb2.RunSweepRequest(kind=42), grpc.StatusCode.INVALID_ARGUMENT, "kind"),
-        (
-            sweeper_service_pb2.RunSweepRequest(kind=sweeper_service_pb2.SWEEP_KIND_ORPHAN_SWEEP),
-            grpc.StatusCode.FAILED_PRECONDITION,
-            "kind",
-        ),
         (
             sweeper_service_pb2.RunSweepRequest(kind=RECONCILE, request_id="x" * 129),
             grpc.StatusCode.INVALID_ARGUMENT,

@@ -1,14 +1,22 @@
 """Inventory reconcile's decision, from tables: only intent-RUNNING machines of ours are
-vouched for, only by a reachable provider that lists their instance as running."""
+vouched for, only by a reachable provider that lists their instance as running; a
+running machine whose instance the provider took back is a loss — a pre-emption when it
+was spot — and nothing else ever is."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpufleet.sweeper.inventory_reconcile import ListedInstance, ReconcileMachine, decide
+from gpufleet.common.db.enums import MachineState
+from gpufleet.sweeper.inventory_reconcile import ReconcileMachine, decide
+from gpufleet.sweeper.listing import ListedInstance
+from gpufleet.sweeper.machine_loss import LossKind, classify_loss
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2
+
+LISTED_AT = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 M = ReconcileMachine(
     machine_id="m1",
@@ -18,10 +26,13 @@ M = ReconcileMachine(
     managed=True,
     state="READY",
     intent="RUNNING",
+    capacity_type="ON_DEMAND",
+    state_changed_at=LISTED_AT - timedelta(hours=1),
 )
+SPOT = replace(M, capacity_type="SPOT")
 RUNNING = ListedInstance(provider="SIM", provider_instance_id="i-1", machine_label="m1", status="RUNNING")
 
-CASES: list[tuple[str, ReconcileMachine, list[ListedInstance], list[str], list[str]]] = [
+SEEN_CASES: list[tuple[str, ReconcileMachine, list[ListedInstance], list[str], list[str]]] = [
     ("listed running: seen", M, [RUNNING], [], ["m1"]),
     (
         "matched by label when our instance id is unknown",
@@ -59,26 +70,217 @@ CASES: list[tuple[str, ReconcileMachine, list[ListedInstance], list[str], list[s
 
 
 @pytest.mark.parametrize(
-    ("machine", "instances", "unreachable", "seen"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+    ("machine", "instances", "unreachable", "seen"),
+    [c[1:] for c in SEEN_CASES],
+    ids=[c[0] for c in SEEN_CASES],
 )
-def test_decide(
+def test_seen(
     machine: ReconcileMachine, instances: list[ListedInstance], unreachable: list[str], seen: list[str]
 ) -> None:
-    assert decide([machine], instances, unreachable).seen == seen
+    assert decide(LISTED_AT, [machine], instances, unreachable).seen == seen
 
 
-def test_unreachable_and_not_reconciled_are_reported() -> None:
+# (case, machine, instances, unreachable, expected (kind, end state, provider status) or None)
+LOSS_CASES: list[
+    tuple[str, ReconcileMachine, list[ListedInstance], list[str], tuple[LossKind, MachineState, str] | None]
+] = [
+    (
+        "spot stopped by the provider: pre-empted, follows it to STOPPED",
+        SPOT,
+        [replace(RUNNING, status="STOPPED")],
+        [],
+        (LossKind.PREEMPTED, MachineState.STOPPED, "STOPPED"),
+    ),
+    (
+        "spot terminated: pre-empted, DESTROYED",
+        SPOT,
+        [replace(RUNNING, status="TERMINATED")],
+        [],
+        (LossKind.PREEMPTED, MachineState.DESTROYED, "TERMINATED"),
+    ),
+    (
+        "spot gone from the list: pre-empted (to be confirmed), DESTROYED",
+        SPOT,
+        [],
+        [],
+        (LossKind.PREEMPTED, MachineState.DESTROYED, ""),
+    ),
+    (
+        "spot found by label, stopped",
+        replace(SPOT, provider_instance_id=None),
+        [replace(RUNNING, status="STOPPED")],
+        [],
+        (LossKind.PREEMPTED, MachineState.STOPPED, "STOPPED"),
+    ),
+    (
+        "spot booting, stopped by the provider: pre-empted",
+        replace(SPOT, state="BOOTING"),
+        [replace(RUNNING, status="STOPPED")],
+        [],
+        (LossKind.PREEMPTED, MachineState.STOPPED, "STOPPED"),
+    ),
+    (
+        "spot draining, gone: pre-empted",
+        replace(SPOT, state="DRAINING"),
+        [],
+        [],
+        (LossKind.PREEMPTED, MachineState.DESTROYED, ""),
+    ),
+    (
+        "on-demand gone from the list: vanished",
+        M,
+        [],
+        [],
+        (LossKind.VANISHED, MachineState.DESTROYED, ""),
+    ),
+    (
+        "on-demand terminated: vanished",
+        M,
+        [replace(RUNNING, status="TERMINATED")],
+        [],
+        (LossKind.VANISHED, MachineState.DESTROYED, "TERMINATED"),
+    ),
+    (
+        "on-demand stopped by someone else: lost, not a pre-emption",
+        M,
+        [replace(RUNNING, status="STOPPED")],
+        [],
+        (LossKind.STOPPED_OUTSIDE, MachineState.STOPPED, "STOPPED"),
+    ),
+    ("spot running: no loss", SPOT, [RUNNING], [], None),
+    ("spot pending: not settled", SPOT, [replace(RUNNING, status="PENDING")], [], None),
+    ("spot stopping: not settled yet", SPOT, [replace(RUNNING, status="STOPPING")], [], None),
+    (
+        "deliberate stop (intent STOPPED): never a pre-emption",
+        replace(SPOT, intent="STOPPED", state="STOPPED"),
+        [replace(RUNNING, status="STOPPED")],
+        [],
+        None,
+    ),
+    (
+        "being stopped on purpose (intent STOPPED, STOPPING): never a pre-emption",
+        replace(SPOT, intent="STOPPED", state="STOPPING"),
+        [replace(RUNNING, status="STOPPED")],
+        [],
+        None,
+    ),
+    (
+        "being destroyed on purpose: never a loss",
+        replace(SPOT, intent="DESTROYED", state="DESTROYING"),
+        [],
+        [],
+        None,
+    ),
+    ("registered box, gone: never touched", replace(SPOT, origin="REGISTERED"), [], [], None),
+    ("unmanaged, gone: never touched", replace(SPOT, managed=False), [], [], None),
+    ("already destroyed: never touched", replace(SPOT, state="DESTROYED"), [], [], None),
+    ("provider unreachable: no conclusion", SPOT, [], ["SIM"], None),
+    (
+        "create in flight (PROVISIONING, no id yet): not a loss",
+        replace(SPOT, state="PROVISIONING", provider_instance_id=None),
+        [],
+        [],
+        None,
+    ),
+    (
+        "start in flight (STARTING, still stopped at the provider): not a loss",
+        replace(SPOT, state="STARTING"),
+        [replace(RUNNING, status="STOPPED")],
+        [],
+        None,
+    ),
+    (
+        "state changed after the list was read: not judged by it",
+        replace(SPOT, state="BOOTING", state_changed_at=LISTED_AT + timedelta(seconds=1)),
+        [replace(RUNNING, status="STOPPED")],
+        [],
+        None,
+    ),
+    (
+        "another provider unreachable: still concluded",
+        SPOT,
+        [],
+        ["AWS"],
+        (LossKind.PREEMPTED, MachineState.DESTROYED, ""),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("machine", "instances", "unreachable", "expected"),
+    [c[1:] for c in LOSS_CASES],
+    ids=[c[0] for c in LOSS_CASES],
+)
+def test_losses(
+    machine: ReconcileMachine,
+    instances: list[ListedInstance],
+    unreachable: list[str],
+    expected: tuple[LossKind, MachineState, str] | None,
+) -> None:
+    decision = decide(LISTED_AT, [machine], instances, unreachable)
+    got = [(x.kind, x.end_state, x.provider_status) for x in decision.losses]
+    assert got == ([expected] if expected else [])
+    if expected:
+        [loss] = decision.losses
+        # What the write re-checks: the state the scan saw, and when it last changed.
+        assert (loss.state, loss.state_changed_at) == (machine.state, machine.state_changed_at)
+        assert decision.seen == []
+
+
+@pytest.mark.parametrize(
+    ("capacity", "status", "expected"),
+    [
+        ("SPOT", "STOPPED", (LossKind.PREEMPTED, MachineState.STOPPED)),
+        ("SPOT", "TERMINATED", (LossKind.PREEMPTED, MachineState.DESTROYED)),
+        ("SPOT", "", (LossKind.PREEMPTED, MachineState.DESTROYED)),
+        ("ON_DEMAND", "STOPPED", (LossKind.STOPPED_OUTSIDE, MachineState.STOPPED)),
+        ("ON_DEMAND", "", (LossKind.VANISHED, MachineState.DESTROYED)),
+        ("SPOT", "RUNNING", None),
+        ("SPOT", "PENDING", None),
+        ("ON_DEMAND", "STOPPING", None),
+    ],
+)
+def test_classify_loss(capacity: str, status: str, expected: tuple[LossKind, MachineState] | None) -> None:
+    assert classify_loss(capacity, status) == expected
+
+
+def test_unreachable_not_reconciled_and_unsettled_are_reported() -> None:
     stopped = replace(M, machine_id="m2", intent="STOPPED")
-    decision = decide([M, stopped], [RUNNING], ["SIM"])
+    aws = replace(M, machine_id="m3", provider="AWS", provider_instance_id="i-3")
+    decision = decide(LISTED_AT, [M, stopped, aws], [RUNNING], ["SIM"])
     assert decision.provider_unreachable == ["m1"]
     assert decision.not_reconciled == ["m2"]
+    assert decision.losses[0].machine_id == "m3"
+    pending = decide(LISTED_AT, [SPOT], [replace(RUNNING, status="PENDING")], [])
+    assert (pending.unsettled, pending.losses) == (["m1"], [])
 
 
-def test_listed_instance_from_proto_reads_the_machine_label() -> None:
+def test_listed_instance_from_proto_reads_labels_and_launch_time() -> None:
     inst = provisioner_service_pb2.Instance(
         provider=machine_pb2.PROVIDER_AWS,
         provider_instance_id="i-9",
         status=provisioner_service_pb2.INSTANCE_STATUS_RUNNING,
-        labels={"gpufleet-machine": "m9"},
+        labels={"gpufleet-machine": "m9", "gpufleet-deployment": "prod"},
+        capacity_type=machine_pb2.CAPACITY_TYPE_SPOT,
+        zone="us-east-1a",
     )
-    assert ListedInstance.from_proto(inst) == ListedInstance("AWS", "i-9", "m9", "RUNNING")
+    inst.launch_time.FromDatetime(LISTED_AT)
+    listed = ListedInstance.from_proto(inst)
+    assert (listed.provider, listed.provider_instance_id, listed.machine_label, listed.status) == (
+        "AWS",
+        "i-9",
+        "m9",
+        "RUNNING",
+    )
+    assert (listed.deployment_label, listed.launch_time, listed.capacity_type, listed.zone) == (
+        "prod",
+        LISTED_AT,
+        "SPOT",
+        "us-east-1a",
+    )
+    unlabelled = ListedInstance.from_proto(provisioner_service_pb2.Instance(provider_instance_id="x"))
+    assert (unlabelled.machine_label, unlabelled.deployment_label, unlabelled.launch_time) == (
+        None,
+        None,
+        None,
+    )

@@ -1,19 +1,26 @@
-"""Inventory reconcile: the provider liveness channel (DESIGN §3, §4; every 60 s).
+"""Inventory reconcile: the provider liveness channel and the machines the provider took
+back (DESIGN §3, §4, §6; every 60 s).
 
 Reads every provider's own instance list (through the provisioner, with no transaction
-open) and, for each machine whose recorded intent is RUNNING, writes ``provider_seen_at``
-when its instance is listed as running. Three rules keep it from doing harm:
+open) and, for each machine whose recorded intent is RUNNING:
+
+- listed as running: writes ``provider_seen_at`` (the provider channel);
+- a SPOT instance the provider stopped, terminated or no longer lists, while the machine
+  runs here (BOOTING, READY, DRAINING): a pre-emption — see :mod:`machine_loss`;
+- an ON_DEMAND instance that vanished (or that someone other than us stopped): the
+  machine is lost the same way, without counting as a pre-emption.
+
+Rules that keep it from doing harm:
 
 - It never acts on a machine whose intent is not RUNNING, so a deliberate stop is never
-  undone (or even touched) by the next reconcile.
-- It never writes the provider channel of a REGISTERED box: nobody here provisioned it, so
-  the provider has nothing to say about it.
+  undone, nor counted as a pre-emption. A REGISTERED box is never touched.
 - A provider that could not be listed this round changes nothing for its machines:
   absence from a list that could not be read proves nothing.
-
-Seam for the next issue: :func:`decide` is where pre-emptions and vanished instances will
-be recognised (an intent-RUNNING machine whose instance is listed as stopped/terminated,
-or not listed at all by a reachable provider); the orphan sweep reads the same listing.
+- A machine whose state changed after the list was read (a start that just finished) is
+  not judged by that older list; an instance merely missing from the list is confirmed
+  with a fresh read of that one instance before anything is concluded.
+- Conclusions (attempts ended, machines moved) are leader-only and fenced; a replica
+  that is not the leader only writes the observation.
 """
 
 from __future__ import annotations
@@ -22,24 +29,24 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
 
 from opentelemetry import trace
 from sqlalchemy import func, literal, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.convert import enum_name
-from gpufleet.common.db.enums import MachineIntent, MachineOrigin, MachineState
+from gpufleet.common.convert import offering_of_machine
+from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineOrigin, MachineState
 from gpufleet.common.db.models import Machine, UTCDateTime
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.loops import TickReport
-from gpufleet.v1 import machine_pb2, provisioner_service_pb2
+from gpufleet.common.provider_errors import InstanceNotFound
+from gpufleet.sweeper.listing import ListedInstance, Provisioner, provider_name
+from gpufleet.sweeper.machine_loss import LossKind, MachineLoss, apply_loss, classify_loss
+from gpufleet.sweeper.sweeps import SweepResult
 
 log = logging.getLogger(__name__)
 
 NAME = "inventory_reconcile"
-MACHINE_LABEL = "gpufleet-machine"
 
 
 @dataclass(frozen=True)
@@ -53,37 +60,23 @@ class ReconcileMachine:
     managed: bool
     state: str
     intent: str
-
-
-@dataclass(frozen=True)
-class ListedInstance:
-    """One instance from a provider's list, reduced to what matching needs."""
-
-    provider: str
-    provider_instance_id: str
-    machine_label: str | None
-    status: str
-
-    @classmethod
-    def from_proto(cls, inst: provisioner_service_pb2.Instance) -> ListedInstance:
-        label = inst.labels.get(MACHINE_LABEL) or inst.machine_id or None
-        return cls(
-            provider=enum_name(machine_pb2.Provider, "PROVIDER_", inst.provider),
-            provider_instance_id=inst.provider_instance_id,
-            machine_label=label,
-            status=enum_name(provisioner_service_pb2.InstanceStatus, "INSTANCE_STATUS_", inst.status),
-        )
+    capacity_type: str = "ON_DEMAND"
+    state_changed_at: datetime | None = None
 
 
 @dataclass
 class ReconcileDecision:
-    """Which machines the provider vouched for, and which were left alone and why."""
+    """Which machines the provider vouched for, which it took back, which were left alone."""
 
     seen: list[str] = field(default_factory=list)
+    losses: list[MachineLoss] = field(default_factory=list)
     # Their provider could not be listed: no change this round.
     provider_unreachable: list[str] = field(default_factory=list)
     # Intent is not RUNNING, or not ours: never acted on.
     not_reconciled: list[str] = field(default_factory=list)
+    # Not running at the provider, but nothing can be concluded yet (the instance is
+    # pending or stopping, the machine is mid-transition, or changed after the list).
+    unsettled: list[str] = field(default_factory=list)
 
 
 def reconcilable(m: ReconcileMachine) -> bool:
@@ -96,9 +89,16 @@ def reconcilable(m: ReconcileMachine) -> bool:
 
 
 def decide(
-    machines: Iterable[ReconcileMachine], instances: Iterable[ListedInstance], unreachable: Iterable[str]
+    listed_at: datetime,
+    machines: Iterable[ReconcileMachine],
+    instances: Iterable[ListedInstance],
+    unreachable: Iterable[str],
 ) -> ReconcileDecision:
-    """Match machines to listed instances by (provider, instance id), else by our label."""
+    """Match machines to listed instances by (provider, instance id), else by our label.
+
+    ``listed_at`` is when the list was read: a machine whose state changed after it is
+    not judged by it.
+    """
     by_id = {(i.provider, i.provider_instance_id): i for i in instances if i.provider_instance_id}
     by_label = {(i.provider, i.machine_label): i for i in by_id.values() if i.machine_label}
     down = set(unreachable)
@@ -113,35 +113,42 @@ def decide(
         inst = by_id.get((m.provider, m.provider_instance_id or "")) or by_label.get(
             (m.provider, m.machine_id)
         )
-        if inst is not None and inst.status == "RUNNING":
+        status = inst.status if inst is not None else ""
+        if status == "RUNNING":
             decision.seen.append(m.machine_id)
-        # Not listed, or listed but not running: pre-emption/vanished detection (next issue).
+            continue
+        loss = classify_loss(m.capacity_type, status)
+        if (
+            loss is None
+            or m.state not in RUNNING_STATES
+            or m.state_changed_at is None
+            or m.state_changed_at > listed_at
+        ):
+            decision.unsettled.append(m.machine_id)
+            continue
+        kind, end_state = loss
+        decision.losses.append(
+            MachineLoss(
+                machine_id=m.machine_id,
+                kind=kind,
+                end_state=end_state,
+                provider_status=status,
+                state=m.state,
+                state_changed_at=m.state_changed_at,
+            )
+        )
     return decision
-
-
-class InstanceLister(Protocol):
-    """``ProvisionerClient`` satisfies it: every instance labelled with our deployment,
-    plus the providers (numbers) that could not be listed."""
-
-    def list_all(self, provider: int = 0) -> tuple[list[provisioner_service_pb2.Instance], list[int]]: ...
-
-
-@dataclass
-class ReconcileResult:
-    started_at: datetime
-    instances_seen: int = 0
-    machines_updated: int = 0
-    unreachable: list[str] = field(default_factory=list)
-    summary: str = ""
-    report: TickReport = field(default_factory=TickReport)
 
 
 class InventoryReconcile:
     name = NAME
 
-    def __init__(self, sessions: sessionmaker[Session], provider: InstanceLister) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], provider: Provisioner, *, lost_retry_backoff_s: float = 30.0
+    ) -> None:
         self.sessions = sessions
         self.provider = provider
+        self.lost_retry_backoff_s = lost_retry_backoff_s
 
     def scan(self) -> list[ReconcileMachine]:
         """One query: machines we provisioned, manage and want running, not destroyed."""
@@ -155,6 +162,8 @@ class InventoryReconcile:
                     Machine.managed,
                     Machine.state,
                     Machine.intent,
+                    Machine.capacity_type,
+                    Machine.state_changed_at,
                 ).where(
                     Machine.state != MachineState.DESTROYED.value,
                     Machine.intent == MachineIntent.RUNNING.value,
@@ -171,14 +180,17 @@ class InventoryReconcile:
                 managed=r[4],
                 state=r[5],
                 intent=r[6],
+                capacity_type=r[7],
+                state_changed_at=r[8],
             )
             for r in rows
         ]
 
-    def reconcile(self, now: datetime, lease: LeaderLease | None) -> ReconcileResult:
-        """List, decide, write. ``lease`` fences the write (the Ticker's path); None is the
-        manual RunSweep path, whose only write is a monotonic observation (see service)."""
-        result = ReconcileResult(started_at=now)
+    def reconcile(self, now: datetime, lease: LeaderLease | None) -> SweepResult:
+        """List, decide, write. ``lease`` (the leader's) fences every write and allows
+        conclusions; None (RunSweep on a replica that does not lead) writes only the
+        observation, which only ever moves a timestamp forward."""
+        result = SweepResult(started_at=now)
         span = trace.get_current_span()
         try:
             listed, down = self.provider.list_all()
@@ -189,11 +201,13 @@ class InventoryReconcile:
             log.warning("%s: %s", NAME, result.summary)
             return result
         instances = [ListedInstance.from_proto(i) for i in listed]
-        result.unreachable = [enum_name(machine_pb2.Provider, "PROVIDER_", p) for p in down]
+        result.unreachable = [provider_name(p) for p in down]
         result.instances_seen = len(instances)
-        decision = decide(self.scan(), instances, result.unreachable)
-        result.machines_updated = self._write_seen(now, decision.seen, lease)
-        result.report.actions["provider_seen"] += result.machines_updated
+        decision = decide(now, self.scan(), instances, result.unreachable)
+        seen = self._write_seen(now, decision.seen, lease)
+        result.report.actions["provider_seen"] += seen
+        losses = self._conclude(now, decision.losses, lease, result) if decision.losses else []
+        result.machines_updated = seen + len(losses)
         if decision.provider_unreachable:
             result.report.refusals["PROVIDER_UNREACHABLE"] += len(decision.provider_unreachable)
             span.add_event(
@@ -211,11 +225,87 @@ class InventoryReconcile:
                 len(decision.provider_unreachable),
             )
         result.summary = (
-            f"{result.instances_seen} instances listed, {result.machines_updated} machines "
-            f"seen running"
+            f"{result.instances_seen} instances listed, {seen} machines seen running"
+            + "".join(f"; {n} {kind.value.lower().replace('_', ' ')}" for kind, n in _count(losses))
+            + (
+                f"; {refused} losses left to the leader"
+                if (refused := result.report.refusals["NOT_LEADER"])
+                else ""
+            )
             + (f"; unreachable: {', '.join(result.unreachable)}" if result.unreachable else "")
         )
         return result
+
+    def _conclude(
+        self, now: datetime, losses: Sequence[MachineLoss], lease: LeaderLease | None, result: SweepResult
+    ) -> list[MachineLoss]:
+        """Confirm what needs confirming with a fresh read, then apply each loss (leader only)."""
+        span = trace.get_current_span()
+        if lease is None:
+            result.report.refusals["NOT_LEADER"] += len(losses)
+            span.add_event("refused", {"gpufleet.net": NAME, "gpufleet.gate": "NOT_LEADER"})
+            return []
+        applied: list[MachineLoss] = []
+        for loss in losses:
+            confirmed = self._confirm(loss) if loss.provider_status == "" else loss
+            if confirmed is None:
+                result.report.refusals["NOT_CONFIRMED"] += 1
+                span.add_event(
+                    "refused",
+                    {
+                        "gpufleet.net": NAME,
+                        "gpufleet.gate": "NOT_CONFIRMED",
+                        "gpufleet.machine": loss.machine_id,
+                    },
+                )
+                continue
+            outcome = apply_loss(
+                self.sessions,
+                lease,
+                now,
+                confirmed,
+                detector=NAME,
+                lost_retry_backoff_s=self.lost_retry_backoff_s,
+            )
+            if outcome is None:
+                result.report.refusals["CHANGED_SINCE_SCAN"] += 1
+                continue
+            result.report.actions[confirmed.kind.value.lower()] += 1
+            result.report.actions["attempts_lost"] += len(outcome)
+            applied.append(confirmed)
+        return applied
+
+    def _confirm(self, loss: MachineLoss) -> MachineLoss | None:
+        """An instance missing from the list: read it once more, by itself, before
+        concluding. None when the read disagrees (it runs) or fails (no conclusion)."""
+        with self.sessions() as session:
+            machine = session.get(Machine, loss.machine_id)
+            if machine is None:
+                return None
+            offering = offering_of_machine(machine)
+            instance_id = machine.provider_instance_id or ""
+            capacity_type = machine.capacity_type
+        try:
+            inst = self.provider.get(loss.machine_id, offering, instance_id)
+        except InstanceNotFound:
+            return loss
+        except GpufleetError as err:
+            log.warning("%s: could not confirm machine %s is gone: %s", NAME, loss.machine_id, err)
+            return None
+        status = ListedInstance.from_proto(inst).status
+        again = classify_loss(capacity_type, status)
+        if again is None:
+            log.info("%s: machine %s is %s after all; nothing concluded", NAME, loss.machine_id, status)
+            return None
+        kind, end_state = again
+        return MachineLoss(
+            machine_id=loss.machine_id,
+            kind=kind,
+            end_state=end_state,
+            provider_status=status,
+            state=loss.state,
+            state_changed_at=loss.state_changed_at,
+        )
 
     def _write_seen(self, now: datetime, machine_ids: Sequence[str], lease: LeaderLease | None) -> int:
         if not machine_ids:
@@ -243,3 +333,7 @@ class InventoryReconcile:
                 .execution_options(synchronize_session=False)
             )
             return int(getattr(result, "rowcount", 0) or 0)
+
+
+def _count(losses: Sequence[MachineLoss]) -> list[tuple[LossKind, int]]:
+    return [(kind, n) for kind in LossKind if (n := sum(1 for x in losses if x.kind is kind))]

@@ -1,8 +1,9 @@
 """Run the sweeper: ``python -m gpufleet.sweeper``.
 
 It connects to the database (migrations are the migrate step's job), serves
-SweeperService with health and reflection, and runs its passes on a Ticker in a
-background thread while it holds the ``sweeper`` leader lease. SIGTERM/SIGINT stops the
+SweeperService with health and reflection, and runs its passes — the inventory
+reconcile and the orphan sweep, each at its own cadence — on a Ticker in a background
+thread while it holds the ``sweeper`` leader lease. SIGTERM/SIGINT stops the
 loop, releases the lease and stops the server gracefully.
 """
 
@@ -30,7 +31,9 @@ from gpufleet.common.grpcserver import (
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import PeriodicTask, Ticker, TickReport
 from gpufleet.sweeper import sweeps
-from gpufleet.sweeper.inventory_reconcile import InstanceLister, InventoryReconcile
+from gpufleet.sweeper.inventory_reconcile import InventoryReconcile
+from gpufleet.sweeper.listing import Provisioner
+from gpufleet.sweeper.orphan_sweep import OrphanSweep
 from gpufleet.sweeper.service import SweeperService
 from gpufleet.sweeper.settings import Settings
 from gpufleet.v1 import sweeper_service_pb2, sweeper_service_pb2_grpc
@@ -40,21 +43,40 @@ log = logging.getLogger(__name__)
 SERVICE = "sweeper"
 
 
-class TimedReconcile:
-    """The leader's reconcile: fenced, and recorded as a sweep for ListSweeps."""
+class TimedPasses:
+    """The leader's passes as the Ticker runs them: fenced, and each recorded as a sweep
+    for ListSweeps."""
 
     def __init__(
-        self, reconcile: InventoryReconcile, sessions: sessionmaker[Session], lease: LeaderLease, clock: Clock
+        self,
+        reconcile: InventoryReconcile,
+        orphans: OrphanSweep,
+        sessions: sessionmaker[Session],
+        lease: LeaderLease,
+        clock: Clock,
     ) -> None:
         self.reconcile = reconcile
+        self.orphans = orphans
         self.sessions = sessions
         self.lease = lease
         self.clock = clock
 
-    def run(self, now: datetime) -> TickReport:
+    def run_reconcile(self, now: datetime) -> TickReport:
         result = self.reconcile.reconcile(now, lease=self.lease)
         sweeps.record(self.sessions, sweeps.INVENTORY_RECONCILE, result, self.clock.now())
         return result.report
+
+    def run_orphan_sweep(self, now: datetime) -> TickReport:
+        result = self.orphans.run(now, self.lease)
+        sweeps.record(self.sessions, sweeps.ORPHAN_SWEEP, result, self.clock.now())
+        return result.report
+
+    def tasks(self, settings: Settings) -> list[PeriodicTask]:
+        """Each pass at its own cadence (DESIGN §4: reconcile 60 s, orphan sweep 5 min)."""
+        return [
+            PeriodicTask(self.reconcile.name, settings.inventory_reconcile_every_s, self.run_reconcile),
+            PeriodicTask(self.orphans.name, settings.orphan_sweep_every_s, self.run_orphan_sweep),
+        ]
 
 
 @dataclass
@@ -84,9 +106,7 @@ class Sweeper:
         self.engine.dispose()
 
 
-def build(
-    settings: Settings, *, clock: Clock | None = None, provider: InstanceLister | None = None
-) -> Sweeper:
+def build(settings: Settings, *, clock: Clock | None = None, provider: Provisioner | None = None) -> Sweeper:
     """Wire a sweeper from its settings; tests pass their own clock or provider."""
     clock = clock or settings.make_clock()
     engine = make_engine(settings.database_url)
@@ -96,22 +116,22 @@ def build(
         owned = ProvisionerClient(settings.provisioner_address, timeout_s=settings.provider_timeout_s)
         provider = owned
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
-    reconcile = InventoryReconcile(sessions, provider)
-    timed = TimedReconcile(reconcile, sessions, lease, clock)
-    ticker = Ticker(
-        SERVICE,
-        clock,
+    reconcile = InventoryReconcile(sessions, provider, lost_retry_backoff_s=settings.lost_retry_backoff_s)
+    orphans = OrphanSweep(
         sessions,
-        lease,
-        [PeriodicTask(reconcile.name, settings.inventory_reconcile_every_s, timed.run)],
-        renew_s=settings.lease_renew_s,
+        provider,
+        clock,
+        settings.orphan_policy(),
+        rounds_before_incident=settings.unlisted_rounds_before_incident,
     )
+    passes = TimedPasses(reconcile, orphans, sessions, lease, clock)
+    ticker = Ticker(SERVICE, clock, sessions, lease, passes.tasks(settings), renew_s=settings.lease_renew_s)
     server = create_server(
         settings.listen_address,
         [
             ServiceBinding(
                 sweeper_service_pb2_grpc.add_SweeperServiceServicer_to_server,
-                SweeperService(sessions, clock, reconcile),
+                SweeperService(sessions, clock, reconcile, orphans, lease),
                 sweeper_service_pb2.DESCRIPTOR.services_by_name["SweeperService"].full_name,
             )
         ],

@@ -1,11 +1,11 @@
-"""SweeperService: the sweeper's passes, orphans, and running a pass now.
+"""SweeperService: the sweeper's passes, the orphans they saw, and running a pass now.
 
-RunSweep runs on whichever replica receives it, leader or not. That is safe because the
-only write an inventory reconcile makes is an observation — ``provider_seen_at`` moved
-forward to the time the list was read — never a decision; a write that only ever moves a
-timestamp forward cannot be made wrong by a stale epoch, so the manual pass is not
-fenced (the timed pass, run by the leader, is). The orphan sweep, which destroys, comes
-with a later issue and will be leader-only.
+RunSweep(INVENTORY_RECONCILE) runs on whichever replica receives it. On the leader it is
+the full pass, fenced; on any other replica it writes only the observation —
+``provider_seen_at`` moved forward to when the list was read, which a stale epoch cannot
+make wrong — and leaves every conclusion (a pre-emption, a vanished instance) to the
+leader. RunSweep(ORPHAN_SWEEP) destroys, so only the leader runs it; another replica
+answers FAILED_PRECONDITION.
 """
 
 from __future__ import annotations
@@ -17,27 +17,37 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpufleet.common import paging
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name
-from gpufleet.common.db.models import Sweep
+from gpufleet.common.db.models import Orphan, Sweep
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument
-from gpufleet.sweeper import sweeps
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.sweeper import orphan_rows, sweeps
 from gpufleet.sweeper.inventory_reconcile import InventoryReconcile
+from gpufleet.sweeper.orphan_sweep import OrphanSweep
+from gpufleet.sweeper.sweeps import SweepResult
 from gpufleet.v1 import sweeper_service_pb2, sweeper_service_pb2_grpc
 
 
 class SweeperService(sweeper_service_pb2_grpc.SweeperServiceServicer):  # type: ignore[misc]
-    def __init__(self, sessions: sessionmaker[Session], clock: Clock, reconcile: InventoryReconcile) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        clock: Clock,
+        reconcile: InventoryReconcile,
+        orphans: OrphanSweep,
+        lease: LeaderLease,
+    ) -> None:
         self.sessions = sessions
         self.clock = clock
         self.reconcile = reconcile
+        self.orphans = orphans
+        self.lease = lease
 
     def ListSweeps(
         self, request: sweeper_service_pb2.ListSweepsRequest, context: grpc.ServicerContext
     ) -> sweeper_service_pb2.ListSweepsResponse:
         """Newest first; ``kind`` unset lists every kind."""
         size = paging.page_size(request.page_size)
-        after = paging.decode("sweeps", request.page_token)
-        if after is not None and (not isinstance(after, int) or isinstance(after, bool)):
-            raise InvalidArgument("malformed page token", field="page_token")
+        after = _position("sweeps", request.page_token)
         query = select(Sweep).order_by(Sweep.id.desc())
         if request.kind:
             query = query.where(Sweep.kind == _kind_name(request.kind))
@@ -55,13 +65,23 @@ class SweeperService(sweeper_service_pb2_grpc.SweeperServiceServicer):  # type: 
     def ListOrphans(
         self, request: sweeper_service_pb2.ListOrphansRequest, context: grpc.ServicerContext
     ) -> sweeper_service_pb2.ListOrphansResponse:
-        """Always an empty page for now: the orphan sweep arrives with a later issue.
-
-        The request is still validated, so a client written today keeps working then.
-        """
-        paging.page_size(request.page_size)
-        paging.decode("orphans", request.page_token)
-        return sweeper_service_pb2.ListOrphansResponse()
+        """Every instance the orphan sweep found with no record here, the most recently
+        found first: when it launched and when a sweep first saw it (its age runs from the
+        launch, or from the first sighting when the provider gave no launch time; its grace
+        window from the later of the two), what was done about it and when it was destroyed."""
+        size = paging.page_size(request.page_size)
+        after = _position("orphans", request.page_token)
+        query = select(Orphan).order_by(Orphan.id.desc())
+        if after is not None:
+            query = query.where(Orphan.id < after)
+        with self.sessions() as session:
+            rows = list(session.execute(query.limit(size + 1)).scalars())
+        more = len(rows) > size
+        rows = rows[:size]
+        return sweeper_service_pb2.ListOrphansResponse(
+            orphans=[orphan_rows.to_proto(r) for r in rows],
+            next_page_token=paging.encode("orphans", rows[-1].id) if more else "",
+        )
 
     def RunSweep(
         self, request: sweeper_service_pb2.RunSweepRequest, context: grpc.ServicerContext
@@ -69,23 +89,40 @@ class SweeperService(sweeper_service_pb2_grpc.SweeperServiceServicer):  # type: 
         """Run one pass now and return it; the same ``request_id`` returns the same pass."""
         if len(request.request_id) > 128:
             raise InvalidArgument("longer than 128 characters", field="request_id")
-        kind = _kind_name(request.kind) if request.kind else ""
-        if kind != sweeps.INVENTORY_RECONCILE:
-            if kind == sweeps.ORPHAN_SWEEP:
-                raise FailedPrecondition("the orphan sweep is not available in this version", field="kind")
-            raise InvalidArgument("must be SWEEP_KIND_INVENTORY_RECONCILE", field="kind")
+        if not request.kind:
+            raise InvalidArgument(
+                "is required: SWEEP_KIND_INVENTORY_RECONCILE or SWEEP_KIND_ORPHAN_SWEEP", field="kind"
+            )
+        kind = _kind_name(request.kind)
         previous = sweeps.find_by_request(self.sessions, request.request_id)
         if previous is not None:
+            if previous.kind != kind:
+                raise InvalidArgument(
+                    f"request_id was already used for a {previous.kind} sweep", field="request_id"
+                )
             return sweeps.to_proto(previous)
-        result = self.reconcile.reconcile(self.clock.now(), lease=None)
+        leading = self.lease.is_leader
+        result: SweepResult
+        if kind == sweeps.ORPHAN_SWEEP:
+            if not leading:
+                raise FailedPrecondition(
+                    "this sweeper replica does not hold the leader lease; only the leader runs "
+                    "the orphan sweep (try again, or ask the leader)"
+                )
+            result = self.orphans.run(self.clock.now(), self.lease)
+        else:
+            result = self.reconcile.reconcile(self.clock.now(), lease=self.lease if leading else None)
         row = sweeps.record(
-            self.sessions,
-            sweeps.INVENTORY_RECONCILE,
-            result,
-            self.clock.now(),
-            request_id=request.request_id or None,
+            self.sessions, kind, result, self.clock.now(), request_id=request.request_id or None
         )
         return sweeps.to_proto(row)
+
+
+def _position(kind: str, token: str) -> int | None:
+    after = paging.decode(kind, token)
+    if after is not None and (not isinstance(after, int) or isinstance(after, bool)):
+        raise InvalidArgument("malformed page token", field="page_token")
+    return after
 
 
 def _kind_name(number: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import select
@@ -10,17 +11,32 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.convert import ts
 from gpufleet.common.db.models import Sweep
-from gpufleet.sweeper.inventory_reconcile import ReconcileResult
+from gpufleet.common.loops import TickReport
 from gpufleet.v1 import sweeper_service_pb2
 
 INVENTORY_RECONCILE = "INVENTORY_RECONCILE"
 ORPHAN_SWEEP = "ORPHAN_SWEEP"
 
 
+@dataclass
+class SweepResult:
+    """What one pass saw and did; ``report`` feeds watchdog_stats through the Ticker."""
+
+    started_at: datetime
+    instances_seen: int = 0
+    machines_updated: int = 0
+    orphans_seen: int = 0
+    orphans_destroyed: int = 0
+    # Provider names that could not be listed this time.
+    unreachable: list[str] = field(default_factory=list)
+    summary: str = ""
+    report: TickReport = field(default_factory=TickReport)
+
+
 def record(
     sessions: sessionmaker[Session],
     kind: str,
-    result: ReconcileResult,
+    result: SweepResult,
     ended_at: datetime,
     request_id: str | None = None,
 ) -> Sweep:
@@ -32,10 +48,10 @@ def record(
         ended_at=ended_at,
         instances_seen=result.instances_seen,
         machines_updated=result.machines_updated,
-        orphans_seen=0,
-        orphans_destroyed=0,
+        orphans_seen=result.orphans_seen,
+        orphans_destroyed=result.orphans_destroyed,
         unreachable=list(result.unreachable),
-        summary=result.summary,
+        summary=result.summary[:4000],
     )
     try:
         with sessions() as session, session.begin():

@@ -359,5 +359,87 @@ class Sweep(Base):
 
 # --- reaper nets (issue 3): models added by that work go below this line ---
 
+# One partial index per machine-level net's scan (migration 0003), so a pass of every
+# watchdog reads the machines due, not the fleet's history. Declared here, beside the
+# table, with the migration's exact predicates.
+_RUNNING = "state IN ('BOOTING', 'DRAINING', 'READY')"
+_PRE_CONTACT = "state IN ('BOOTING', 'PROVISIONING', 'REQUESTED')"
+_TRANSITIONAL = "state IN ('DESTROYING', 'PROVISIONING', 'STARTING', 'STOPPING')"
+
+
+def _machines_partial_index(name: str, column: Any, where: str) -> Index:
+    return Index(name, column, postgresql_where=text(where), sqlite_where=text(where))
+
+
+REAPER_NET_INDEXES = (
+    _machines_partial_index(
+        "ix_machines_running_unreported",
+        Machine.first_observed_at,
+        f"{_RUNNING} AND (worker_report_at IS NULL OR worker_report_at < first_observed_at)",
+    ),
+    _machines_partial_index("ix_machines_running_worker_report", Machine.worker_report_at, _RUNNING),
+    _machines_partial_index(
+        "ix_machines_pre_contact_deadline",
+        Machine.provision_deadline_at,
+        f"{_PRE_CONTACT} AND probe_ok_at IS NULL AND worker_report_at IS NULL",
+    ),
+    _machines_partial_index(
+        "ix_machines_probe_failing", Machine.probe_failed_since, "probe_failed_since IS NOT NULL"
+    ),
+    _machines_partial_index("ix_machines_lost", Machine.id, "lost"),
+    _machines_partial_index("ix_machines_transitional", Machine.state_changed_at, _TRANSITIONAL),
+)
+
 
 # --- sweeper orphan sweep (issue 4): models added by that work go below this line ---
+
+
+class Orphan(Base):
+    """An instance labelled with our deployment that had no machine record here when an
+    orphan sweep saw it (DESIGN §4). ``first_seen_at`` is one of the grace window's two
+    clocks (the provider's ``launch_time`` is the other); ``action`` is what the sweeper
+    did about it: WAITING (inside its grace window), DESTROYING (intent recorded, call
+    made or about to be), DESTROYED, GONE (it went away by itself), RECORDED (a machine
+    record matches it after all), NEEDS_HUMAN (no machine label: the provisioner cannot
+    address it).
+    """
+
+    __tablename__ = "orphans"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    provider: Mapped[str] = mapped_column(String(16))
+    provider_instance_id: Mapped[str] = mapped_column(String(128))
+    machine_label: Mapped[str | None] = mapped_column(String(64))
+    # Where it runs: what a destroy through the provisioner needs to route the call.
+    region: Mapped[str] = mapped_column(String(64), default="")
+    zone: Mapped[str] = mapped_column(String(64), default="")
+    instance_type: Mapped[str] = mapped_column(String(64), default="")
+    capacity_type: Mapped[str] = mapped_column(String(16), default="ON_DEMAND")
+    # The provider's last word on it (PENDING, RUNNING, STOPPED, ...).
+    status: Mapped[str] = mapped_column(String(16), default="")
+    launch_time: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    destroyed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    action: Mapped[str] = mapped_column(String(16))
+    action_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index("ux_orphans_instance", "provider", "provider_instance_id", unique=True),
+        Index("ix_orphans_action", "action"),
+    )
+
+
+class ProviderListing(Base):
+    """Whether the orphan sweep could read each provider's list, round after round.
+
+    ``provider`` is a provider name, or ``PROVISIONER`` when the provisioner itself could
+    not be reached (then no provider could be listed). ``failed_rounds`` counts sweeps in a
+    row that could not list it; an incident opens when it reaches the configured number.
+    """
+
+    __tablename__ = "provider_listings"
+    provider: Mapped[str] = mapped_column(String(16), primary_key=True)
+    failed_rounds: Mapped[int] = mapped_column(Integer, default=0)
+    failing_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_listed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str] = mapped_column(Text, default="")

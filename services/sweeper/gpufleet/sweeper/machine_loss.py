@@ -1,0 +1,156 @@
+"""A machine the provider took back while we wanted it running (DESIGN §2, §6, §7).
+
+:func:`classify_loss` is pure: what the provider's word about one instance means for a
+machine whose intent is RUNNING. :func:`apply_loss` writes one conclusion in one fenced
+transaction:
+
+- its live attempts end ``LOST``, uncharged, and their jobs go back to the queue on the
+  patient budget (:mod:`gpufleet.common.attempts`, shared with the scheduler);
+- a ledger row: ``preempted`` for a spot instance, ``machine_lost`` otherwise;
+- a pre-emption grows the machine's history — ``preemption_count`` and the spot time it
+  ran (``spot_seconds``, from when this platform last saw it start) — which the scale
+  step reads as its expected cost;
+- the machine follows the provider: STOPPED (disk kept) or DESTROYED, with the matching
+  intent, so the next reconcile does not count the same loss again and nothing routes to
+  it. The destroy timer of a stopped machine is kept for the money chain.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.attempts import LostAttempt, end_live_attempts_lost
+from gpufleet.common.db.enums import CapacityType, MachineIntent, MachineOrigin, MachineState
+from gpufleet.common.db.models import Machine
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.ledger import FailureClass, record_failure
+
+log = logging.getLogger(__name__)
+
+
+class LossKind(StrEnum):
+    # A spot instance taken back by the provider (stopped, terminated or gone).
+    PREEMPTED = "PREEMPTED"
+    # An on-demand instance that no longer exists.
+    VANISHED = "VANISHED"
+    # An on-demand instance stopped by someone other than this platform.
+    STOPPED_OUTSIDE = "STOPPED_OUTSIDE"
+
+
+@dataclass(frozen=True)
+class MachineLoss:
+    """One machine to end as lost, and what the scan read about it (re-checked at write)."""
+
+    machine_id: str
+    kind: LossKind
+    end_state: MachineState
+    # The provider's word: STOPPED, TERMINATED, or "" (not listed at all).
+    provider_status: str
+    state: str
+    state_changed_at: datetime | None
+
+    @property
+    def failure_class(self) -> FailureClass:
+        return FailureClass.PREEMPTED if self.kind is LossKind.PREEMPTED else FailureClass.MACHINE_LOST
+
+
+def classify_loss(capacity_type: str, provider_status: str) -> tuple[LossKind, MachineState] | None:
+    """What the provider's status (``""``: not listed) means for an intent-RUNNING machine,
+    or None when it is not a loss (running) or not settled yet (pending, stopping)."""
+    spot = capacity_type == CapacityType.SPOT
+    if provider_status == "STOPPED":
+        return (LossKind.PREEMPTED if spot else LossKind.STOPPED_OUTSIDE), MachineState.STOPPED
+    if provider_status in ("TERMINATED", ""):
+        return (LossKind.PREEMPTED if spot else LossKind.VANISHED), MachineState.DESTROYED
+    return None
+
+
+def _still_applies(m: Machine, loss: MachineLoss) -> bool:
+    """The scan's view still holds: nothing (a deliberate stop, a start) moved it since."""
+    return (
+        m.intent == MachineIntent.RUNNING
+        and m.managed
+        and m.origin == MachineOrigin.PROVISIONED
+        and m.state == loss.state
+        and m.state_changed_at == loss.state_changed_at
+    )
+
+
+def _why(loss: MachineLoss) -> str:
+    seen = f"listed as {loss.provider_status}" if loss.provider_status else "no longer listed"
+    return {
+        LossKind.PREEMPTED: f"spot instance pre-empted by the provider ({seen})",
+        LossKind.VANISHED: f"instance vanished at the provider ({seen})",
+        LossKind.STOPPED_OUTSIDE: f"instance stopped outside the platform ({seen})",
+    }[loss.kind]
+
+
+def apply_loss(
+    sessions: sessionmaker[Session],
+    lease: LeaderLease,
+    now: datetime,
+    loss: MachineLoss,
+    *,
+    detector: str,
+    lost_retry_backoff_s: float,
+) -> list[LostAttempt] | None:
+    """Write one loss (see the module docstring); None when the machine changed since the
+    scan and nothing was written."""
+    with sessions() as session, session.begin():
+        lease.fence(session)
+        machine = session.execute(
+            select(Machine).where(Machine.id == loss.machine_id).with_for_update()
+        ).scalar_one_or_none()
+        if machine is None or not _still_applies(machine, loss):
+            return None
+        why = _why(loss)
+        lost = end_live_attempts_lost(
+            session, machine.id, now, why=why, lost_retry_backoff_s=lost_retry_backoff_s
+        )
+        ran_s = 0.0
+        if loss.kind is LossKind.PREEMPTED:
+            if machine.first_observed_at is not None:
+                ran_s = max(0.0, (now - machine.first_observed_at).total_seconds())
+            machine.preemption_count += 1
+            machine.spot_seconds += ran_s
+        attempts = ", ".join(f"{a.attempt_id} (job {a.job_id} -> {a.job_state})" for a in lost) or "none"
+        record_failure(
+            session,
+            now,
+            loss.failure_class,
+            detector,
+            machine_id=machine.id,
+            details=(
+                f"{why}; instance {machine.provider_instance_id or '?'} at {machine.provider}; "
+                f"machine {loss.state} -> {loss.end_state.value}; attempts ended lost, uncharged: {attempts}"
+                + (
+                    f"; pre-emption {machine.preemption_count}, ran {ran_s:.0f}s of spot time this run"
+                    if loss.kind is LossKind.PREEMPTED
+                    else ""
+                )
+            ),
+        )
+        machine.state = loss.end_state.value
+        machine.intent = (
+            MachineIntent.STOPPED.value
+            if loss.end_state is MachineState.STOPPED
+            else MachineIntent.DESTROYED.value
+        )
+        machine.state_changed_at = now
+        machine.stop_due_at = None
+        if loss.end_state is MachineState.DESTROYED:
+            machine.destroy_due_at = None
+    log.warning(
+        "machine %s lost: %s; %d attempts requeued",
+        loss.machine_id,
+        why,
+        len(lost),
+        extra={"fields": {"machine_id": loss.machine_id, "kind": loss.kind.value, "attempts": len(lost)}},
+    )
+    return lost
