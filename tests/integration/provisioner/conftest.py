@@ -20,15 +20,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.provider_errors import ProviderError
 from gpufleet.provisioner.drivers import local_procs
 from gpufleet.provisioner.drivers.base import Driver, Offering, Provider
 from gpufleet.provisioner.drivers.local import DEFAULT_AGENT_COMMAND, LocalDriver
 from gpufleet.provisioner.drivers.sim import SimCloud, SimLatencies, SimOp
+from tests.support.moto_server import (
+    TEST_REGIONS,
+    Ec2Faults,
+    MotoServer,
+    aws_driver_for,
+    fault_for,
+    start_moto_server,
+)
 
-CONTRACT_DRIVERS = ["sim", "local"]
-SCRIPTABLE_DRIVERS = ["sim"]
+CONTRACT_DRIVERS = ["sim", "local", "aws", "gcp"]
+SCRIPTABLE_DRIVERS = ["sim", "aws"]
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
 
@@ -142,6 +151,60 @@ def local_harness(tmp_path: Path) -> Iterator[DriverHarness]:
         make_driver=make, offering=offering, step=lambda: pause.wait(0.05), exhaust_capacity=exhaust
     )
     kill_local_machines(root)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    server = start_moto_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def aws_faults(moto_server: MotoServer) -> Ec2Faults:
+    """No live instance of an earlier test in moto, and a fresh fault script."""
+    moto_server.clear(TEST_REGIONS)
+    return Ec2Faults()
+
+
+@pytest.fixture
+def aws_harness(moto_server: MotoServer, aws_faults: Ec2Faults) -> DriverHarness:
+    """EC2 on moto's server; injected errors arrive as EC2 error answers on the next call."""
+    offering = Offering(
+        provider=Provider.AWS,
+        region="us-east-1",
+        zone="us-east-1a",
+        instance_type="g6.xlarge",
+        slots=1,
+        gpu_model="L4",
+    )
+    return DriverHarness(
+        make_driver=lambda deployment_id: aws_driver_for(moto_server, aws_faults, deployment_id),
+        offering=offering,
+        step=lambda: None,  # moto settles every transition by the next describe
+        exhaust_capacity=lambda: aws_faults.stockout("us-east-1a"),
+        inject=lambda _op, error: aws_faults.fail_next(fault_for(error)),
+    )
+
+
+@pytest.fixture
+def gcp_harness() -> Iterator[DriverHarness]:
+    """Compute Engine on the project's REST fake (tests/support/gce_fake) in real time:
+    operations take tens of milliseconds, a stockout is the zone's operation error. Not in
+    SCRIPTABLE_DRIVERS: GCE cannot say "not yet done" to a get or a list, and a destroy
+    that finds nothing answers False rather than not-found; test_gcp_driver.py covers every
+    error class on every call where GCE can raise it."""
+    from tests.support.gce_fake import GceFake, Latencies
+    from tests.support.gce_fake.harness import GCP_OFFERING, gcp_driver_for
+
+    pause = threading.Event()
+    with GceFake(latencies=Latencies(insert=0.05, start=0.05, stop=0.05, delete=0.05)) as fake:
+        yield DriverHarness(
+            make_driver=lambda deployment_id: gcp_driver_for(fake, deployment_id),
+            offering=GCP_OFFERING,
+            step=lambda: pause.wait(0.05),
+            exhaust_capacity=lambda: fake.set_stockout(GCP_OFFERING.zone),
+        )
 
 
 @pytest.fixture(params=CONTRACT_DRIVERS)

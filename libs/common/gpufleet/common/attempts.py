@@ -45,8 +45,8 @@ class LostAttempt:
 def set_job_state(
     session: Session, job: models.Job, state: JobState, now: datetime, message: str = ""
 ) -> None:
-    """Move ``job`` to ``state`` and append the event WatchJob streams (the same rule the
-    scheduler's own ``jobstate.set_job_state`` applies)."""
+    """Move ``job`` to ``state`` and append the event WatchJob streams. Every writer of a
+    job's state (scheduler, sweeper, reaper) goes through here."""
     if job.state == state.value and not message:
         return
     job.state = state.value

@@ -1,4 +1,6 @@
-"""Every change of a job's state goes through here, so WatchJob sees each one, in order."""
+"""How attempts end and what they cost. Every change of a job's state goes through
+``set_job_state`` (shared with the sweeper in ``gpufleet.common.attempts``), so WatchJob
+sees each one, in order."""
 
 from __future__ import annotations
 
@@ -7,25 +9,11 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpufleet.common.attempts import set_job_state
 from gpufleet.common.db import models
-from gpufleet.common.db.enums import TERMINAL_JOB_STATES, AttemptState, JobState
+from gpufleet.common.db.enums import AttemptState
 
-
-def set_job_state(
-    session: Session, job: models.Job, state: JobState, now: datetime, message: str = ""
-) -> None:
-    """Move ``job`` to ``state`` and append the event WatchJob streams."""
-    if job.state == state.value and not message:
-        return
-    job.state = state.value
-    job.updated_at = now
-    if message:
-        job.status_message = message
-    if state is JobState.RUNNING and job.started_at is None:
-        job.started_at = now
-    if state in TERMINAL_JOB_STATES:
-        job.ended_at = now
-    session.add(models.JobEvent(job_id=job.id, state=state.value, at=now, message=message))
+__all__ = ["attempt_charge_micros", "end_attempt", "set_job_state"]
 
 
 def attempt_charge_micros(slot_seconds: float, machine: models.Machine, plan: models.Plan) -> int:

@@ -17,6 +17,7 @@ import grpc
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.attempts import requeue_after_loss
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name, machine_to_proto
 from gpufleet.common.db import models
@@ -110,7 +111,8 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             raise InvalidArgument("must not be negative", field="slot_seconds")
         now = self.clock.now()
         with self.sessions() as session, session.begin():
-            attempt = session.get(models.Attempt, attempt_id)
+            # Locked: a reaper or sweeper ending it LOST meanwhile must not be overwritten.
+            attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
             if attempt is None:
                 raise NotFound(f"no attempt {attempt_id!r}", field="attempt_id")
             if attempt.machine_id != machine_id:
@@ -259,25 +261,3 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
                 machine.agent_address = request.agent_address
             session.flush()
             return machine_to_proto(machine)
-
-
-def requeue_after_loss(
-    session: Session, job: models.Job, kind: models.JobKind, now: datetime, backoff_s: float, why: str
-) -> None:
-    """Back to the queue on the separate, more patient budget; FAILED once it is spent."""
-    if job.cancel_requested:
-        set_job_state(session, job, JobState.CANCELLED, now, "cancelled")
-        return
-    if job.lost_retries_used < kind.lost_retry_budget:
-        job.lost_retries_used += 1
-        # Patient back-off: doubles with each loss.
-        job.not_before = now + timedelta(seconds=backoff_s * (2 ** (job.lost_retries_used - 1)))
-        set_job_state(
-            session,
-            job,
-            JobState.QUEUED,
-            now,
-            f"{why}; requeued ({job.lost_retries_used} of {kind.lost_retry_budget}), not charged",
-        )
-    else:
-        set_job_state(session, job, JobState.FAILED, now, f"{why}; lost-retry budget spent")

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.attempts import requeue_after_loss
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
@@ -42,7 +43,6 @@ from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.decide import decide
 from gpufleet.scheduler.tick.model import Assignment, CreateMachine, Policy, StartMachine
 from gpufleet.scheduler.tick.snapshot import load_snapshot
-from gpufleet.scheduler.worker_service import requeue_after_loss
 from gpufleet.v1 import agent_service_pb2
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class FleetTick:
     def _expire_lease(self, attempt_id: str, now: datetime, report: TickReport) -> None:
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
-            attempt = session.get(models.Attempt, attempt_id)
+            attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
             if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES or attempt.lease_expires_at >= now:
                 return
             job = session.get_one(models.Job, attempt.job_id)
@@ -128,7 +128,7 @@ class FleetTick:
     def _time_out(self, attempt_id: str, now: datetime, report: TickReport) -> None:
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
-            attempt = session.get(models.Attempt, attempt_id)
+            attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
             if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES:
                 return
             job = session.get_one(models.Job, attempt.job_id)
