@@ -11,6 +11,7 @@ result (outcome, exit code, clock slot-seconds) atomically before it exits.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -153,6 +154,9 @@ class Runner:
                     stderr=subprocess.STDOUT,
                     env=env,
                     cwd=self.files.work,
+                    # Its own process group (same session, so the machine's stop still reaches
+                    # it): ending the job ends everything it started, not just its first process.
+                    process_group=0,
                 )
         except OSError as err:
             return self._finish(start, Outcome.INFRA_ERROR, 0, f"could not start the job {argv[0]!r}: {err}")
@@ -168,6 +172,8 @@ class Runner:
                 returncode = self._terminate(proc)
                 break
             self.stop.wait(self.poll_s)  # real time: how soon an exit or a marker is noticed
+        # Nothing outlives the job: whatever it left behind in its group goes with it.
+        kill_group(proc.pid, signal.SIGKILL)
         if self.signalled:
             stopped = StopReason.RUNNER_STOPPED
         exit_code = exit_code_of(returncode)
@@ -190,13 +196,14 @@ class Runner:
             return ""
 
     def _terminate(self, proc: subprocess.Popen[bytes]) -> int:
-        """SIGTERM, a grace period, then SIGKILL. Only the job's own process: killing its
-        whole tree is the slot's cgroup's work once the walls exist (launcher seam)."""
-        proc.terminate()
+        """SIGTERM to the job's whole process group, a grace period, then SIGKILL. A child
+        that leaves the group (setsid) escapes this; the slot's cgroup closes that gap once
+        the walls exist (launcher seam)."""
+        kill_group(proc.pid, signal.SIGTERM)
         try:
             return proc.wait(timeout=self.kill_grace_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            kill_group(proc.pid, signal.SIGKILL)
             return proc.wait()
 
     def _finish(self, start: datetime, outcome: Outcome, exit_code: int, message: str) -> AttemptResult:
@@ -222,6 +229,12 @@ class Runner:
             message,
         )
         return result
+
+
+def kill_group(pgid: int, signum: signal.Signals) -> None:
+    """Signal every process of the job's group; a group already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

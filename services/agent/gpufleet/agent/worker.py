@@ -12,6 +12,7 @@ it, acts, and leaves it consistent, so it can be killed at any point.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import logging
 import os
@@ -24,7 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO
 
-from gpufleet.agent.procs import is_alive, signal_quietly
+from gpufleet.agent.procs import is_alive
 from gpufleet.agent.reporter import GrpcSchedulerReports, ReportRefused, Running, SchedulerReports
 from gpufleet.agent.runner_processes import PopenRunnerProcesses, RunnerProcesses
 from gpufleet.agent.settings import Settings
@@ -165,7 +166,9 @@ class Worker:
         state = read_json(files.runner_state)
         job_pid = state.get("job_pid") if isinstance(state, dict) else None
         if isinstance(job_pid, int) and is_alive(job_pid, environ=(f"GPUFLEET_JOB_SPEC={files.spec}",)):
-            signal_quietly(job_pid, signal.SIGKILL)  # nobody would ever time or report it
+            # Nobody would ever time or report it: end the job's whole process group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(job_pid, signal.SIGKILL)
         now = iso(self.clock.now())
         result = AttemptResult(
             files.attempt_id,
