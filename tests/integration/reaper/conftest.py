@@ -11,12 +11,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
-from gpufleet.common.db.models import WatchdogStat
+from gpufleet.common.db.models import Machine, WatchdogStat
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import Ticker
 from gpufleet.reaper.idle_scanner import GrpcAgentSampler
@@ -33,9 +34,19 @@ class Chain:
     ticker: Ticker
     # A ScriptedProvisioner, or a SimProvisioner (the real service with its sim driver).
     provisioner: Any
+    # True: every running machine's worker reports before each tick (healthy workers),
+    # so a test of the money chain is not also a test of the report-reading nets.
+    heartbeats: bool = False
 
     def tick(self) -> None:
         """One pass of the loop: renew the lease, run every watchdog that is due."""
+        if self.heartbeats:
+            with self.sessions() as s, s.begin():
+                s.execute(
+                    update(Machine)
+                    .where(Machine.state.in_(["BOOTING", "READY", "DRAINING"]))
+                    .values(worker_report_at=self.clock.now())
+                )
         self.lease.try_acquire()
         self.ticker.run_due()
 

@@ -18,6 +18,12 @@ FIVE_MIN = timedelta(minutes=5)
 TWO_HOURS = timedelta(hours=2)
 
 
+@pytest.fixture(autouse=True)
+def _healthy_workers(chain: Chain) -> None:
+    # The money chain's machines have live workers: only idleness is under test here.
+    chain.heartbeats = True
+
+
 def test_quiet_arms_both_timers_once(chain: Chain) -> None:
     with serve_agent() as agent:
         agent.quiet()

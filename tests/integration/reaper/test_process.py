@@ -38,7 +38,16 @@ def test_reaper_process_serves_leads_and_stops_on_sigterm(pg_url: str, tmp_path:
                     break
                 assert time.monotonic() < deadline, proc.log()
                 time.sleep(0.1)
-        assert sorted(d.watchdog_id for d in dogs) == ["auto_destroy", "auto_stop", "idle_scanner"]
+        assert sorted(d.watchdog_id for d in dogs) == [
+            "auto_destroy",
+            "auto_stop",
+            "boot_failure",
+            "idle_scanner",
+            "lost_detector",
+            "provision_deadline",
+            "stuck_transition",
+            "went_silent",
+        ]
         with sessions() as s:
             lease = s.execute(select(LeaderLease).where(LeaderLease.name == "reaper")).scalar_one()
         assert lease.holder == "reaper-under-test"

@@ -246,16 +246,36 @@ def test_watchdogs_show_cadence_runs_and_refusals(chain: Chain) -> None:
     try:
         with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             stub = reaper_service_pb2_grpc.ReaperServiceStub(channel)
-            page = stub.ListWatchdogs(reaper_service_pb2.ListWatchdogsRequest(page_size=2), timeout=5)
-            rest = stub.ListWatchdogs(
-                reaper_service_pb2.ListWatchdogsRequest(page_size=2, page_token=page.next_page_token),
-                timeout=5,
-            )
+            pages = [stub.ListWatchdogs(reaper_service_pb2.ListWatchdogsRequest(page_size=3), timeout=5)]
+            while pages[-1].next_page_token:
+                pages.append(
+                    stub.ListWatchdogs(
+                        reaper_service_pb2.ListWatchdogsRequest(
+                            page_size=3, page_token=pages[-1].next_page_token
+                        ),
+                        timeout=5,
+                    )
+                )
     finally:
         server.stop(0)
-    dogs = {w.watchdog_id: w for w in [*page.watchdogs, *rest.watchdogs]}
-    assert sorted(dogs) == ["auto_destroy", "auto_stop", "idle_scanner"]
+    dogs = {w.watchdog_id: w for page in pages for w in page.watchdogs}
+    assert sorted(dogs) == [
+        "auto_destroy",
+        "auto_stop",
+        "boot_failure",
+        "idle_scanner",
+        "lost_detector",
+        "provision_deadline",
+        "stuck_transition",
+        "went_silent",
+    ]
     stop = dogs["auto_stop"]
     assert (stop.service, stop.cadence.ToTimedelta(), stop.runs) == ("reaper", timedelta(seconds=30), 2)
     assert stop.last_run_time.ToDatetime().replace(tzinfo=chain.clock.now().tzinfo) == chain.clock.now()
     assert dict(stop.refusals) == {"NOT_OURS": 2}
+    # The nets that ask every minute ran once in these 30 seconds; the registered box that
+    # never reported is refused by boot failure at the first gate, and counted.
+    for name in ("provision_deadline", "boot_failure", "went_silent", "lost_detector", "stuck_transition"):
+        assert (dogs[name].cadence.ToTimedelta(), dogs[name].runs) == (timedelta(seconds=60), 1), name
+    assert dict(dogs["boot_failure"].refusals) == {"NOT_OURS": 1}
+    assert dict(dogs["boot_failure"].actions) == {}

@@ -23,6 +23,7 @@ from tests.support.sim_provisioner import SimProvisioner, serve_sim_provisioner
 def sim_chain(db_url: str) -> Iterator[Chain]:
     clock = ManualClock()
     with serve_sim_provisioner(clock) as sim, wire_reaper(db_url, clock, sim.address, sim) as c:
+        c.heartbeats = True
         yield c
 
 

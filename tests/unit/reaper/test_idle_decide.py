@@ -75,6 +75,15 @@ CASES: list[tuple[str, MachineSnapshot, UtilisationSample | None, list[IdleActio
         [OK, ClearIdleTimers()],
     ),
     ("quiet never arms a machine that is not running", replace(READY, state="STOPPING"), QUIET, [OK]),
+    # A booting machine is quiet because it is still pulling its image: the boot nets own it.
+    ("quiet never arms a booting machine", replace(READY, state="BOOTING"), QUIET, [OK]),
+    ("quiet arms a draining machine", replace(READY, state="DRAINING"), QUIET, [OK, ARM]),
+    (
+        "traffic clears a booting machine",
+        replace(ARMED, state="BOOTING"),
+        replace(QUIET, requests_since_last_sample=1),
+        [OK, ClearIdleTimers()],
+    ),
     ("quiet never arms an unknown state", replace(READY, state="WEIRD"), QUIET, [OK]),
     ("unreachable: no timer change, probe failed", ARMED, None, [ProbeFailed(NOW)]),
     ("unreachable stopped machine: nothing at all", replace(ARMED, state="STOPPED"), None, []),

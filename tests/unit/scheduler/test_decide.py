@@ -154,3 +154,23 @@ def test_leases_and_time_limits() -> None:
                                      attempt("long", started_s_ago=3601, lease_in_s=50)]), POLICY)
     assert plan.expired_leases == ["lost"]
     assert plan.over_limit == ["long"]
+
+
+def test_a_machine_that_keeps_being_taken_back_waits_behind_a_cheaper_offering() -> None:
+    preempted = machine("spot", state="STOPPED", price=400_000, capacity_type="SPOT", preemption_count=1,
+                        spot_seconds=1800.0)
+    quiet = machine("quiet", state="STOPPED", price=1_000_000)
+    assert decide(snapshot(queued=[job("a")], machines=[preempted]), POLICY).scale == [
+        CreateMachine(offering_id="cheap", pool_id="l4")]
+    # A quiet stopped machine still starts before any new one, even a cheaper one.
+    assert decide(snapshot(queued=[job("a")], machines=[preempted, quiet]), POLICY).scale == [StartMachine("quiet")]
+    # With no offering left, the pre-empted machine is still better than nothing.
+    assert decide(snapshot(queued=[job("a")], machines=[preempted], offerings=[]), POLICY).scale == [
+        StartMachine("spot")]
+
+
+def test_a_machine_whose_start_failed_is_not_counted_as_arriving() -> None:
+    failed = machine("m", state="STARTING", backoff_until=NOW + timedelta(seconds=60))
+    assert decide(snapshot(queued=[job("a")], machines=[failed]), POLICY).scale == [CreateMachine("cheap", "l4")]
+    settled = replace(failed, backoff_until=NOW - timedelta(seconds=1))
+    assert decide(snapshot(queued=[job("a")], machines=[settled]), POLICY).scale == []

@@ -15,24 +15,18 @@ from sqlalchemy import or_
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.clock import Clock
-from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineState
+from gpufleet.common.db.enums import RUNNING_STATES, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.snapshot import scan
-from gpufleet.reaper.transition import MachineProvider, Transition, TransitionRunner
+from gpufleet.reaper.transition import MachineProvider, TransitionRunner, destroy_transition
 
 NAME = "auto_destroy"
 
-DESTROY = Transition(
-    operation="destroy",
-    detector=NAME,
-    intent=MachineIntent.DESTROYED,
-    transitional=MachineState.DESTROYING,
-    end=MachineState.DESTROYED,
-)
+DESTROY = destroy_transition(NAME)
 
 _RUNNING = sorted(s.value for s in RUNNING_STATES)
 

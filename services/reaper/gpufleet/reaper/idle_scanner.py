@@ -12,7 +12,11 @@ changes no timer (fails safe).
 Which machines are sampled follows from that: every machine of ours (not destroyed, with
 an agent address) that is running (BOOTING/READY/DRAINING) **or has a timer armed, whatever
 its recorded state** — a scan limited to running states would be the very state gate the
-clearing path must not have. Only a running machine is ever armed.
+clearing path must not have. Only a machine that has come up for work (READY or
+DRAINING) is ever armed: a BOOTING machine is quiet because it is still pulling its
+image, and whether it ever comes up is the provision-deadline and boot-failure nets'
+question, on their own windows — arming it would let the money chain stop a slow boot
+before the boot window has run out.
 
 Every contact also writes the probe liveness channel (``probe_ok_at`` /
 ``probe_failed_since``) that the lost detector reads; a failed contact is recorded only
@@ -32,7 +36,7 @@ from sqlalchemy import Update, func, literal, or_, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.clients.agent import AgentClient
-from gpufleet.common.db.enums import RUNNING_STATES
+from gpufleet.common.db.enums import RUNNING_STATES, MachineState
 from gpufleet.common.db.models import Machine, UTCDateTime
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
@@ -45,6 +49,9 @@ log = logging.getLogger(__name__)
 
 NAME = "idle_scanner"
 _RUNNING = sorted(s.value for s in RUNNING_STATES)
+# Up for work: the only states a quiet sample may arm.
+ARMABLE_STATES = frozenset({MachineState.READY, MachineState.DRAINING})
+_ARMABLE = sorted(s.value for s in ARMABLE_STATES)
 
 
 @dataclass(frozen=True)
@@ -113,7 +120,7 @@ def decide(
     if not is_quiet(machine, sample, policy):
         # No condition on state, managed or whether anything is armed: traffic clears.
         actions.append(ClearIdleTimers())
-    elif machine.state in RUNNING_STATES and machine.stop_due_at is None and machine.destroy_due_at is None:
+    elif machine.state in ARMABLE_STATES and machine.stop_due_at is None and machine.destroy_due_at is None:
         actions.append(ArmIdleTimers(now + policy.stop_after, now + policy.destroy_after))
     return actions
 
@@ -180,6 +187,10 @@ class IdleScanner:
                         Machine.destroy_due_at.is_not(None),
                     ),
                 ],
+                # It samples agents and decides on timers alone: no provider call, and
+                # none of the lifecycle or liveness fields.
+                with_offering=False,
+                with_lifecycle=False,
             )
 
     def run(self, now: datetime) -> TickReport:
@@ -246,7 +257,7 @@ def clear_idle_timers(machine_id: str) -> Update:
 
 
 def arm_idle_timers(session: Session, machine_id: str, arm: ArmIdleTimers) -> bool:
-    """Arm both timers only if neither is armed and the machine is still running and ours.
+    """Arm both timers only if neither is armed and the machine is still up for work and ours.
 
     Unlike clearing, arming is gated: if the row moved since the scan, arming fails safe.
     """
@@ -256,7 +267,7 @@ def arm_idle_timers(session: Session, machine_id: str, arm: ArmIdleTimers) -> bo
             Machine.id == machine_id,
             Machine.stop_due_at.is_(None),
             Machine.destroy_due_at.is_(None),
-            Machine.state.in_(_RUNNING),
+            Machine.state.in_(_ARMABLE),
             not_destroyed(),
             *ours(),
         )

@@ -13,6 +13,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Protocol
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -30,12 +31,18 @@ from gpufleet.common.grpcserver import (
 )
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import PeriodicTask, Ticker
+from gpufleet.reaper.agent_probe import AgentProber, GrpcAgentProber
 from gpufleet.reaper.auto_destroy import AutoDestroy
 from gpufleet.reaper.auto_stop import AutoStop
+from gpufleet.reaper.boot_failure import BootFailure
 from gpufleet.reaper.idle_scanner import AgentSampler, GrpcAgentSampler, IdleScanner
+from gpufleet.reaper.lost_detector import LostDetector
+from gpufleet.reaper.provision_deadline import ProvisionDeadline
 from gpufleet.reaper.service import ReaperService
 from gpufleet.reaper.settings import Settings
+from gpufleet.reaper.stuck_transition import InstanceReader, StuckTransition
 from gpufleet.reaper.transition import MachineProvider
+from gpufleet.reaper.went_silent import WentSilent
 from gpufleet.v1 import reaper_service_pb2, reaper_service_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -43,24 +50,57 @@ log = logging.getLogger(__name__)
 SERVICE = "reaper"
 
 
+class ReaperProvisioner(MachineProvider, InstanceReader, Protocol):
+    """Every provisioner call the reaper makes: stop, destroy, and a fresh read."""
+
+
 def build_watchdogs(
     settings: Settings,
     sessions: sessionmaker[Session],
     lease: LeaderLease,
     clock: Clock,
-    provider: MachineProvider,
+    provider: ReaperProvisioner,
     sampler: AgentSampler,
+    prober: AgentProber | None = None,
 ) -> list[PeriodicTask]:
-    """The reaper's nets, each at its own cadence (the next issue adds its siblings here)."""
+    """Every machine-level net, each its own module with its own gate and cadence.
+
+    Five of them can destroy (auto-destroy, provision deadline, boot failure, went
+    silent) or stop (auto-stop), all behind the one refusal ladder; the lost detector is
+    given no provisioner at all, and stuck transition only reads.
+    """
+    prober = prober or GrpcAgentProber(timeout_s=settings.agent_timeout_s)
+    outcomes = settings.outcome_policy()
     idle = IdleScanner(
         sessions, lease, sampler, settings.idle_policy(), concurrency=settings.idle_sample_concurrency
     )
     stop = AutoStop(sessions, lease, clock, provider, settings.auto_stop_policy())
     destroy = AutoDestroy(sessions, lease, clock, provider, settings.auto_destroy_policy())
+    deadline = ProvisionDeadline(
+        sessions, lease, clock, provider, settings.provision_deadline_policy(), outcomes
+    )
+    boot = BootFailure(
+        sessions,
+        lease,
+        clock,
+        provider,
+        prober,
+        settings.boot_failure_policy(),
+        outcomes,
+        concurrency=settings.idle_sample_concurrency,
+    )
+    silent = WentSilent(sessions, lease, clock, provider, settings.went_silent_policy(), outcomes)
+    lost = LostDetector(sessions, lease, clock, settings.lost_policy())
+    stuck = StuckTransition(sessions, lease, clock, provider, settings.stuck_policy(), outcomes)
     return [
         PeriodicTask(idle.name, settings.idle_scan_every_s, idle.run),
         PeriodicTask(stop.name, settings.auto_stop_every_s, stop.run),
         PeriodicTask(destroy.name, settings.auto_destroy_every_s, destroy.run),
+        PeriodicTask(deadline.name, settings.provision_deadline_every_s, deadline.run),
+        PeriodicTask(boot.name, settings.boot_failure_every_s, boot.run),
+        PeriodicTask(silent.name, settings.went_silent_every_s, silent.run),
+        PeriodicTask(lost.name, settings.lost_detector_every_s, lost.run),
+        PeriodicTask(stuck.name, settings.stuck_transition_every_s, stuck.run),
     ]
 
 
@@ -98,10 +138,11 @@ def build(
     settings: Settings,
     *,
     clock: Clock | None = None,
-    provider: MachineProvider | None = None,
+    provider: ReaperProvisioner | None = None,
     sampler: AgentSampler | None = None,
+    prober: AgentProber | None = None,
 ) -> Reaper:
-    """Wire a reaper from its settings; tests pass their own clock, provider or sampler."""
+    """Wire a reaper from its settings; tests pass their own clock, provider, sampler or prober."""
     clock = clock or settings.make_clock()
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
@@ -115,7 +156,7 @@ def build(
         window=timedelta(seconds=settings.idle_sample_window_s), timeout_s=settings.agent_timeout_s
     )
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
-    tasks = build_watchdogs(settings, sessions, lease, clock, provider, sampler)
+    tasks = build_watchdogs(settings, sessions, lease, clock, provider, sampler, prober)
     ticker = Ticker(SERVICE, clock, sessions, lease, tasks, renew_s=settings.lease_renew_s)
     server = create_server(
         settings.listen_address,

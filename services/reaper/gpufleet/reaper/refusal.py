@@ -2,10 +2,14 @@
 
 Most of a reaper is the list of reasons not to fire: the provider call itself is one
 line, and each refusal above it exists because the naive check destroys something it
-should not. Every net (auto-stop and auto-destroy today; boot failure, provision deadline,
-went silent, lost detector and stuck transition next) walks the same ladder, in the same
-order, through :func:`first_refusal` — a pure function over a :class:`MachineSnapshot`,
-so the order is tested once, from a table, and no net can quietly skip a gate.
+should not. Every net that can stop or destroy (auto-stop, auto-destroy, provision
+deadline, boot failure, went silent) walks the same ladder, in the same order, through
+:func:`first_refusal` — a pure function over a :class:`MachineSnapshot`, so the order is
+tested once, from a table, and no net can quietly skip a gate.
+
+The nets that cannot stop or destroy (lost detector, stuck transition) do not walk the
+ladder; they still refuse what is not ours (:func:`is_ours`), because a state nobody here
+answers for is not a state they may write.
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ class RefusalReason(StrEnum):
     NOT_RUNNING = "NOT_RUNNING"
     STOP_PENDING = "STOP_PENDING"
     NOT_STOPPED_OR_IDLE = "NOT_STOPPED_OR_IDLE"
+    # Boot failure: the live re-confirmation found start-up complete after all.
+    STARTUP_HEALTHY = "STARTUP_HEALTHY"
+    # Lost detector: the probe fails, but neither the provider's list nor the worker says
+    # the machine is still there — not "lost" (a broken path) but gone, another net's case.
+    NO_SIGN_OF_LIFE = "NO_SIGN_OF_LIFE"
+    # Stuck transition: the provider could not be read this tick (no decision on no data).
+    PROVIDER_UNREADABLE = "PROVIDER_UNREADABLE"
     # The row moved between the scan and the claiming write (another writer got there
     # first): the decision was made on stale data, so it is dropped, never forced.
     CHANGED_SINCE_SCAN = "CHANGED_SINCE_SCAN"
@@ -68,6 +79,17 @@ class MachineSnapshot:
     provider_instance_id: str | None = None
     # The offering the machine was bought with: what a provider call must name.
     offering: machine_pb2.Offering | None = None
+    lost: bool = False
+    requested_at: datetime | None = None
+    provision_deadline_at: datetime | None = None
+    state_changed_at: datetime | None = None
+    startup_failed_at: datetime | None = None
+    # The three liveness channels (DESIGN §3). Which of them a net may read is that net's
+    # design: went silent reads only worker_report_at.
+    provider_seen_at: datetime | None = None
+    probe_ok_at: datetime | None = None
+    probe_failed_since: datetime | None = None
+    worker_report_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -92,9 +114,14 @@ class Refuse:
     reason: RefusalReason
 
 
+def is_ours(machine: MachineSnapshot) -> bool:
+    """Our own provisioning record and our responsibility: the first rung of the ladder."""
+    return machine.origin == MachineOrigin.PROVISIONED and machine.managed
+
+
 def first_refusal(now: datetime, machine: MachineSnapshot, gates: NetGates) -> RefusalReason | None:
     """The first gate of the ladder that refuses, or None when the net may act."""
-    if machine.origin != MachineOrigin.PROVISIONED or not machine.managed:
+    if not is_ours(machine):
         # Only our own provisioning record makes a machine ours — never a provider list.
         return RefusalReason.NOT_OURS
     if machine.state == MachineState.DESTROYED:

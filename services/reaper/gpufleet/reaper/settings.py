@@ -6,14 +6,29 @@ clock shrinks them all alike. Built once in ``main()`` and passed down.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from gpufleet.common.ledger import OutcomePolicy
 from gpufleet.common.settings import StoreSettings
 from gpufleet.reaper.auto_destroy import AutoDestroyPolicy
 from gpufleet.reaper.auto_stop import AutoStopPolicy
+from gpufleet.reaper.boot_failure import BootFailurePolicy
 from gpufleet.reaper.idle_scanner import IdlePolicy
+from gpufleet.reaper.lost_detector import LostPolicy
+from gpufleet.reaper.provision_deadline import ProvisionDeadlinePolicy
+from gpufleet.reaper.stuck_transition import StuckPolicy
+from gpufleet.reaper.went_silent import FLOOR as WENT_SILENT_FLOOR
+from gpufleet.reaper.went_silent import WentSilentPolicy
+
+log = logging.getLogger(__name__)
+
+
+def _optional(seconds: float) -> timedelta | None:
+    """0 means "until a human clears it"."""
+    return timedelta(seconds=seconds) if seconds > 0 else None
 
 
 class Settings(StoreSettings):
@@ -23,6 +38,11 @@ class Settings(StoreSettings):
     idle_scan_every_s: float = Field(default=30.0, gt=0)
     auto_stop_every_s: float = Field(default=30.0, gt=0)
     auto_destroy_every_s: float = Field(default=30.0, gt=0)
+    provision_deadline_every_s: float = Field(default=60.0, gt=0)
+    boot_failure_every_s: float = Field(default=60.0, gt=0)
+    went_silent_every_s: float = Field(default=60.0, gt=0)
+    lost_detector_every_s: float = Field(default=60.0, gt=0)
+    stuck_transition_every_s: float = Field(default=60.0, gt=0)
 
     # The money chain.
     idle_stop_after_s: float = Field(default=300.0, gt=0)
@@ -37,6 +57,39 @@ class Settings(StoreSettings):
     auto_destroy_grace_s: float = Field(default=600.0, ge=0)
     # A stop or destroy may wait on the provider's long operation.
     provider_timeout_s: float = Field(default=120.0, gt=0)
+
+    # Provision deadline: the deadline itself is fixed by the scheduler at request time;
+    # this is only the fallback for a row that has none (counted from requested_at).
+    provision_deadline_default_s: float = Field(default=1200.0, gt=0)
+    # Boot failure: the boot window, from first_observed_at (also its grace gate).
+    boot_window_s: float = Field(default=1800.0, gt=0)
+    # Went silent: raised to the hard floor (300 s), with a warning, when set lower.
+    went_silent_after_s: float = Field(default=900.0, gt=0)
+    went_silent_grace_s: float = Field(default=600.0, ge=0)
+    # Lost detector: probe failing this long while the provider or worker says it is there.
+    lost_after_s: float = Field(default=180.0, gt=0)
+    lost_still_there_within_s: float = Field(default=300.0, gt=0)
+    # Stuck transition: time in PROVISIONING/STARTING/STOPPING/DESTROYING before a fresh read.
+    stuck_transition_after_s: float = Field(default=600.0, gt=0)
+
+    # Ledger outcomes: quarantine lengths (0 = until a human clears it).
+    offering_quarantine_ttl_s: float = Field(default=1800.0, ge=0)
+    halt_provisioning_ttl_s: float = Field(default=0.0, ge=0)
+    lost_retry_backoff_s: float = Field(default=30.0, ge=0)
+
+    @field_validator("went_silent_after_s")
+    @classmethod
+    def _went_silent_floor(cls, value: float) -> float:
+        floor = WENT_SILENT_FLOOR.total_seconds()
+        if value < floor:
+            log.warning(
+                "went_silent_after_s=%s is below the hard floor; raised to %s",
+                value,
+                floor,
+                extra={"fields": {"configured_s": value, "floor_s": floor}},
+            )
+            return floor
+        return value
 
     @model_validator(mode="after")
     def _stop_before_destroy(self) -> Settings:
@@ -60,3 +113,31 @@ class Settings(StoreSettings):
 
     def auto_destroy_policy(self) -> AutoDestroyPolicy:
         return AutoDestroyPolicy(grace=timedelta(seconds=self.auto_destroy_grace_s))
+
+    def provision_deadline_policy(self) -> ProvisionDeadlinePolicy:
+        return ProvisionDeadlinePolicy(default_deadline=timedelta(seconds=self.provision_deadline_default_s))
+
+    def boot_failure_policy(self) -> BootFailurePolicy:
+        return BootFailurePolicy(window=timedelta(seconds=self.boot_window_s))
+
+    def went_silent_policy(self) -> WentSilentPolicy:
+        return WentSilentPolicy(
+            silent_after=timedelta(seconds=self.went_silent_after_s),
+            grace=timedelta(seconds=self.went_silent_grace_s),
+        )
+
+    def lost_policy(self) -> LostPolicy:
+        return LostPolicy(
+            lost_after=timedelta(seconds=self.lost_after_s),
+            still_there_within=timedelta(seconds=self.lost_still_there_within_s),
+        )
+
+    def stuck_policy(self) -> StuckPolicy:
+        return StuckPolicy(stuck_after=timedelta(seconds=self.stuck_transition_after_s))
+
+    def outcome_policy(self) -> OutcomePolicy:
+        return OutcomePolicy(
+            offering_quarantine_ttl=_optional(self.offering_quarantine_ttl_s),
+            halt_ttl=_optional(self.halt_provisioning_ttl_s),
+            lost_retry_backoff_s=self.lost_retry_backoff_s,
+        )

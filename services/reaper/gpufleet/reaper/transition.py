@@ -8,7 +8,10 @@ appends a ``provider_call_failed`` row to the ledger.
 
 The claiming write is a compare-and-set on what the scan saw (same state, still ours,
 still not pinned, still due), so a decision made on a row that moved since the scan is
-dropped rather than forced.
+dropped rather than forced. A net that acts on a detection (boot failed, went silent, ...)
+appends its ledger row in that same claiming transaction, and the row's routed outcome
+takes effect there too (``record_failure(..., apply=True)``): the detection, the intent
+and the transitional state are committed together, before the provider call.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from gpufleet.common.db.enums import MachineIntent, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.ledger import FailureClass, record_failure
+from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason
 from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours
@@ -65,6 +68,25 @@ class Transition:
     end: MachineState
 
 
+def destroy_transition(detector: str) -> Transition:
+    """Destroy, on behalf of ``detector`` (the net that decided it)."""
+    return Transition(
+        operation="destroy",
+        detector=detector,
+        intent=MachineIntent.DESTROYED,
+        transitional=MachineState.DESTROYING,
+        end=MachineState.DESTROYED,
+    )
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The ledger row a net appends when it claims a machine for what it detected."""
+
+    failure_class: FailureClass
+    details: str
+
+
 def request_id(operation: str, machine_id: str, at: datetime) -> str:
     """The idempotency key: the machine, the operation, and when the transition began.
 
@@ -78,10 +100,17 @@ def request_id(operation: str, machine_id: str, at: datetime) -> str:
 class TransitionRunner:
     """Claims, calls and records one transition for one machine."""
 
-    def __init__(self, sessions: sessionmaker[Session], lease: LeaderLease, clock: Clock) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        lease: LeaderLease,
+        clock: Clock,
+        outcomes: OutcomePolicy | None = None,
+    ) -> None:
         self.sessions = sessions
         self.lease = lease
         self.clock = clock
+        self.outcomes = outcomes or OutcomePolicy()
 
     def execute(
         self,
@@ -94,12 +123,14 @@ class TransitionRunner:
         clear_at_begin: Sequence[TimerColumn] = (),
         clear_at_end: Sequence[TimerColumn] = (),
         call: Callable[[str, machine_pb2.Offering, str, str], object],
+        detection: Detection | None = None,
     ) -> bool:
         """Run ``transition``; returns whether the provider call succeeded.
 
-        ``call(machine_id, offering, provider_instance_id, request_id)`` is the provider call.
+        ``call(machine_id, offering, provider_instance_id, request_id)`` is the provider call;
+        ``detection``, when given, is appended to the ledger in the claiming transaction.
         """
-        if not self._claim(transition, machine, now, guards, clear_at_begin):
+        if not self._claim(transition, machine, now, guards, clear_at_begin, detection):
             decisions.refused(machine.machine_id, RefusalReason.CHANGED_SINCE_SCAN)
             return False
         key = request_id(transition.operation, machine.machine_id, now)
@@ -123,6 +154,7 @@ class TransitionRunner:
         now: datetime,
         guards: Sequence[ColumnElement[bool]],
         clear: Sequence[TimerColumn],
+        detection: Detection | None,
     ) -> bool:
         values: dict[str, object] = {c.key: None for c in clear}
         with self.sessions() as session, session.begin():
@@ -145,7 +177,20 @@ class TransitionRunner:
                 )
                 .execution_options(synchronize_session=False)
             )
-            return bool(getattr(result, "rowcount", 0) == 1)
+            if getattr(result, "rowcount", 0) != 1:
+                return False
+            if detection is not None:
+                record_failure(
+                    session,
+                    now,
+                    detection.failure_class.value,
+                    transition.detector,
+                    machine_id=machine.machine_id,
+                    details=detection.details,
+                    apply=True,
+                    policy=self.outcomes,
+                )
+            return True
 
     def _finish(self, transition: Transition, machine: MachineSnapshot, clear: Sequence[TimerColumn]) -> None:
         values: dict[str, object] = {c.key: None for c in clear}

@@ -359,9 +359,12 @@ class Sweep(Base):
 
 # --- reaper nets (issue 3): models added by that work go below this line ---
 
+from sqlalchemy import case, literal_column  # noqa: E402
+
 # One partial index per machine-level net's scan (migration 0003), so a pass of every
 # watchdog reads the machines due, not the fleet's history. Declared here, beside the
 # table, with the migration's exact predicates.
+_LIVE = "state <> 'DESTROYED'"
 _RUNNING = "state IN ('BOOTING', 'DRAINING', 'READY')"
 _PRE_CONTACT = "state IN ('BOOTING', 'PROVISIONING', 'REQUESTED')"
 _TRANSITIONAL = "state IN ('DESTROYING', 'PROVISIONING', 'STARTING', 'STOPPING')"
@@ -377,16 +380,26 @@ REAPER_NET_INDEXES = (
         Machine.first_observed_at,
         f"{_RUNNING} AND (worker_report_at IS NULL OR worker_report_at < first_observed_at)",
     ),
-    _machines_partial_index("ix_machines_running_worker_report", Machine.worker_report_at, _RUNNING),
+    # Went silent's report clock: an expression index (not partial) so PostgreSQL keeps
+    # statistics on it and reads only the silent running machines (see migration 0003).
+    Index(
+        "ix_machines_running_report_clock",
+        case(
+            (
+                Machine.state.in_([literal_column(f"'{s}'") for s in ("BOOTING", "DRAINING", "READY")]),
+                Machine.worker_report_at,
+            )
+        ),
+    ),
     _machines_partial_index(
         "ix_machines_pre_contact_deadline",
         Machine.provision_deadline_at,
         f"{_PRE_CONTACT} AND probe_ok_at IS NULL AND worker_report_at IS NULL",
     ),
     _machines_partial_index(
-        "ix_machines_probe_failing", Machine.probe_failed_since, "probe_failed_since IS NOT NULL"
+        "ix_machines_probe_failing", Machine.probe_failed_since, f"probe_failed_since IS NOT NULL AND {_LIVE}"
     ),
-    _machines_partial_index("ix_machines_lost", Machine.id, "lost"),
+    _machines_partial_index("ix_machines_lost", Machine.id, f"lost AND {_LIVE}"),
     _machines_partial_index("ix_machines_transitional", Machine.state_changed_at, _TRANSITIONAL),
 )
 

@@ -113,8 +113,15 @@ def expected_cost_micros(
 def scale(
     snapshot: FleetSnapshot, policy: Policy, unmet: list[JobView]
 ) -> list[StartMachine | CreateMachine]:
-    """Start stopped machines (cheapest expected cost first), else create from the pool's
-    offerings, until arriving slots cover the unmet demand — within every ceiling."""
+    """Start stopped machines or create new ones from the pool's offerings until arriving
+    slots cover the unmet demand — within every ceiling.
+
+    The stopped machine with the lowest expected cost an hour starts first (its disk is
+    warm); a new machine is created only when none fits. One exception, from the seed's
+    "an on-demand one before a machine that keeps being taken back": a stopped machine with
+    a pre-emption history whose expected cost exceeds the best offering's waits behind it,
+    so a job pre-empted off a spot machine runs again elsewhere. A machine whose start just
+    failed waits out its back-off and is not counted as arriving meanwhile."""
     actions: list[StartMachine | CreateMachine] = []
     running = sum(1 for m in snapshot.machines if m.state not in NOT_RUNNING)
     for pool_id in sorted({j.pool_id for j in unmet}):
@@ -123,51 +130,63 @@ def scale(
             continue
         jobs = [j for j in unmet if j.pool_id == pool_id]
         needed_machines = _machines_needed(jobs, pool.slots_per_machine)
-        arriving = [
-            m
+        arriving_slots = sum(
+            m.slots
             for m in snapshot.machines
-            if m.pool_id == pool_id and m.state in ARRIVING and m.intent == MachineIntent.RUNNING
-        ]
-        arriving_slots = sum(m.slots for m in arriving)
+            if m.pool_id == pool_id
+            and m.state in ARRIVING
+            and m.intent == MachineIntent.RUNNING
+            and not _backing_off(m, snapshot)
+        )
         needed_machines -= arriving_slots // max(pool.slots_per_machine, 1)
         in_pool = sum(1 for m in snapshot.machines if m.pool_id == pool_id and m.state not in NOT_RUNNING)
-        stopped = sorted(
+        stopped: list[tuple[float, int, str, StartMachine | CreateMachine]] = sorted(
             (
-                m
-                for m in snapshot.machines
-                if m.pool_id == pool_id
-                and m.state == MachineState.STOPPED
-                and m.intent != MachineIntent.DESTROYED
-                and m.origin == MachineOrigin.PROVISIONED
-                and m.managed
-                and (m.backoff_until is None or m.backoff_until <= snapshot.now)
-            ),
-            key=lambda m: (
                 expected_cost_micros(
                     m.hourly_price_micros, m.capacity_type, m.preemption_count, m.spot_seconds, policy
                 ),
+                0,
                 m.id,
-            ),
+                StartMachine(machine_id=m.id),
+            )
+            for m in snapshot.machines
+            if m.pool_id == pool_id
+            and m.state == MachineState.STOPPED
+            and m.intent != MachineIntent.DESTROYED
+            and m.origin == MachineOrigin.PROVISIONED
+            and m.managed
+            and not _backing_off(m, snapshot)
         )
-        offerings = sorted(
-            (o for o in snapshot.offerings if o.pool_id == pool_id and _usable(o, snapshot)),
-            key=lambda o: (
+        fresh: list[tuple[float, int, str, StartMachine | CreateMachine]] = sorted(
+            (
                 expected_cost_micros(o.hourly_price_micros, o.capacity_type, 0, 0.0, policy),
-                o.rank,
-                o.id,
-            ),
+                1,
+                f"{o.rank:06d}:{o.id}",
+                CreateMachine(offering_id=o.id, pool_id=pool_id),
+            )
+            for o in snapshot.offerings
+            if o.pool_id == pool_id and _usable(o, snapshot)
         )
+        risky = {m.id for m in snapshot.machines if m.preemption_count > 0}
         while needed_machines > 0 and running < policy.max_running_machines and in_pool < pool.max_machines:
-            if stopped:
-                actions.append(StartMachine(machine_id=stopped.pop(0).id))
-            elif offerings:
-                actions.append(CreateMachine(offering_id=offerings[0].id, pool_id=pool_id))
-            else:
+            best_offer = fresh[0] if fresh else None
+            best = next(
+                (c for c in stopped if c[2] not in risky or best_offer is None or best_offer[0] >= c[0]),
+                best_offer or (stopped[0] if stopped else None),
+            )
+            if best is None:
                 break
+            if best[1] == 0:
+                stopped.remove(best)  # a stopped machine starts once; an offering can be bought again
+            actions.append(best[3])
             needed_machines -= 1
             running += 1
             in_pool += 1
     return actions
+
+
+def _backing_off(machine: MachineView, snapshot: FleetSnapshot) -> bool:
+    return machine.backoff_until is not None and machine.backoff_until > snapshot.now
 
 
 def _machines_needed(jobs: list[JobView], slots_per_machine: int) -> int:

@@ -50,6 +50,54 @@ log = logging.getLogger(__name__)
 STOCKOUT_QUARANTINE_S = 1800.0
 
 
+def is_definitive(exc: ProviderError) -> bool:
+    """The provider refused outright: nothing was created or started."""
+    return isinstance(exc, InsufficientCapacity | QuotaExceeded | AuthFailed)
+
+
+def record_provider_refusal(
+    session: Session, now: datetime, machine: models.Machine, exc: ProviderError, what: str
+) -> FailureClass:
+    """One ledger row for a failed create or start, classified from the typed error, and
+    its effect on the scale step: a stockout quarantines the offering for a while (the next
+    tick tries the next one); quota or auth halts that provider and region until a human
+    clears it. Both open an incident through the ledger's routing."""
+    cls = {
+        InsufficientCapacity: FailureClass.STOCKOUT,
+        QuotaExceeded: FailureClass.QUOTA_EXCEEDED,
+        AuthFailed: FailureClass.AUTH_FAILED,
+    }.get(type(exc), FailureClass.PROVIDER_CALL_FAILED)
+    record_failure(
+        session,
+        now,
+        cls,
+        "fleet_tick.scale",
+        machine_id=machine.id,
+        details=f"{what} failed ({machine.provider} {machine.zone}): {exc}",
+    )
+    if isinstance(exc, InsufficientCapacity) and machine.offering_id:
+        session.add(
+            models.Quarantine(
+                kind=QuarantineKind.OFFERING.value,
+                offering_id=machine.offering_id,
+                reason=f"stockout in {machine.zone}",
+                created_at=now,
+                expires_at=now + timedelta(seconds=STOCKOUT_QUARANTINE_S),
+            )
+        )
+    elif isinstance(exc, QuotaExceeded | AuthFailed):
+        session.add(
+            models.Quarantine(
+                kind=QuarantineKind.PROVIDER_REGION.value,
+                provider=machine.provider,
+                region=machine.region,
+                reason=f"{cls.value}: {exc}",
+                created_at=now,
+            )
+        )
+    return cls
+
+
 class FleetTick:
     """One leader's fleet tick; ``run(now)`` is called by the Ticker every ``tick_s``."""
 
@@ -233,49 +281,15 @@ class FleetTick:
         self, machine_id: str, action: CreateMachine, exc: ProviderError, report: TickReport
     ) -> None:
         now = self.clock.now()
-        definitive = isinstance(exc, InsufficientCapacity | QuotaExceeded | AuthFailed)
-        cls = {
-            InsufficientCapacity: FailureClass.STOCKOUT,
-            QuotaExceeded: FailureClass.QUOTA_EXCEEDED,
-            AuthFailed: FailureClass.AUTH_FAILED,
-        }.get(type(exc), FailureClass.PROVIDER_CALL_FAILED)
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
             machine = session.get_one(models.Machine, machine_id)
-            offering = session.get_one(models.Offering, action.offering_id)
-            record_failure(
-                session,
-                now,
-                cls,
-                "fleet_tick.scale",
-                machine_id=machine_id,
-                details=f"create from {offering.id} failed: {exc}",
-            )
-            if definitive:
+            cls = record_provider_refusal(session, now, machine, exc, f"create from {action.offering_id}")
+            if is_definitive(exc):
                 # The provider says nothing was created: the record ends here.
                 machine.state = MachineState.DESTROYED.value
                 machine.intent = MachineIntent.DESTROYED.value
                 machine.state_changed_at = now
-            if isinstance(exc, InsufficientCapacity):
-                session.add(
-                    models.Quarantine(
-                        kind=QuarantineKind.OFFERING.value,
-                        offering_id=offering.id,
-                        reason=f"stockout in {offering.zone}",
-                        created_at=now,
-                        expires_at=now + timedelta(seconds=STOCKOUT_QUARANTINE_S),
-                    )
-                )
-            elif isinstance(exc, QuotaExceeded | AuthFailed):
-                session.add(
-                    models.Quarantine(
-                        kind=QuarantineKind.PROVIDER_REGION.value,
-                        provider=offering.provider,
-                        region=offering.region,
-                        reason=f"{cls.value}: {exc}",
-                        created_at=now,
-                    )
-                )
         report.actions[f"create_failed_{cls.value}"] += 1
         log.warning("create of machine %s failed: %s", machine_id, exc)
 
@@ -301,22 +315,7 @@ class FleetTick:
                 machine_id, offering_msg, instance_id, request_id=f"{machine_id}:start:{int(now.timestamp())}"
             )
         except ProviderError as exc:
-            with self.sessions() as session, session.begin():
-                self.lease.fence(session)
-                machine = session.get_one(models.Machine, machine_id)
-                machine.start_failures += 1
-                machine.backoff_until = self.clock.now() + timedelta(
-                    seconds=self.settings.start_backoff_s * 2 ** (machine.start_failures - 1)
-                )
-                record_failure(
-                    session,
-                    self.clock.now(),
-                    FailureClass.PROVIDER_CALL_FAILED,
-                    "fleet_tick.scale",
-                    machine_id=machine_id,
-                    details=f"start failed: {exc}",
-                )
-            report.actions["start_failed"] += 1
+            self._start_failed(machine_id, exc, report)
             return
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
@@ -330,6 +329,28 @@ class FleetTick:
             machine.agent_address = instance.agent_address or machine.agent_address
             machine.start_failures = 0
             machine.backoff_until = None
+
+    def _start_failed(self, machine_id: str, exc: ProviderError, report: TickReport) -> None:
+        """A start that failed waits out an exponential back-off before this machine is tried
+        again. When the provider definitively refused (no capacity, quota, auth) the machine
+        is still stopped: it goes back to STOPPED so it no longer counts as arriving and the
+        next tick looks elsewhere. Otherwise the outcome is unknown and it stays STARTING,
+        visible, for the stuck-transition watchdog."""
+        now = self.clock.now()
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            machine = session.get_one(models.Machine, machine_id)
+            machine.start_failures += 1
+            machine.backoff_until = now + timedelta(
+                seconds=self.settings.start_backoff_s * 2 ** (machine.start_failures - 1)
+            )
+            cls = record_provider_refusal(session, now, machine, exc, "start")
+            if is_definitive(exc) and machine.state == MachineState.STARTING.value:
+                machine.state = MachineState.STOPPED.value
+                machine.intent = MachineIntent.STOPPED.value
+                machine.state_changed_at = now
+        report.actions[f"start_failed_{cls.value}"] += 1
+        log.warning("start of machine %s failed: %s", machine_id, exc)
 
     # -- assign ------------------------------------------------------------------------
     def _assign(self, assignment: Assignment, report: TickReport) -> None:

@@ -1,0 +1,160 @@
+"""Went silent: a machine whose worker reported and then stopped is destroyed (DESIGN §4,
+every 60 s).
+
+Its gate reads the worker's own report clock (``worker_report_at``) **and nothing else**.
+The provider poll and the control-plane probe are written by something other than the
+workload — the provider is happy to keep listing a billing instance, and the agent keeps
+answering while the worker behind it is dead — so both stay warm in exactly the failure
+this net exists for. Folding them in would mean nothing ever destroys a wedged, billing
+machine. Neither channel appears in this module.
+
+The threshold has a hard floor (:data:`FLOOR`): a setting below it is raised to it, with a
+warning, so a misconfiguration cannot shrink it into something that kills healthy machines
+mid-request. A machine that never reported in this life is not this net's (boot failure
+owns it; see :mod:`gpufleet.reaper.lifetime`); an exempt workload class is refused by
+class, never by a longer timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import ColumnElement, case
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.clock import Clock
+from gpufleet.common.db.enums import RUNNING_STATES
+from gpufleet.common.db.models import Machine
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.ledger import FailureClass, OutcomePolicy
+from gpufleet.common.loops import TickReport
+from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.lifetime import reported_this_life, reported_this_life_sql
+from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
+from gpufleet.reaper.snapshot import scan, state_in
+from gpufleet.reaper.transition import Detection, MachineProvider, TransitionRunner, destroy_transition
+
+log = logging.getLogger(__name__)
+
+NAME = "went_silent"
+DESTROY = destroy_transition(NAME)
+FLOOR = timedelta(minutes=5)
+
+
+def floored(silent_after: timedelta) -> timedelta:
+    """``silent_after``, raised to :data:`FLOOR` (with a warning) when set below it."""
+    if silent_after < FLOOR:
+        log.warning(
+            "went-silent threshold %ss is below the hard floor; using %ss",
+            silent_after.total_seconds(),
+            FLOOR.total_seconds(),
+            extra={
+                "fields": {"configured_s": silent_after.total_seconds(), "floor_s": FLOOR.total_seconds()}
+            },
+        )
+        return FLOOR
+    return silent_after
+
+
+@dataclass(frozen=True)
+class WentSilentPolicy:
+    silent_after: timedelta = timedelta(minutes=15)
+    grace: timedelta = timedelta(minutes=10)
+
+    def __post_init__(self) -> None:
+        # The floor holds however the policy is built, not only through Settings.
+        object.__setattr__(self, "silent_after", floored(self.silent_after))
+
+    @property
+    def gates(self) -> NetGates:
+        return NetGates(net=NAME, grace=self.grace, reads_reports=True)
+
+
+@dataclass(frozen=True)
+class DestroyMachine:
+    machine_id: str
+    details: str
+
+
+def decide(
+    now: datetime, machine: MachineSnapshot, policy: WentSilentPolicy
+) -> DestroyMachine | Refuse | None:
+    """Destroy, refuse (naming the gate), or nothing to do (reporting, or not this net's)."""
+    if machine.state not in RUNNING_STATES or not reported_this_life(machine):
+        return None
+    assert machine.worker_report_at is not None
+    silent_for = now - machine.worker_report_at
+    if silent_for < policy.silent_after:
+        return None
+    reason = first_refusal(now, machine, policy.gates)
+    if reason is not None:
+        return Refuse(reason)
+    return DestroyMachine(
+        machine.machine_id,
+        f"the worker last reported at {machine.worker_report_at.isoformat()}, "
+        f"{int(silent_for.total_seconds())}s ago (threshold {int(policy.silent_after.total_seconds())}s)",
+    )
+
+
+def running_report_clock() -> ColumnElement[datetime | None]:
+    """``worker_report_at`` of a running machine, NULL for any other: the expression
+    ``ix_machines_running_report_clock`` indexes (and keeps statistics on)."""
+    return case((state_in(RUNNING_STATES), Machine.worker_report_at))
+
+
+class WentSilent:
+    name = NAME
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        lease: LeaderLease,
+        clock: Clock,
+        provider: MachineProvider,
+        policy: WentSilentPolicy,
+        outcomes: OutcomePolicy | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.provider = provider
+        self.policy = policy
+        self.runner = TransitionRunner(sessions, lease, clock, outcomes)
+
+    def due(self, now: datetime) -> list[ColumnElement[bool]]:
+        # ix_machines_running_report_clock: a range over the running machines' report clock
+        # reads only the silent ones; healthy ones report every few seconds, outside it.
+        return [
+            state_in(RUNNING_STATES),
+            running_report_clock() <= now - self.policy.silent_after,
+            reported_this_life_sql(),
+        ]
+
+    def scan(self, now: datetime) -> list[MachineSnapshot]:
+        with self.sessions() as session:
+            return scan(session, self.due(now))
+
+    def run(self, now: datetime) -> TickReport:
+        decisions = DecisionLog(NAME)
+        self.act(now, self.scan(now), decisions)
+        return decisions.report
+
+    def act(self, now: datetime, machines: Sequence[MachineSnapshot], decisions: DecisionLog) -> None:
+        """Decide and apply for what one scan read (each claim re-checks the row)."""
+        for machine in machines:
+            decision = decide(now, machine, self.policy)
+            if isinstance(decision, Refuse):
+                decisions.refused(machine.machine_id, decision.reason)
+            elif isinstance(decision, DestroyMachine):
+                self.runner.execute(
+                    DESTROY,
+                    machine,
+                    now,
+                    decisions,
+                    # Still silent: a report that arrived since the scan cancels the destroy.
+                    guards=[*self.due(now), Machine.worker_report_at == machine.worker_report_at],
+                    clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
+                    call=self.provider.destroy,
+                    detection=Detection(FailureClass.WENT_SILENT, decision.details),
+                )

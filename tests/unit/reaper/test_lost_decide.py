@@ -1,0 +1,67 @@
+"""The lost detector's decision, from a table: all three channels together; it only marks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from gpufleet.reaper.lost_detector import LostPolicy, MarkLost, UnmarkLost, decide
+from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason, Refuse
+from tests.unit.reaper.nets_fixtures import HEALTHY, NOW, ago
+
+POLICY = LostPolicy(lost_after=timedelta(minutes=3), still_there_within=timedelta(minutes=5))
+# Reached an hour ago, probe failing for 3 minutes, still listed by the provider.
+UNREACHABLE = replace(
+    HEALTHY, probe_ok_at=ago(minutes=4), probe_failed_since=ago(minutes=3), provider_seen_at=ago(seconds=30)
+)
+
+MARK = "mark"
+CASES: list[tuple[str, MachineSnapshot, object]] = [
+    ("probe failing 3 min, provider lists it", UNREACHABLE, MARK),
+    ("probe failing 2:59", replace(UNREACHABLE, probe_failed_since=ago(minutes=2, seconds=59)), None),
+    (
+        "provider stale but the worker still reports",
+        replace(UNREACHABLE, provider_seen_at=ago(hours=1)),
+        MARK,
+    ),
+    (
+        "no channel says it is there",
+        replace(UNREACHABLE, provider_seen_at=ago(hours=1), worker_report_at=ago(hours=1)),
+        Refuse(RefusalReason.NO_SIGN_OF_LIFE),
+    ),
+    ("never reached at all: not lost", replace(UNREACHABLE, probe_ok_at=None), None),
+    ("booting machines can be lost", replace(UNREACHABLE, state="BOOTING"), MARK),
+    ("stopped machines are not probed", replace(UNREACHABLE, state="STOPPED"), None),
+    ("already lost, still failing", replace(UNREACHABLE, lost=True), None),
+    ("lost and reachable again", replace(HEALTHY, lost=True), UnmarkLost("m")),
+    ("lost, stopped, reachable again", replace(HEALTHY, lost=True, state="STOPPED"), UnmarkLost("m")),
+    ("reachable and not lost", HEALTHY, None),
+    ("not managed: not ours to mark", replace(UNREACHABLE, managed=False), None),
+    # Marking is routing, not destroying: a pinned or exempt machine is marked all the same.
+    ("pinned machines are marked too", replace(UNREACHABLE, live_attempts=2), MARK),
+    (
+        "exempt class is marked too",
+        replace(UNREACHABLE, workload_class="SILENT", worker_report_at=None),
+        MARK,
+    ),
+]
+
+
+@pytest.mark.parametrize(("machine", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_decide(machine: MachineSnapshot, expected: object) -> None:
+    decision = decide(NOW, machine, POLICY)
+    if expected == MARK:
+        assert isinstance(decision, MarkLost)
+    else:
+        assert decision == expected
+
+
+def test_the_lost_detector_is_given_no_way_to_stop_or_destroy() -> None:
+    import inspect
+
+    from gpufleet.reaper.lost_detector import LostDetector
+
+    params = set(inspect.signature(LostDetector.__init__).parameters)
+    assert params == {"self", "sessions", "lease", "clock", "policy"}
