@@ -7,6 +7,7 @@ the local machines (agent + worker + runner processes) stay real.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -57,7 +58,9 @@ class Fleet:
     def machines_root(self) -> Path:
         return self.root / "machines"
 
-    def start(self, name: str, *, tag: str = "", port: int = 0, extra: dict[str, str] | None = None) -> ServiceProcess:
+    def start(
+        self, name: str, *, tag: str = "", port: int = 0, extra: dict[str, str] | None = None
+    ) -> ServiceProcess:
         svc = start_service(name, self.root / "logs", {**self.env, **(extra or {})}, port=port, tag=tag)
         self.procs[name + tag] = svc
         return svc
@@ -82,18 +85,41 @@ class Fleet:
     def fleet(self) -> fleet_service_pb2_grpc.FleetServiceStub:
         return fleet_service_pb2_grpc.FleetServiceStub(self.channel(f"127.0.0.1:{self.scheduler_port}"))
 
-    def submit(self, request_id: str, *, duration_s: int, workspace: str = "acme-studio",
-               kind: str = "short_episode", **values: str) -> job_pb2.Job:
-        return self.jobs.SubmitJob(job_service_pb2.SubmitJobRequest(
-            request_id=request_id,
-            job=job_pb2.Job(workspace=workspace, pool="l4", kind=kind, pipeline_version="2026.12.0",
-                            tenant_values={"duration_s": str(duration_s), **values})), timeout=10)
+    def submit(
+        self,
+        request_id: str,
+        *,
+        duration_s: int,
+        workspace: str = "acme-studio",
+        kind: str = "short_episode",
+        **values: str,
+    ) -> job_pb2.Job:
+        return self.jobs.SubmitJob(
+            job_service_pb2.SubmitJobRequest(
+                request_id=request_id,
+                job=job_pb2.Job(
+                    workspace=workspace,
+                    pool="l4",
+                    kind=kind,
+                    pipeline_version="2026.12.0",
+                    tenant_values={"duration_s": str(duration_s), **values},
+                ),
+            ),
+            timeout=10,
+        )
 
     def get_job(self, job_id: str) -> job_pb2.Job:
         return self.jobs.GetJob(job_service_pb2.GetJobRequest(job_id=job_id), timeout=10)
 
-    def advance_until(self, check: Callable[[], T | None], *, step_s: float = 2.0, max_virtual_s: float = 3600,
-                      real_pause_s: float = 0.05, what: str = "condition") -> T:
+    def advance_until(
+        self,
+        check: Callable[[], T | None],
+        *,
+        step_s: float = 2.0,
+        max_virtual_s: float = 3600,
+        real_pause_s: float = 0.05,
+        what: str = "condition",
+    ) -> T:
         """Move the shared clock forward in steps until ``check()`` returns something truthy."""
         moved = 0.0
         while True:
@@ -101,7 +127,9 @@ class Fleet:
             if result:
                 return result
             if moved >= max_virtual_s:
-                raise AssertionError(f"{what} not reached after {moved:.0f}s of clock time\n{self.logs_tail()}")
+                raise AssertionError(
+                    f"{what} not reached after {moved:.0f}s of clock time\n{self.logs_tail()}"
+                )
             for name, proc in self.procs.items():
                 if proc.process.poll() is not None and not getattr(proc, "expected_exit", False):
                     raise AssertionError(f"{name} exited unexpectedly:\n{proc.log()[-3000:]}")
@@ -132,10 +160,8 @@ class Fleet:
         for proc in self.procs.values():
             proc.stop(timeout=5)
         for pid in self.machine_pids():
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 def make_fleet(root: Path, db_url: str, **overrides: str) -> Fleet:

@@ -3,6 +3,7 @@ and the demo from start to finish."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,23 +16,42 @@ GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
 
 
 def cli(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GPUFLEET_SCHEDULER_ADDRESS": f"127.0.0.1:{fleet.scheduler_port}",
-           "GPUFLEET_REAPER_ADDRESS": fleet.procs["reaper"].address,
-           "GPUFLEET_SWEEPER_ADDRESS": fleet.procs["sweeper"].address}
+    env = {
+        **os.environ,
+        "GPUFLEET_SCHEDULER_ADDRESS": f"127.0.0.1:{fleet.scheduler_port}",
+        "GPUFLEET_REAPER_ADDRESS": fleet.procs["reaper"].address,
+        "GPUFLEET_SWEEPER_ADDRESS": fleet.procs["sweeper"].address,
+    }
     return subprocess.run([*GPUFLEET, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_submit_jobs_machines_and_operator_views_with_json(fleet: Fleet) -> None:
     fleet.start_all()
-    out = cli(fleet, "submit", "--workspace", "indie-creator", "--kind", "clip", "--set", "duration_s=30",
-              "--set", "topic=$(touch /tmp/pwned); echo hi", "--json")
+    out = cli(
+        fleet,
+        "submit",
+        "--workspace",
+        "indie-creator",
+        "--kind",
+        "clip",
+        "--set",
+        "duration_s=30",
+        "--set",
+        "topic=$(touch /tmp/pwned); echo hi",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     job = json.loads(out.stdout)
     assert job["state"] == "JOB_STATE_QUEUED"
     assert job["tenant_values"]["topic"] == "$(touch /tmp/pwned); echo hi"
 
-    fleet.advance_until(lambda: json.loads(cli(fleet, "jobs", "--json").stdout)[0]["state"] == "JOB_STATE_SUCCEEDED",
-                        step_s=3, max_virtual_s=600, real_pause_s=0.1, what="the CLI shows the job succeeded")
+    fleet.advance_until(
+        lambda: json.loads(cli(fleet, "jobs", "--json").stdout)[0]["state"] == "JOB_STATE_SUCCEEDED",
+        step_s=3,
+        max_virtual_s=600,
+        real_pause_s=0.1,
+        what="the CLI shows the job succeeded",
+    )
     table = cli(fleet, "jobs")
     assert table.returncode == 0 and job["job_id"][:8] in table.stdout and "SUCCEEDED" in table.stdout
 
@@ -51,21 +71,37 @@ def test_bad_input_and_no_system_give_one_clear_line(fleet: Fleet) -> None:
     bad = cli(fleet, "submit", "--workspace", "nobody")
     assert bad.returncode == 1
     assert "job.workspace" in bad.stderr and "Traceback" not in bad.stderr
-    down = subprocess.run([*GPUFLEET, "jobs", "--scheduler", "127.0.0.1:9"], capture_output=True, text=True,
-                          timeout=60)
+    down = subprocess.run(
+        [*GPUFLEET, "jobs", "--scheduler", "127.0.0.1:9"], capture_output=True, text=True, timeout=60
+    )
     assert down.returncode == 1 and "gpufleet up" in down.stderr and "Traceback" not in down.stderr
 
 
 def test_the_demo_tells_the_whole_story_and_exits_zero(tmp_path: Path) -> None:
-    out = subprocess.run([*GPUFLEET, "demo", "--state-dir", str(tmp_path / "demo"), "--speed", "180"],
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [*GPUFLEET, "demo", "--state-dir", str(tmp_path / "demo"), "--speed", "180"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout
-    for line in ("requested from offering", "worker reporting — ready for jobs", ": running",
-                 ": succeeded", "idle timers armed", "stopped: no GPU bill, disk kept",
-                 "destroyed: nothing left to bill", "Summary", "acme-studio", "indie-creator"):
+    for line in (
+        "requested from offering",
+        "worker reporting — ready for jobs",
+        ": running",
+        ": succeeded",
+        "idle timers armed",
+        "stopped: no GPU bill, disk kept",
+        "destroyed: nothing left to bill",
+        "Summary",
+        "acme-studio",
+        "indie-creator",
+    ):
         assert line in text, f"demo output lacks {line!r}:\n{text}"
-    assert text.index("succeeded") < text.index("stopped: no GPU bill") < text.index("destroyed: nothing left")
+    assert (
+        text.index("succeeded") < text.index("stopped: no GPU bill") < text.index("destroyed: nothing left")
+    )
     assert not list((tmp_path / "demo" / "machines").glob("*/disk/agent.pid")), "no machine left running"
 
 
@@ -80,8 +116,12 @@ def test_up_serves_until_interrupted(tmp_path: Path) -> None:
         base = s.getsockname()[1] // 10 * 10
     base = min(base, 65000)
     offset = base - 50051
-    proc = subprocess.Popen([*GPUFLEET, "up", "--state-dir", str(tmp_path / "var"), "--port-offset", str(offset)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [*GPUFLEET, "up", "--state-dir", str(tmp_path / "var"), "--port-offset", str(offset)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         lines: list[str] = []
         deadline = time.monotonic() + 90
@@ -92,8 +132,12 @@ def test_up_serves_until_interrupted(tmp_path: Path) -> None:
             if line.startswith("ready.") or proc.poll() is not None:
                 break
         assert any(line.startswith("ready.") for line in lines), "".join(lines)
-        out = subprocess.run([*GPUFLEET, "submit", "--workspace", "acme-studio", "--scheduler",
-                              f"127.0.0.1:{50051 + offset}"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [*GPUFLEET, "submit", "--workspace", "acme-studio", "--scheduler", f"127.0.0.1:{50051 + offset}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0 and "submitted job" in out.stdout, out.stderr
         assert (tmp_path / "var" / "gpufleet.sqlite").exists()
     finally:
@@ -103,7 +147,5 @@ def test_up_serves_until_interrupted(tmp_path: Path) -> None:
     assert "stopping the control plane" in rest
     # Local machines it started are left running on purpose (adopted by the next `up`); end them here.
     for pid_file in (tmp_path / "var" / "machines").glob("*/disk/agent.pid"):
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass

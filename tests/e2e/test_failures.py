@@ -18,21 +18,26 @@ from tests.e2e.fleet import Fleet
 
 def running_attempt(fleet: Fleet, job_id: str) -> models.Attempt | None:
     with fleet.sessions() as s:
-        return s.execute(select(models.Attempt).where(models.Attempt.job_id == job_id,
-                                                      models.Attempt.state == "RUNNING")).scalar_one_or_none()
+        return s.execute(
+            select(models.Attempt).where(models.Attempt.job_id == job_id, models.Attempt.state == "RUNNING")
+        ).scalar_one_or_none()
 
 
 def test_killed_worker_loses_the_attempt_uncharged_and_the_job_runs_again(fleet: Fleet) -> None:
     fleet.start_all()
     job = fleet.submit("kill-worker", duration_s=400)
-    first = fleet.advance_until(lambda: running_attempt(fleet, job.job_id), step_s=2, max_virtual_s=600,
-                                what="job running")
+    first = fleet.advance_until(
+        lambda: running_attempt(fleet, job.job_id), step_s=2, max_virtual_s=600, what="job running"
+    )
     worker_pid = int((fleet.machines_root / first.machine_id / "disk" / "worker.pid").read_text())
     os.kill(worker_pid, signal.SIGKILL)
 
     done = fleet.advance_until(
         lambda: (j := fleet.get_job(job.job_id)).state == job_pb2.JOB_STATE_SUCCEEDED and j,
-        step_s=3, max_virtual_s=2400, what="job succeeded on a second attempt")
+        step_s=3,
+        max_virtual_s=2400,
+        what="job succeeded on a second attempt",
+    )
     states = [a.state for a in done.attempts]
     assert states == [job_pb2.ATTEMPT_STATE_LOST, job_pb2.ATTEMPT_STATE_SUCCEEDED]
     lost, ok = done.attempts
@@ -49,8 +54,9 @@ def test_killed_worker_loses_the_attempt_uncharged_and_the_job_runs_again(fleet:
 def test_restarting_the_scheduler_mid_job_stops_nothing(fleet: Fleet) -> None:
     fleet.start_all()
     job = fleet.submit("restart-scheduler", duration_s=120)
-    attempt = fleet.advance_until(lambda: running_attempt(fleet, job.job_id), step_s=2, max_virtual_s=600,
-                                  what="job running")
+    attempt = fleet.advance_until(
+        lambda: running_attempt(fleet, job.job_id), step_s=2, max_virtual_s=600, what="job running"
+    )
     old = fleet.procs.pop("scheduler")
     old.stop()
     fleet.clock.advance(15)  # the worker's reports fail meanwhile; its runner keeps going
@@ -58,7 +64,10 @@ def test_restarting_the_scheduler_mid_job_stops_nothing(fleet: Fleet) -> None:
     fleet.start("scheduler", port=fleet.scheduler_port, tag="-2")
     done = fleet.advance_until(
         lambda: (j := fleet.get_job(job.job_id)).state == job_pb2.JOB_STATE_SUCCEEDED and j,
-        step_s=2, max_virtual_s=900, what="job succeeded after the restart")
+        step_s=2,
+        max_virtual_s=900,
+        what="job succeeded after the restart",
+    )
     assert [a.attempt_id for a in done.attempts] == [attempt.id], "the new leader adopted the attempt"
     assert done.attempts[0].state == job_pb2.ATTEMPT_STATE_SUCCEEDED
 
@@ -100,7 +109,9 @@ def test_one_leader_and_a_paused_leaders_late_writes_are_refused(fleet: Fleet) -
     fleet.env["GPUFLEET_MAX_RUNNING_MACHINES"] = "0"  # this test routes to a registered box only
     fleet.start("provisioner")
     fleet.env["GPUFLEET_PROVISIONER_ADDRESS"] = fleet.procs["provisioner"].address
-    a = fleet.start("scheduler", tag="-a", port=fleet.scheduler_port, extra={"GPUFLEET_INSTANCE_NAME": "replica-a"})
+    a = fleet.start(
+        "scheduler", tag="-a", port=fleet.scheduler_port, extra={"GPUFLEET_INSTANCE_NAME": "replica-a"}
+    )
     fleet.advance_until(lambda: lease_row(fleet), step_s=1, max_virtual_s=30, what="a leader")
     b = fleet.start("scheduler", tag="-b", extra={"GPUFLEET_INSTANCE_NAME": "replica-b"})
     for _ in range(5):
@@ -112,25 +123,45 @@ def test_one_leader_and_a_paused_leaders_late_writes_are_refused(fleet: Fleet) -
     hanging = HangingAgent()
     try:
         worker = worker_service_pb2_grpc.WorkerServiceStub(fleet.channel(a.address))
-        box = worker.RegisterMachine(worker_service_pb2.RegisterMachineRequest(
-            request_id="box-1", machine_id="box-1", agent_address=hanging.address, pool="l4", slots=1,
-            workload_class=machine_pb2.WORKLOAD_CLASS_REPORTING), timeout=10)
+        box = worker.RegisterMachine(
+            worker_service_pb2.RegisterMachineRequest(
+                request_id="box-1",
+                machine_id="box-1",
+                agent_address=hanging.address,
+                pool="l4",
+                slots=1,
+                workload_class=machine_pb2.WORKLOAD_CLASS_REPORTING,
+            ),
+            timeout=10,
+        )
         assert box.origin == machine_pb2.MACHINE_ORIGIN_REGISTERED and not box.managed
         worker.ReportHeartbeat(worker_service_pb2.ReportHeartbeatRequest(machine_id="box-1"), timeout=10)
         job = fleet.submit("paused-leader", duration_s=60)
 
         def dispatched() -> models.Attempt | None:
             with fleet.sessions() as s:
-                return s.execute(select(models.Attempt).where(models.Attempt.job_id == job.job_id)).scalar_one_or_none()
+                return s.execute(
+                    select(models.Attempt).where(models.Attempt.job_id == job.job_id)
+                ).scalar_one_or_none()
 
-        attempt = fleet.advance_until(dispatched, step_s=1, max_virtual_s=60, real_pause_s=0.1,
-                                      what="leader a dispatched the job to the wedged box")
+        attempt = fleet.advance_until(
+            dispatched,
+            step_s=1,
+            max_virtual_s=60,
+            real_pause_s=0.1,
+            what="leader a dispatched the job to the wedged box",
+        )
         assert attempt.state == "STARTING" and attempt.epoch == 1
         # Leader a is now blocked in its StartJob call to the wedged agent. Pause it past its lease.
         a.process.send_signal(signal.SIGSTOP)
         try:
-            fleet.advance_until(lambda: (r := lease_row(fleet)) and r.holder == "replica-b" and r,
-                                step_s=1, max_virtual_s=60, real_pause_s=0.1, what="replica b takes over")
+            fleet.advance_until(
+                lambda: (r := lease_row(fleet)) and r.holder == "replica-b" and r,
+                step_s=1,
+                max_virtual_s=60,
+                real_pause_s=0.1,
+                what="replica b takes over",
+            )
         finally:
             a.process.send_signal(signal.SIGCONT)
         assert lease_row(fleet).epoch == 2  # type: ignore[union-attr]

@@ -23,16 +23,27 @@ def test_job_runs_then_the_idle_machine_is_stopped_and_destroyed(fleet: Fleet) -
     job = fleet.submit("lifecycle-1", duration_s=120, topic="volcanoes")
 
     events: list[job_pb2.JobEvent] = []
-    watcher = threading.Thread(target=lambda: events.extend(fleet.jobs.WatchJob(
-        job_service_pb2.WatchJobRequest(job_id=job.job_id), timeout=120)), daemon=True)
+    watcher = threading.Thread(
+        target=lambda: events.extend(
+            fleet.jobs.WatchJob(job_service_pb2.WatchJobRequest(job_id=job.job_id), timeout=120)
+        ),
+        daemon=True,
+    )
     watcher.start()
 
     done = fleet.advance_until(
         lambda: (j := fleet.get_job(job.job_id)).state == job_pb2.JOB_STATE_SUCCEEDED and j,
-        step_s=2, max_virtual_s=900, what="job succeeded")
+        step_s=2,
+        max_virtual_s=900,
+        what="job succeeded",
+    )
     watcher.join(timeout=30)
-    assert [e.state for e in events] == [job_pb2.JOB_STATE_QUEUED, job_pb2.JOB_STATE_DISPATCHING,
-                                         job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_SUCCEEDED]
+    assert [e.state for e in events] == [
+        job_pb2.JOB_STATE_QUEUED,
+        job_pb2.JOB_STATE_DISPATCHING,
+        job_pb2.JOB_STATE_RUNNING,
+        job_pb2.JOB_STATE_SUCCEEDED,
+    ]
     assert len(done.attempts) == 1
     attempt = done.attempts[0]
     assert attempt.state == job_pb2.ATTEMPT_STATE_SUCCEEDED and attempt.charged
@@ -41,21 +52,31 @@ def test_job_runs_then_the_idle_machine_is_stopped_and_destroyed(fleet: Fleet) -
     assert 120 <= attempt.slot_seconds <= 200
 
     machine_id = attempt.machine_id
-    detail = fleet.fleet.GetMachine(__import__("gpufleet.v1.fleet_service_pb2", fromlist=["x"])
-                                    .GetMachineRequest(machine_id=machine_id), timeout=10)
+    detail = fleet.fleet.GetMachine(
+        __import__("gpufleet.v1.fleet_service_pb2", fromlist=["x"]).GetMachineRequest(machine_id=machine_id),
+        timeout=10,
+    )
     assert detail.liveness.HasField("worker_report_at")
     assert detail.liveness.HasField("composite_at")
 
     # Quiet now: the money chain arms both timers, stops first (disk kept), destroys later.
-    fleet.advance_until(lambda: machine_states(fleet)[machine_id].state == "STOPPED",
-                        step_s=10, max_virtual_s=3600, what="machine stopped")
+    fleet.advance_until(
+        lambda: machine_states(fleet)[machine_id].state == "STOPPED",
+        step_s=10,
+        max_virtual_s=3600,
+        what="machine stopped",
+    )
     stopped = machine_states(fleet)[machine_id]
     assert stopped.intent == "STOPPED"
     assert stopped.destroy_due_at is not None
     assert (fleet.machines_root / machine_id).exists(), "a stopped machine keeps its disk"
 
-    fleet.advance_until(lambda: machine_states(fleet)[machine_id].state == "DESTROYED",
-                        step_s=30, max_virtual_s=3 * 3600, what="machine destroyed")
+    fleet.advance_until(
+        lambda: machine_states(fleet)[machine_id].state == "DESTROYED",
+        step_s=30,
+        max_virtual_s=3 * 3600,
+        what="machine destroyed",
+    )
     gone = machine_states(fleet)[machine_id]
     assert gone.intent == "DESTROYED"
     assert gone.stop_due_at is None and gone.destroy_due_at is None
@@ -65,15 +86,19 @@ def test_job_runs_then_the_idle_machine_is_stopped_and_destroyed(fleet: Fleet) -
     # The rows agree with the API: one attempt, charged by the formula.
     with fleet.sessions() as s:
         row = s.get_one(models.Job, job.job_id)
-        attempts = list(s.execute(select(models.Attempt).where(models.Attempt.job_id == job.job_id)).scalars())
+        attempts = list(
+            s.execute(select(models.Attempt).where(models.Attempt.job_id == job.job_id)).scalars()
+        )
         plan = s.get_one(models.Plan, "studio")
     assert row.state == "SUCCEEDED"
     assert len(attempts) == 1 and attempts[0].state == "SUCCEEDED"
-    expected = round(attempts[0].slot_seconds * gone.hourly_price_micros / gone.slots / 3600 * plan.rate_micros
-                     / 1_000_000)
+    expected = round(
+        attempts[0].slot_seconds * gone.hourly_price_micros / gone.slots / 3600 * plan.rate_micros / 1_000_000
+    )
     assert attempts[0].charge_micros == expected == row.charge_micros > 0
     # Destroyed machines drop out of the default listing but keep their row.
-    listed = fleet.fleet.ListMachines(__import__("gpufleet.v1.fleet_service_pb2", fromlist=["x"])
-                                      .ListMachinesRequest(), timeout=10)
+    listed = fleet.fleet.ListMachines(
+        __import__("gpufleet.v1.fleet_service_pb2", fromlist=["x"]).ListMachinesRequest(), timeout=10
+    )
     assert machine_id not in [m.machine_id for m in listed.machines]
     assert detail.state in (machine_pb2.MACHINE_STATE_READY, machine_pb2.MACHINE_STATE_BOOTING)

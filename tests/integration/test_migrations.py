@@ -10,7 +10,6 @@ from gpufleet.common.db.engine import make_engine
 from gpufleet.common.db.migrate import alembic_config
 from gpufleet.common.db.models import Base
 
-
 # Alembic cannot compare expression indexes (it reads them back as text); their definitions
 # are checked against the database catalogue in tests/integration/reaper/test_schema_0003.py.
 EXPRESSION_INDEXES = {"ix_machines_running_report_clock"}

@@ -48,13 +48,18 @@ class PostgresServer:
     def psql(self, sql: str, database: str = "postgres") -> None:
         import psycopg
 
-        with psycopg.connect(host="127.0.0.1", port=self.port, user=self.user, dbname=database,
-                             autocommit=True) as conn:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user=self.user, dbname=database, autocommit=True
+        ) as conn:
             conn.execute(sql)  # type: ignore[arg-type]
 
     def stop(self) -> None:
-        subprocess.run(self._as_owner([_bin("pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate",
-                                       "stop"]), capture_output=True, cwd=self.root, check=False)
+        subprocess.run(
+            self._as_owner([_bin("pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate", "stop"]),
+            capture_output=True,
+            cwd=self.root,
+            check=False,
+        )
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _as_owner(self, argv: list[str]) -> list[str]:
@@ -72,11 +77,21 @@ def start_postgres() -> PostgresServer:
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
         shutil.chown(root / "s", "postgres", "postgres")
-    run = lambda argv: subprocess.run(server._as_owner(argv), cwd=root, check=True,  # noqa: E731
-                                      capture_output=True, text=True)
+
+    def run(argv):
+        return subprocess.run(
+            server._as_owner(argv),
+            cwd=root,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+
     run([_bin("initdb"), "-D", str(root / "data"), "-A", "trust", "-U", user, "--no-sync"])
-    opts = (f"-p {server.port} -k {root / 's'} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
+    opts = (
+        f"-p {server.port} -k {root / 's'} -c listen_addresses=127.0.0.1 -c fsync=off "
+        "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+    )
     run([_bin("pg_ctl"), "-D", str(root / "data"), "-o", opts, "-l", str(root / "log"), "-w", "start"])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -64,19 +64,31 @@ def wait_healthy(address: str, timeout: float = 30.0) -> None:
     raise TimeoutError(f"{address} not healthy after {timeout}s: {last}")
 
 
-def start_service(name: str, workdir: Path, env: dict[str, str], *, port: int = 0,
-                  timeout: float = 30.0, tag: str = "") -> ServiceProcess:
+def start_service(
+    name: str, workdir: Path, env: dict[str, str], *, port: int = 0, timeout: float = 30.0, tag: str = ""
+) -> ServiceProcess:
     """``python -m gpufleet.<name>`` with ``env`` on top of this process's environment."""
     workdir.mkdir(parents=True, exist_ok=True)
     label = f"{name}{tag}"
     port_file = workdir / f"{label}.port"
     port_file.unlink(missing_ok=True)
     log_path = workdir / f"{label}.log"
-    full_env = {**os.environ, **env, "GPUFLEET_LISTEN_ADDRESS": f"127.0.0.1:{port}",
-                "GPUFLEET_PORT_FILE": str(port_file), "GPUFLEET_LOG_FORMAT": "json"}
+    full_env = {
+        **os.environ,
+        **env,
+        "GPUFLEET_LISTEN_ADDRESS": f"127.0.0.1:{port}",
+        "GPUFLEET_PORT_FILE": str(port_file),
+        "GPUFLEET_LOG_FORMAT": "json",
+    }
     log_fh = open(log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
-    proc = subprocess.Popen([sys.executable, "-m", f"gpufleet.{name}"], env=full_env, cwd=workdir,
-                            stdout=log_fh, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", f"gpufleet.{name}"],
+        env=full_env,
+        cwd=workdir,
+        stdout=log_fh,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log_fh.close()
     deadline = time.monotonic() + timeout
     while not port_file.exists():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+
 from gpufleet.common.provider_errors import (
     AuthFailed,
     InstanceNotFound,
@@ -27,7 +28,6 @@ from gpufleet.provisioner.drivers.base import (
     InstanceStatus,
 )
 from gpufleet.provisioner.drivers.sim import SimOp
-
 from tests.integration.provisioner.conftest import DriverHarness
 
 DEPLOYMENT = "contract-dep"

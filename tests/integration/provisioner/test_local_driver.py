@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.errors import InvalidArgument
 from gpufleet.provisioner.drivers.base import (
@@ -24,7 +25,6 @@ from gpufleet.provisioner.drivers.base import (
     Provider,
 )
 from gpufleet.provisioner.drivers.local import LocalDriver
-
 from tests.integration.provisioner.conftest import (
     agent_env,
     kill_group,

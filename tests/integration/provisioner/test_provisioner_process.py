@@ -14,12 +14,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument
 from gpufleet.common.provider_errors import InstanceNotFound, InsufficientCapacity
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2, provisioner_service_pb2_grpc
-
 from tests.integration.provisioner.conftest import kill_local_machines, pid_alive
 
 SIM = machine_pb2.Offering(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from gpufleet.common import grpcclient
 from gpufleet.common.catalog import DEFAULT_CATALOG, Catalog, OfferingSpec, PoolSpec
 from gpufleet.common.clients.provisioner import ProvisionerClient
@@ -28,7 +29,6 @@ from gpufleet.provisioner.drivers.base import Provider
 from gpufleet.provisioner.drivers.sim import SimCloud
 from gpufleet.provisioner.service import ProvisionerService
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2, provisioner_service_pb2_grpc
-
 from tests.integration.provisioner.conftest import kill_local_machines, local_driver
 
 pb = provisioner_service_pb2

@@ -19,9 +19,15 @@ from tests.support.procs import ServiceProcess, start_service
 @pytest.fixture
 def scheduler(pg_url: str, tmp_path: Path) -> Iterator[ServiceProcess]:
     # The provisioner address points nowhere: no job here needs a machine.
-    svc = start_service("scheduler", tmp_path, {"GPUFLEET_DATABASE_URL": pg_url,
-                                                "GPUFLEET_PROVISIONER_ADDRESS": "127.0.0.1:9",
-                                                "GPUFLEET_MAX_RUNNING_MACHINES": "0"})
+    svc = start_service(
+        "scheduler",
+        tmp_path,
+        {
+            "GPUFLEET_DATABASE_URL": pg_url,
+            "GPUFLEET_PROVISIONER_ADDRESS": "127.0.0.1:9",
+            "GPUFLEET_MAX_RUNNING_MACHINES": "0",
+        },
+    )
     yield svc
     svc.stop()
 
@@ -33,8 +39,13 @@ def stub(scheduler: ServiceProcess) -> Iterator[job_service_pb2_grpc.JobServiceS
 
 
 def submit_request(request_id: str = "req-1", **overrides: object) -> job_service_pb2.SubmitJobRequest:
-    fields: dict[str, object] = {"workspace": "acme-studio", "pool": "l4", "kind": "short_episode",
-                                 "pipeline_version": "2026.11.3", "tenant_values": {"topic": "volcanoes"}}
+    fields: dict[str, object] = {
+        "workspace": "acme-studio",
+        "pool": "l4",
+        "kind": "short_episode",
+        "pipeline_version": "2026.11.3",
+        "tenant_values": {"topic": "volcanoes"},
+    }
     fields.update(overrides)
     return job_service_pb2.SubmitJobRequest(request_id=request_id, job=job_pb2.Job(**fields))  # type: ignore[arg-type]
 
@@ -64,8 +75,9 @@ def test_list_pages_through_every_job(stub: job_service_pb2_grpc.JobServiceStub)
     seen: list[str] = []
     token = ""
     while True:
-        page = stub.ListJobs(job_service_pb2.ListJobsRequest(page_size=3, page_token=token,
-                                                             workspace="acme-studio"), timeout=5)
+        page = stub.ListJobs(
+            job_service_pb2.ListJobsRequest(page_size=3, page_token=token, workspace="acme-studio"), timeout=5
+        )
         assert len(page.jobs) <= 3
         seen += [j.job_id for j in page.jobs]
         token = page.next_page_token
@@ -78,14 +90,17 @@ def test_list_pages_through_every_job(stub: job_service_pb2_grpc.JobServiceStub)
 
 def test_cancel_a_queued_job_and_watch_it_end(stub: job_service_pb2_grpc.JobServiceStub) -> None:
     job = stub.SubmitJob(submit_request(), timeout=5)
-    cancelled = stub.CancelJob(job_service_pb2.CancelJobRequest(job_id=job.job_id, reason="changed mind"),
-                               timeout=5)
+    cancelled = stub.CancelJob(
+        job_service_pb2.CancelJobRequest(job_id=job.job_id, reason="changed mind"), timeout=5
+    )
     assert cancelled.state == job_pb2.JOB_STATE_CANCELLED
     events = list(stub.WatchJob(job_service_pb2.WatchJobRequest(job_id=job.job_id), timeout=10))
     assert [e.state for e in events] == [job_pb2.JOB_STATE_QUEUED, job_pb2.JOB_STATE_CANCELLED]
     # Cancelling again is harmless.
-    assert stub.CancelJob(job_service_pb2.CancelJobRequest(job_id=job.job_id), timeout=5).state == \
-        job_pb2.JOB_STATE_CANCELLED
+    assert (
+        stub.CancelJob(job_service_pb2.CancelJobRequest(job_id=job.job_id), timeout=5).state
+        == job_pb2.JOB_STATE_CANCELLED
+    )
 
 
 BAD_SUBMITS = [
@@ -98,20 +113,37 @@ BAD_SUBMITS = [
     (submit_request(pool="h100"), grpc.StatusCode.NOT_FOUND, "job.pool"),
     (submit_request(kind="opera"), grpc.StatusCode.NOT_FOUND, "job.kind"),
     (submit_request(pipeline_version=""), grpc.StatusCode.INVALID_ARGUMENT, "job.pipeline_version"),
-    (submit_request(pipeline_version="1.0; rm -rf /"), grpc.StatusCode.INVALID_ARGUMENT, "job.pipeline_version"),
-    (submit_request(tenant_values={"topic": "x" * 10_000}), grpc.StatusCode.INVALID_ARGUMENT,
-     "job.tenant_values['topic']"),
-    (submit_request(tenant_values={f"k{i}": "v" for i in range(65)}), grpc.StatusCode.INVALID_ARGUMENT,
-     "job.tenant_values"),
-    (submit_request(tenant_values={"bad key!": "v"}), grpc.StatusCode.INVALID_ARGUMENT,
-     "job.tenant_values['bad key!']"),
+    (
+        submit_request(pipeline_version="1.0; rm -rf /"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "job.pipeline_version",
+    ),
+    (
+        submit_request(tenant_values={"topic": "x" * 10_000}),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "job.tenant_values['topic']",
+    ),
+    (
+        submit_request(tenant_values={f"k{i}": "v" for i in range(65)}),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "job.tenant_values",
+    ),
+    (
+        submit_request(tenant_values={"bad key!": "v"}),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "job.tenant_values['bad key!']",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("request_msg", "code", "field"), BAD_SUBMITS)
-def test_bad_submit_names_the_field_and_stores_nothing(stub: job_service_pb2_grpc.JobServiceStub, pg_url: str,
-                                                       request_msg: job_service_pb2.SubmitJobRequest,
-                                                       code: grpc.StatusCode, field: str) -> None:
+def test_bad_submit_names_the_field_and_stores_nothing(
+    stub: job_service_pb2_grpc.JobServiceStub,
+    pg_url: str,
+    request_msg: job_service_pb2.SubmitJobRequest,
+    code: grpc.StatusCode,
+    field: str,
+) -> None:
     with pytest.raises(grpc.RpcError) as info:
         stub.SubmitJob(request_msg, timeout=5)
     assert info.value.code() == code  # type: ignore[attr-defined]
@@ -122,7 +154,8 @@ def test_bad_submit_names_the_field_and_stores_nothing(stub: job_service_pb2_grp
 
 
 def test_reused_request_id_with_other_content_is_refused_and_keeps_the_first(
-        stub: job_service_pb2_grpc.JobServiceStub, pg_url: str) -> None:
+    stub: job_service_pb2_grpc.JobServiceStub, pg_url: str
+) -> None:
     first = stub.SubmitJob(submit_request(), timeout=5)
     with pytest.raises(grpc.RpcError) as info:
         stub.SubmitJob(submit_request(tenant_values={"topic": "glaciers"}), timeout=5)
@@ -136,41 +169,77 @@ def test_reused_request_id_with_other_content_is_refused_and_keeps_the_first(
 @pytest.mark.parametrize(
     ("call", "code", "field"),
     [
-        (lambda s: s.GetJob(job_service_pb2.GetJobRequest(job_id=""), timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "job_id"),
-        (lambda s: s.GetJob(job_service_pb2.GetJobRequest(job_id="nope"), timeout=5),
-         grpc.StatusCode.NOT_FOUND, "job_id"),
-        (lambda s: s.CancelJob(job_service_pb2.CancelJobRequest(job_id=""), timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "job_id"),
-        (lambda s: s.CancelJob(job_service_pb2.CancelJobRequest(job_id="nope"), timeout=5),
-         grpc.StatusCode.NOT_FOUND, "job_id"),
-        (lambda s: list(s.WatchJob(job_service_pb2.WatchJobRequest(job_id="nope"), timeout=5)),
-         grpc.StatusCode.NOT_FOUND, "job_id"),
-        (lambda s: list(s.WatchJob(job_service_pb2.WatchJobRequest(job_id=""), timeout=5)),
-         grpc.StatusCode.INVALID_ARGUMENT, "job_id"),
-        (lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(page_token="garbage!!"), timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "page_token"),
-        (lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(page_token="eyJrIjoibWFjaGluZXMiLCJwIjoieCJ9"),
-                              timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "page_token"),
-        (lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(page_size=-1), timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "page_size"),
-        (lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(workspace="nobody"), timeout=5),
-         grpc.StatusCode.NOT_FOUND, "workspace"),
-        (lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(pool="nope"), timeout=5),
-         grpc.StatusCode.NOT_FOUND, "pool"),
+        (
+            lambda s: s.GetJob(job_service_pb2.GetJobRequest(job_id=""), timeout=5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "job_id",
+        ),
+        (
+            lambda s: s.GetJob(job_service_pb2.GetJobRequest(job_id="nope"), timeout=5),
+            grpc.StatusCode.NOT_FOUND,
+            "job_id",
+        ),
+        (
+            lambda s: s.CancelJob(job_service_pb2.CancelJobRequest(job_id=""), timeout=5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "job_id",
+        ),
+        (
+            lambda s: s.CancelJob(job_service_pb2.CancelJobRequest(job_id="nope"), timeout=5),
+            grpc.StatusCode.NOT_FOUND,
+            "job_id",
+        ),
+        (
+            lambda s: list(s.WatchJob(job_service_pb2.WatchJobRequest(job_id="nope"), timeout=5)),
+            grpc.StatusCode.NOT_FOUND,
+            "job_id",
+        ),
+        (
+            lambda s: list(s.WatchJob(job_service_pb2.WatchJobRequest(job_id=""), timeout=5)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "job_id",
+        ),
+        (
+            lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(page_token="garbage!!"), timeout=5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "page_token",
+        ),
+        (
+            lambda s: s.ListJobs(
+                job_service_pb2.ListJobsRequest(page_token="eyJrIjoibWFjaGluZXMiLCJwIjoieCJ9"), timeout=5
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "page_token",
+        ),
+        (
+            lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(page_size=-1), timeout=5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "page_size",
+        ),
+        (
+            lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(workspace="nobody"), timeout=5),
+            grpc.StatusCode.NOT_FOUND,
+            "workspace",
+        ),
+        (
+            lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(pool="nope"), timeout=5),
+            grpc.StatusCode.NOT_FOUND,
+            "pool",
+        ),
     ],
 )
-def test_bad_reads_and_cancels_name_the_field(stub: job_service_pb2_grpc.JobServiceStub, call: object,
-                                              code: grpc.StatusCode, field: str) -> None:
+def test_bad_reads_and_cancels_name_the_field(
+    stub: job_service_pb2_grpc.JobServiceStub, call: object, code: grpc.StatusCode, field: str
+) -> None:
     with pytest.raises(grpc.RpcError) as info:
         call(stub)  # type: ignore[operator]
     assert info.value.code() == code  # type: ignore[attr-defined]
     assert field_of(info.value) == field
 
 
-def test_cancelling_a_finished_job_is_a_failed_precondition(stub: job_service_pb2_grpc.JobServiceStub,
-                                                            pg_url: str) -> None:
+def test_cancelling_a_finished_job_is_a_failed_precondition(
+    stub: job_service_pb2_grpc.JobServiceStub, pg_url: str
+) -> None:
     job = stub.SubmitJob(submit_request(), timeout=5)
     sessions = make_sessionmaker(make_engine(pg_url))
     with sessions() as s, s.begin():

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.provider_errors import InsufficientCapacity
 from gpufleet.provisioner.drivers.base import InstanceSpec, Offering, Provider
 from gpufleet.provisioner.drivers.factory import build_drivers
 from gpufleet.provisioner.settings import Settings
-from pydantic import ValidationError
 
 
 def test_defaults_are_the_embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.provider_errors import InsufficientCapacity, QuotaExceeded, Transient
 from gpufleet.provisioner.drivers.base import InstanceRef, InstanceSpec, InstanceStatus, Offering, Provider

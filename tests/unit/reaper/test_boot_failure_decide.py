@@ -112,3 +112,16 @@ def test_the_destroy_names_both_sightings_and_the_error() -> None:
     assert isinstance(action, DestroyMachine)
     assert "image pull: manifest unknown" in action.details
     assert SEEN.startup_failed_at is not None and SEEN.startup_failed_at.isoformat() in action.details
+
+
+def test_a_healthy_agent_whose_worker_never_reports_is_not_refused_forever() -> None:
+    long_silent = replace(UNREPORTED, first_observed_at=ago(minutes=61))
+    assert [type(a) for a in decide(NOW, long_silent, HEALTHY_PROBE, POLICY)] == [RecordStartupFailure]
+    confirmed = replace(long_silent, startup_failed_at=ago(minutes=1))
+    [action] = decide(NOW, confirmed, HEALTHY_PROBE, POLICY)
+    assert isinstance(action, DestroyMachine)
+    assert "has not reported in twice the boot window" in action.details
+    # Until then a healthy probe still wins: a slow start that finishes is never destroyed.
+    assert decide(NOW, replace(long_silent, first_observed_at=ago(minutes=59)), HEALTHY_PROBE, POLICY) == [
+        Refuse(RefusalReason.STARTUP_HEALTHY)
+    ]

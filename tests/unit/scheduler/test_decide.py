@@ -25,44 +25,125 @@ NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 POLICY = Policy(max_running_machines=4, worker_fresh_s=60)
 
 
-def job(jid: str, ws: str = "ws1", *, tier: int = 1, usage: float = 0.0, weight: float = 1.0,
-        age_s: float = 0, whole: bool = False, slots: int = 1) -> JobView:
-    return JobView(id=jid, workspace_id=ws, pool_id="l4", kind_id="film" if whole else "short",
-                   slots_needed=2 if whole else slots, whole_machine=whole, tier=tier, weight=weight,
-                   created_at=NOW - timedelta(seconds=age_s), usage=usage)
+def job(
+    jid: str,
+    ws: str = "ws1",
+    *,
+    tier: int = 1,
+    usage: float = 0.0,
+    weight: float = 1.0,
+    age_s: float = 0,
+    whole: bool = False,
+    slots: int = 1,
+) -> JobView:
+    return JobView(
+        id=jid,
+        workspace_id=ws,
+        pool_id="l4",
+        kind_id="film" if whole else "short",
+        slots_needed=2 if whole else slots,
+        whole_machine=whole,
+        tier=tier,
+        weight=weight,
+        created_at=NOW - timedelta(seconds=age_s),
+        usage=usage,
+    )
 
 
-def machine(mid: str, *, state: str = "READY", busy: frozenset[int] = frozenset(), slots: int = 2,
-            price: int = 1_000_000, reported_s_ago: float | None = 5, **kw: object) -> MachineView:
-    base = MachineView(id=mid, pool_id="l4", state=state, intent="RUNNING" if state != "STOPPED" else "STOPPED",
-                       origin="PROVISIONED", managed=True, lost=False, cordoned=False, slots=slots,
-                       busy_slots=busy,
-                       worker_report_at=None if reported_s_ago is None else NOW - timedelta(seconds=reported_s_ago),
-                       hourly_price_micros=price, capacity_type="ON_DEMAND", preemption_count=0,
-                       spot_seconds=0.0, backoff_until=None, agent_address="127.0.0.1:1")
+def machine(
+    mid: str,
+    *,
+    state: str = "READY",
+    busy: frozenset[int] = frozenset(),
+    slots: int = 2,
+    price: int = 1_000_000,
+    reported_s_ago: float | None = 5,
+    **kw: object,
+) -> MachineView:
+    base = MachineView(
+        id=mid,
+        pool_id="l4",
+        state=state,
+        intent="RUNNING" if state != "STOPPED" else "STOPPED",
+        origin="PROVISIONED",
+        managed=True,
+        lost=False,
+        cordoned=False,
+        slots=slots,
+        busy_slots=busy,
+        worker_report_at=None if reported_s_ago is None else NOW - timedelta(seconds=reported_s_ago),
+        hourly_price_micros=price,
+        capacity_type="ON_DEMAND",
+        preemption_count=0,
+        spot_seconds=0.0,
+        backoff_until=None,
+        agent_address="127.0.0.1:1",
+    )
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
-def snapshot(*, queued: list[JobView] = (), machines: list[MachineView] = (),  # type: ignore[assignment]
-             limits: dict[str, int] | None = None, running: dict[str, int] | None = None,
-             offerings: list[OfferingView] | None = None, attempts: list[AttemptView] = (),  # type: ignore[assignment]
-             quarantined: frozenset[str] = frozenset(), pool_max: int = 4) -> FleetSnapshot:
+def snapshot(
+    *,
+    queued: list[JobView] = (),
+    machines: list[MachineView] = (),  # type: ignore[assignment]
+    limits: dict[str, int] | None = None,
+    running: dict[str, int] | None = None,
+    offerings: list[OfferingView] | None = None,
+    attempts: list[AttemptView] = (),  # type: ignore[assignment]
+    quarantined: frozenset[str] = frozenset(),
+    pool_max: int = 4,
+) -> FleetSnapshot:
     return FleetSnapshot(
-        now=NOW, queued=list(queued), running_per_workspace=running or {},
-        workspace_limits=limits or {"ws1": 10, "ws2": 10}, machines=list(machines),
+        now=NOW,
+        queued=list(queued),
+        running_per_workspace=running or {},
+        workspace_limits=limits or {"ws1": 10, "ws2": 10},
+        machines=list(machines),
         pools={"l4": PoolView(id="l4", slots_per_machine=2, max_machines=pool_max)},
-        offerings=offerings if offerings is not None else [
-            OfferingView(id="cheap", pool_id="l4", rank=1, provider="LOCAL", region="r", zone="z",
-                         slots=2, capacity_type="ON_DEMAND", hourly_price_micros=500_000),
-            OfferingView(id="dear", pool_id="l4", rank=0, provider="LOCAL", region="r", zone="z",
-                         slots=2, capacity_type="ON_DEMAND", hourly_price_micros=900_000)],
-        live_attempts=list(attempts), quarantined_offerings=quarantined)
+        offerings=offerings
+        if offerings is not None
+        else [
+            OfferingView(
+                id="cheap",
+                pool_id="l4",
+                rank=1,
+                provider="LOCAL",
+                region="r",
+                zone="z",
+                slots=2,
+                capacity_type="ON_DEMAND",
+                hourly_price_micros=500_000,
+            ),
+            OfferingView(
+                id="dear",
+                pool_id="l4",
+                rank=0,
+                provider="LOCAL",
+                region="r",
+                zone="z",
+                slots=2,
+                capacity_type="ON_DEMAND",
+                hourly_price_micros=900_000,
+            ),
+        ],
+        live_attempts=list(attempts),
+        quarantined_offerings=quarantined,
+    )
 
 
 def test_order_is_tier_then_fair_share_then_age() -> None:
-    jobs = [job("old-heavy", "ws1", usage=1000, age_s=100), job("new-light", "ws2", usage=10, age_s=1),
-            job("vip", "ws1", tier=2, usage=10**9), job("old-light", "ws2", usage=10, age_s=50)]
-    assert [j.id for j in eligible_demand(snapshot(queued=jobs))] == ["vip", "old-light", "new-light", "old-heavy"]
+    jobs = [
+        job("old-heavy", "ws1", usage=1000, age_s=100),
+        job("new-light", "ws2", usage=10, age_s=1),
+        job("vip", "ws1", tier=2, usage=10**9),
+        job("old-light", "ws2", usage=10, age_s=50),
+    ]
+    assert [j.id for j in eligible_demand(snapshot(queued=jobs))] == [
+        "vip",
+        "old-light",
+        "new-light",
+        "old-heavy",
+    ]
 
 
 def test_fair_share_divides_usage_by_plan_weight() -> None:
@@ -96,8 +177,9 @@ def test_only_healthy_machines_with_free_slots_get_work(m: MachineView, assigned
 
 
 def test_busy_machine_is_packed_first_so_others_can_go_quiet() -> None:
-    plan = decide(snapshot(queued=[job("j")], machines=[machine("idle"), machine("half", busy=frozenset({0}))]),
-                  POLICY)
+    plan = decide(
+        snapshot(queued=[job("j")], machines=[machine("idle"), machine("half", busy=frozenset({0}))]), POLICY
+    )
     assert plan.assignments == [Assignment("j", "half", (1,))]
 
 
@@ -143,34 +225,55 @@ def test_expected_cost_adds_preemption_risk() -> None:
 
 
 def attempt(aid: str, *, started_s_ago: float, lease_in_s: float, limit_s: float = 3600) -> AttemptView:
-    return AttemptView(id=aid, job_id="j", machine_id="m", state="RUNNING",
-                       started_at=NOW - timedelta(seconds=started_s_ago),
-                       lease_expires_at=NOW + timedelta(seconds=lease_in_s), slots=1, time_limit_s=limit_s)
+    return AttemptView(
+        id=aid,
+        job_id="j",
+        machine_id="m",
+        state="RUNNING",
+        started_at=NOW - timedelta(seconds=started_s_ago),
+        lease_expires_at=NOW + timedelta(seconds=lease_in_s),
+        slots=1,
+        time_limit_s=limit_s,
+    )
 
 
 def test_leases_and_time_limits() -> None:
-    plan = decide(snapshot(attempts=[attempt("fresh", started_s_ago=10, lease_in_s=50),
-                                     attempt("lost", started_s_ago=10, lease_in_s=-1),
-                                     attempt("long", started_s_ago=3601, lease_in_s=50)]), POLICY)
+    plan = decide(
+        snapshot(
+            attempts=[
+                attempt("fresh", started_s_ago=10, lease_in_s=50),
+                attempt("lost", started_s_ago=10, lease_in_s=-1),
+                attempt("long", started_s_ago=3601, lease_in_s=50),
+            ]
+        ),
+        POLICY,
+    )
     assert plan.expired_leases == ["lost"]
     assert plan.over_limit == ["long"]
 
 
 def test_a_machine_that_keeps_being_taken_back_waits_behind_a_cheaper_offering() -> None:
-    preempted = machine("spot", state="STOPPED", price=400_000, capacity_type="SPOT", preemption_count=1,
-                        spot_seconds=1800.0)
+    preempted = machine(
+        "spot", state="STOPPED", price=400_000, capacity_type="SPOT", preemption_count=1, spot_seconds=1800.0
+    )
     quiet = machine("quiet", state="STOPPED", price=1_000_000)
     assert decide(snapshot(queued=[job("a")], machines=[preempted]), POLICY).scale == [
-        CreateMachine(offering_id="cheap", pool_id="l4")]
+        CreateMachine(offering_id="cheap", pool_id="l4")
+    ]
     # A quiet stopped machine still starts before any new one, even a cheaper one.
-    assert decide(snapshot(queued=[job("a")], machines=[preempted, quiet]), POLICY).scale == [StartMachine("quiet")]
+    assert decide(snapshot(queued=[job("a")], machines=[preempted, quiet]), POLICY).scale == [
+        StartMachine("quiet")
+    ]
     # With no offering left, the pre-empted machine is still better than nothing.
     assert decide(snapshot(queued=[job("a")], machines=[preempted], offerings=[]), POLICY).scale == [
-        StartMachine("spot")]
+        StartMachine("spot")
+    ]
 
 
 def test_a_machine_whose_start_failed_is_not_counted_as_arriving() -> None:
     failed = machine("m", state="STARTING", backoff_until=NOW + timedelta(seconds=60))
-    assert decide(snapshot(queued=[job("a")], machines=[failed]), POLICY).scale == [CreateMachine("cheap", "l4")]
+    assert decide(snapshot(queued=[job("a")], machines=[failed]), POLICY).scale == [
+        CreateMachine("cheap", "l4")
+    ]
     settled = replace(failed, backoff_until=NOW - timedelta(seconds=1))
     assert decide(snapshot(queued=[job("a")], machines=[settled]), POLICY).scale == []

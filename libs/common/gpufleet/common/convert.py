@@ -8,6 +8,7 @@ from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+
 from gpufleet.common.db import models
 from gpufleet.v1 import machine_pb2
 

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
-from gpufleet.common import errors
 from opentelemetry.instrumentation.grpc import client_interceptor, grpcext
+
+from gpufleet.common import errors
 
 T = TypeVar("T")
 

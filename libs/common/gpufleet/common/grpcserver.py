@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from gpufleet.common.errors import FIELD_METADATA_KEY, GpufleetError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import server_interceptor
+
+from gpufleet.common.errors import FIELD_METADATA_KEY, GpufleetError
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from gpufleet.common.clock import Clock
-from gpufleet.common.db.models import LeaderLease as LeaseRow
-from gpufleet.common.errors import Fenced
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.clock import Clock
+from gpufleet.common.db.models import LeaderLease as LeaseRow
+from gpufleet.common.errors import Fenced
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.models import WatchdogStat
 from gpufleet.common.errors import Fenced
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.telemetry import tracer
-from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ metadata key :data:`METADATA_KEY`, so a caller never parses a message.
 from __future__ import annotations
 
 import grpc
+
 from gpufleet.common.errors import GpufleetError
 
 METADATA_KEY = "gpufleet-provider-error"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from gpufleet.common.clock import Clock, clock_from_spec
 from pydantic import Field
 from pydantic_settings import (
     BaseSettings,
@@ -18,6 +17,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from gpufleet.common.clock import Clock, clock_from_spec
 
 
 class BaseServiceSettings(BaseSettings):

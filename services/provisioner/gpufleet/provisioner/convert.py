@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
+
 from gpufleet.common.catalog import OfferingSpec
 from gpufleet.common.errors import InvalidArgument
 from gpufleet.provisioner.drivers.base import CapacityType, InstanceInfo, Offering, Provider

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import grpc
+
 from gpufleet.common import paging
 from gpufleet.common.catalog import Catalog, OfferingSpec
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound

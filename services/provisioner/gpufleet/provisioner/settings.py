@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from gpufleet.common.settings import BaseServiceSettings
-from gpufleet.provisioner.drivers.base import Provider
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
+
+from gpufleet.common.settings import BaseServiceSettings
+from gpufleet.provisioner.drivers.base import Provider
 
 
 class Settings(BaseServiceSettings):

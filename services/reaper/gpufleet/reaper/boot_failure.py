@@ -13,8 +13,9 @@ Before acting, the failure is re-confirmed live across two ticks through the age
 ``Probe``: the first tick that finds start-up not complete (or failed, or the agent
 unreachable) records the sighting in ``startup_failed_at``; a later tick that finds it
 still failing destroys. A probe that finds start-up healthy clears the sighting instead —
-a slow start that finishes is never destroyed. Probes run in parallel with no
-transaction open.
+a slow start that finishes is never destroyed. One limit on that: an agent that keeps
+saying start-up is complete while its worker never reports is treated as failing once
+twice the boot window has passed. Probes run in parallel with no transaction open.
 """
 
 from __future__ import annotations
@@ -114,6 +115,10 @@ def failure_of(probe: StartupProbe | None) -> str | None:
     return None
 
 
+def _past_report_deadline(now: datetime, machine: MachineSnapshot, policy: BootFailurePolicy) -> bool:
+    return machine.first_observed_at is not None and now - machine.first_observed_at >= 2 * policy.window
+
+
 def decide(
     now: datetime, machine: MachineSnapshot, probe: StartupProbe | None, policy: BootFailurePolicy
 ) -> list[BootAction]:
@@ -124,6 +129,10 @@ def decide(
     if isinstance(gated, Refuse):
         return [gated]
     why = failure_of(probe)
+    if why is None and _past_report_deadline(now, machine, policy):
+        # An agent that says all is well while its worker never reports would otherwise be
+        # refused forever, billing; the seed's question is "has it ever reported?".
+        why = "start-up reports complete, but the worker has not reported in twice the boot window"
     if why is None:
         actions: list[BootAction] = [Refuse(RefusalReason.STARTUP_HEALTHY)]
         if machine.startup_failed_at is not None:

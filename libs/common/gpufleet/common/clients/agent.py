@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from google.protobuf.duration_pb2 import Duration
+
 from gpufleet.common import grpcclient
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 

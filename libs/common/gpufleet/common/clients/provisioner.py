@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+
 from gpufleet.common import grpcclient
 from gpufleet.common.provider_errors import BY_KIND, METADATA_KEY, ProviderError, Transient
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2, provisioner_service_pb2_grpc

@@ -329,6 +329,10 @@ class FleetTick:
             machine.agent_address = instance.agent_address or machine.agent_address
             machine.start_failures = 0
             machine.backoff_until = None
+            # A new life: what was observed in the last one no longer describes it.
+            machine.lost = False
+            machine.probe_failed_since = None
+            machine.startup_failed_at = None
 
     def _start_failed(self, machine_id: str, exc: ProviderError, report: TickReport) -> None:
         """A start that failed waits out an exponential back-off before this machine is tried

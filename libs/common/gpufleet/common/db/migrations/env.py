@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
+
 from gpufleet.common.db.engine import make_engine
 from gpufleet.common.db.models import Base
 
