@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.cli import output
+from gpufleet.cli import ops, output
 from gpufleet.cli.stack import SERVICES, Stack, StackConfig, free_port
 from gpufleet.common import grpcclient
 from gpufleet.v1 import (
@@ -27,8 +27,6 @@ from gpufleet.v1 import (
     job_service_pb2,
     job_service_pb2_grpc,
     machine_pb2,
-    reaper_service_pb2,
-    reaper_service_pb2_grpc,
 )
 
 SCENARIO = [
@@ -269,16 +267,18 @@ def _summary(
             f"{output.enum_short(machine_pb2.MachineState, m.state, 'MACHINE_STATE_').lower()} "
             f"{life / 60:.0f} min (demo clock) after it was requested"
         )
+    # What an operator sees of the same run: `gpufleet watchdogs` and `gpufleet ledger`.
+    reaper_address = stack.config.address("reaper")
+    print(f"\nThe watchdogs that watched this run (`gpufleet watchdogs --reaper {reaper_address}`):")
+    view = argparse.Namespace(
+        reaper=reaper_address, json=False, limit=20, machine=None, failure_class=None, detector=None
+    )
     try:
-        reaper = reaper_service_pb2_grpc.ReaperServiceStub(
-            grpcclient.open_channel(stack.config.address("reaper"))
-        )
-        entries = reaper.ListLedgerEntries(
-            reaper_service_pb2.ListLedgerEntriesRequest(page_size=100), timeout=10
-        )
-        print(f"  failure ledger: {len(entries.entries)} entr{'y' if len(entries.entries) == 1 else 'ies'}")
+        ops.watchdogs(view)
+        print(f"\nThe failure ledger (`gpufleet ledger --reaper {reaper_address}`):")
+        ops.ledger(view)
     except Exception as exc:  # the summary must not hide the scenario's result
-        print(f"  failure ledger: unavailable ({exc})")
+        print(f"  unavailable ({exc})")
     print(
         f"\nDone in {clock.stamp()} of demo time. Every step above went through real gRPC between "
         "separate processes."

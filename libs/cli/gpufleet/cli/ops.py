@@ -47,6 +47,13 @@ def _pages(method: Any, request: Any, field: str, limit: int | None = None) -> l
         request.page_token = resp.next_page_token
 
 
+def _now(args: argparse.Namespace) -> datetime:
+    """The time ages are shown against: the system's clock when the caller knows it (the
+    demo's sped-up clock), else this machine's."""
+    now = getattr(args, "now", None)
+    return now if isinstance(now, datetime) else datetime.now(UTC)
+
+
 def _counts(counts: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "-"
 
@@ -58,7 +65,7 @@ def watchdogs(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(rows)
         return 0
-    now = datetime.now(UTC)
+    now = _now(args)
     print(
         output.table(
             ["WATCHDOG", "SERVICE", "EVERY", "LAST RUN", "RUNS", "ACTIONS", "REFUSALS"],
@@ -90,7 +97,10 @@ def ledger(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(rows)
         return 0
-    now = datetime.now(UTC)
+    if not rows:
+        print("the failure ledger is empty: nothing has failed")
+        return 0
+    now = _now(args)
     print(
         output.table(
             ["ID", "WHEN", "CLASS", "DETECTOR", "OUTCOME", "MACHINE", "JOB", "DETAILS"],
@@ -137,7 +147,7 @@ def incidents(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(rows)
         return 0
-    now = datetime.now(UTC)
+    now = _now(args)
     print(
         output.table(
             ["ID", "WHEN", "STATE", "CLASS", "MACHINE", "SUMMARY"],
@@ -176,7 +186,7 @@ def quarantines(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(rows)
         return 0
-    now = datetime.now(UTC)
+    now = _now(args)
     print(
         output.table(
             ["ID", "KIND", "OFFERING", "PROVIDER", "REGION", "SINCE", "UNTIL", "REASON"],
@@ -218,7 +228,7 @@ def orphans(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(rows)
         return 0
-    now = datetime.now(UTC)
+    now = _now(args)
     if not rows:
         print("no orphans seen: every instance labelled with this deployment has a machine record here")
         return 0
