@@ -15,6 +15,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gpufleet.cli import ops, output
@@ -270,8 +271,17 @@ def _summary(
     # What an operator sees of the same run: `gpufleet watchdogs` and `gpufleet ledger`.
     reaper_address = stack.config.address("reaper")
     print(f"\nThe watchdogs that watched this run (`gpufleet watchdogs --reaper {reaper_address}`):")
+    # Ages are shown against the system's sped-up clock, not this machine's.
+    origin = stack.config.clock_origin or clock.start
+    system_now = datetime.fromtimestamp(origin + (time.time() - origin) * clock.speed, UTC)
     view = argparse.Namespace(
-        reaper=reaper_address, json=False, limit=20, machine=None, failure_class=None, detector=None
+        reaper=reaper_address,
+        json=False,
+        limit=20,
+        machine=None,
+        failure_class=None,
+        detector=None,
+        now=system_now,
     )
     try:
         ops.watchdogs(view)
