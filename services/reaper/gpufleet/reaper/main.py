@@ -10,12 +10,9 @@ replica takes over at once) and stops the server gracefully.
 from __future__ import annotations
 
 import logging
-import threading
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import telemetry
@@ -24,13 +21,11 @@ from gpufleet.common.clock import Clock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.grpcserver import (
     ServiceBinding,
-    ServiceServer,
-    announce_port,
     create_server,
-    run_until_signalled,
 )
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import PeriodicTask, Ticker
+from gpufleet.common.runtime import TimerService, serve
 from gpufleet.reaper.agent_probe import AgentProber, GrpcAgentProber
 from gpufleet.reaper.auto_destroy import AutoDestroy
 from gpufleet.reaper.auto_stop import AutoStop
@@ -104,34 +99,8 @@ def build_watchdogs(
     ]
 
 
-@dataclass
-class Reaper:
-    """A running reaper: its server, its ticker thread and what they hold."""
-
-    settings: Settings
-    engine: Engine
-    lease: LeaderLease
-    ticker: Ticker
-    server: ServiceServer
-    provider: ProvisionerClient | None
-    stop_event: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    def start_loops(self) -> None:
-        self.thread = threading.Thread(
-            target=self.ticker.run_forever, args=(self.stop_event,), name="reaper-ticker", daemon=True
-        )
-        self.thread.start()
-
-    def close(self, grace: float = 5.0) -> None:
-        """Stop the loops (releasing the lease), then the server, then the connections."""
-        self.stop_event.set()
-        if self.thread is not None:
-            self.thread.join(timeout=grace + 30)
-        self.server.stop(grace)
-        if self.provider is not None:
-            self.provider.close()
-        self.engine.dispose()
+# A running reaper is the shared timer-service runtime.
+Reaper = TimerService
 
 
 def build(
@@ -169,7 +138,13 @@ def build(
         ],
     )
     return Reaper(
-        settings=settings, engine=engine, lease=lease, ticker=ticker, server=server, provider=owned_provider
+        name=SERVICE,
+        settings=settings,
+        engine=engine,
+        lease=lease,
+        ticker=ticker,
+        server=server,
+        provider=owned_provider,
     )
 
 
@@ -181,17 +156,4 @@ def main() -> int:
         level=settings.log_level,
         log_format=settings.log_format,
     )
-    reaper = build(settings)
-    log.info(
-        "reaper serving on port %d",
-        reaper.server.port,
-        extra={"fields": {"port": reaper.server.port, "instance": settings.instance_name}},
-    )
-    announce_port(reaper.server.port, settings.port_file)
-    reaper.start_loops()
-    try:
-        run_until_signalled(reaper.server, reaper.stop_event)
-    finally:
-        reaper.close()
-    log.info("reaper stopped")
-    return 0
+    return serve(build(settings), settings.port_file)

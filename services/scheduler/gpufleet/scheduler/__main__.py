@@ -1,3 +1,3 @@
 from gpufleet.scheduler.main import main
 
-main()
+raise SystemExit(main())

@@ -4,7 +4,6 @@ leader's fleet tick."""
 from __future__ import annotations
 
 import logging
-import threading
 
 from sqlalchemy.exc import IntegrityError, OperationalError
 
@@ -12,9 +11,10 @@ from gpufleet.common import telemetry
 from gpufleet.common.catalog import load_catalog
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
-from gpufleet.common.grpcserver import ServiceBinding, announce_port, create_server, run_until_signalled
+from gpufleet.common.grpcserver import ServiceBinding, create_server
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import PeriodicTask, Ticker
+from gpufleet.common.runtime import TimerService, serve
 from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.fleet_service import FleetService
 from gpufleet.scheduler.job_service import JobService
@@ -30,19 +30,15 @@ from gpufleet.v1 import (
     worker_service_pb2_grpc,
 )
 
+SERVICE = "scheduler"
 log = logging.getLogger("gpufleet.scheduler")
 
 
-def main() -> None:
-    settings = Settings()
-    telemetry.configure(
-        "scheduler",
-        otlp_endpoint=settings.otlp_endpoint,
-        level=settings.log_level,
-        log_format=settings.log_format,
-    )
+def build(settings: Settings) -> TimerService:
+    """Wire the scheduler: its three gRPC services and the leader's fleet tick."""
     clock = settings.make_clock()
-    sessions = make_sessionmaker(make_engine(settings.database_url))
+    engine = make_engine(settings.database_url)
+    sessions = make_sessionmaker(engine)
     catalog = load_catalog(settings.catalog_file)
     for _ in range(5):  # replicas starting together may race on the first insert
         try:
@@ -52,10 +48,10 @@ def main() -> None:
         except (IntegrityError, OperationalError):
             log.info("catalogue sync raced another replica; retrying")
     provisioner = ProvisionerClient(settings.provisioner_address, timeout_s=max(30.0, settings.rpc_timeout_s))
-    lease = LeaderLease("scheduler", settings.instance_name, clock, sessions, settings.lease_ttl_s)
+    lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, settings.lease_ttl_s)
     tick = FleetTick(sessions, clock, lease, provisioner, settings)
     ticker = Ticker(
-        "scheduler",
+        SERVICE,
         clock,
         sessions,
         lease,
@@ -82,15 +78,27 @@ def main() -> None:
             ),
         ],
     )
-    announce_port(server.port, settings.port_file)
-    log.info("scheduler serving on port %d", server.port, extra={"fields": {"port": server.port}})
-    stop = threading.Event()
-    loop = threading.Thread(target=ticker.run_forever, args=(stop,), name="fleet-tick", daemon=True)
-    loop.start()
-    run_until_signalled(server, stop)
-    loop.join(timeout=10)
-    provisioner.close()
+    return TimerService(
+        name=SERVICE,
+        settings=settings,
+        engine=engine,
+        lease=lease,
+        ticker=ticker,
+        server=server,
+        provider=provisioner,
+    )
+
+
+def main() -> int:
+    settings = Settings()
+    telemetry.configure(
+        SERVICE,
+        otlp_endpoint=settings.otlp_endpoint,
+        level=settings.log_level,
+        log_format=settings.log_format,
+    )
+    return serve(build(settings), settings.port_file)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

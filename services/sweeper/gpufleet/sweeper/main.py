@@ -10,11 +10,8 @@ loop, releases the lease and stops the server gracefully.
 from __future__ import annotations
 
 import logging
-import threading
-from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import telemetry
@@ -23,13 +20,11 @@ from gpufleet.common.clock import Clock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.grpcserver import (
     ServiceBinding,
-    ServiceServer,
-    announce_port,
     create_server,
-    run_until_signalled,
 )
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import PeriodicTask, Ticker, TickReport
+from gpufleet.common.runtime import TimerService, serve
 from gpufleet.sweeper import sweeps
 from gpufleet.sweeper.inventory_reconcile import InventoryReconcile
 from gpufleet.sweeper.listing import Provisioner
@@ -79,31 +74,8 @@ class TimedPasses:
         ]
 
 
-@dataclass
-class Sweeper:
-    settings: Settings
-    engine: Engine
-    lease: LeaderLease
-    ticker: Ticker
-    server: ServiceServer
-    provider: ProvisionerClient | None
-    stop_event: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    def start_loops(self) -> None:
-        self.thread = threading.Thread(
-            target=self.ticker.run_forever, args=(self.stop_event,), name="sweeper-ticker", daemon=True
-        )
-        self.thread.start()
-
-    def close(self, grace: float = 5.0) -> None:
-        self.stop_event.set()
-        if self.thread is not None:
-            self.thread.join(timeout=grace + 30)
-        self.server.stop(grace)
-        if self.provider is not None:
-            self.provider.close()
-        self.engine.dispose()
+# A running sweeper is the shared timer-service runtime.
+Sweeper = TimerService
 
 
 def build(settings: Settings, *, clock: Clock | None = None, provider: Provisioner | None = None) -> Sweeper:
@@ -137,7 +109,13 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
         ],
     )
     return Sweeper(
-        settings=settings, engine=engine, lease=lease, ticker=ticker, server=server, provider=owned
+        name=SERVICE,
+        settings=settings,
+        engine=engine,
+        lease=lease,
+        ticker=ticker,
+        server=server,
+        provider=owned,
     )
 
 
@@ -149,17 +127,4 @@ def main() -> int:
         level=settings.log_level,
         log_format=settings.log_format,
     )
-    sweeper = build(settings)
-    log.info(
-        "sweeper serving on port %d",
-        sweeper.server.port,
-        extra={"fields": {"port": sweeper.server.port, "instance": settings.instance_name}},
-    )
-    announce_port(sweeper.server.port, settings.port_file)
-    sweeper.start_loops()
-    try:
-        run_until_signalled(sweeper.server, sweeper.stop_event)
-    finally:
-        sweeper.close()
-    log.info("sweeper stopped")
-    return 0
+    return serve(build(settings), settings.port_file)
