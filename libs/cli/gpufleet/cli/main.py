@@ -27,18 +27,21 @@ def run_up(args: argparse.Namespace) -> int:
         state_dir=Path(args.state_dir).resolve(), ports=ports, clock_speed=args.speed, log_format="json"
     )
     stack = Stack(config)
+    flag = "" if args.port_offset == 0 else f" --scheduler {config.address('scheduler')}"
     print(
         f"gpufleet up — state in {config.state_dir} (SQLite + local machines), logs in "
         f"{config.state_dir / 'logs'}"
     )
     stop = threading.Event()
+    # Both stop it, even when started in the background where SIGINT starts out ignored.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         stack.start(on_started=lambda n, a: print(f"  {n:<12} serving on {a}", flush=True))
         print(
             "ready. Try, in another terminal:\n"
-            "  gpufleet submit --workspace acme-studio --kind short_episode --set duration_s=60\n"
-            "  gpufleet jobs\n  gpufleet machines\n"
+            f"  gpufleet submit{flag} --workspace acme-studio --kind short_episode --set duration_s=60\n"
+            f"  gpufleet jobs{flag}\n  gpufleet machines{flag}\n"
             "Ctrl-C stops the control plane; running local machines keep running and are "
             "adopted by the next `gpufleet up` in the same state directory.",
             flush=True,
