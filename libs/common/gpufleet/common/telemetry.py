@@ -13,6 +13,8 @@ import sys
 from datetime import UTC, datetime
 
 from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -58,14 +60,22 @@ def configure(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    provider = TracerProvider(resource=Resource.create({"service.name": f"gpufleet-{service}"}))
+    resource = Resource.create({"service.name": f"gpufleet-{service}"})
+    provider = TracerProvider(resource=resource)
+    readers: list[PeriodicExportingMetricReader] = []
     if otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(
             BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_endpoint, insecure=True))
         )
+        # Refusals by gate, actions by net, provider calls: exported beside the traces.
+        readers.append(
+            PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=otlp_endpoint, insecure=True))
+        )
     trace.set_tracer_provider(provider)
+    metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
 
 
 def tracer(name: str) -> trace.Tracer:
