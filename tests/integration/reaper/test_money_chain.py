@@ -333,3 +333,28 @@ def test_a_fenced_ex_leader_does_not_stop(chain: Chain) -> None:
     chain.ticker.run_due()  # wakes believing it still leads
     assert chain.provisioner.ops() == []
     assert machine(chain.sessions, mid).state == "READY"
+
+
+def test_a_stopped_spot_machine_adds_its_running_time_to_its_spot_history(chain: Chain) -> None:
+    """Pre-emption rate = pre-emptions / spot hours: every spot hour counts, not only the
+    hours that ended in a pre-emption."""
+    with serve_agent() as agent:
+        agent.quiet()
+        spot = add_machine(
+            chain.sessions,
+            chain.clock.now(),
+            agent_address=agent.address,
+            capacity_type="SPOT",
+            spot_seconds=600.0,
+        )
+        on_demand = add_machine(chain.sessions, chain.clock.now(), agent_address=agent.address)
+        observed = machine(chain.sessions, spot).first_observed_at
+        chain.tick()
+        for _ in range(10):
+            chain.step(30)
+        stopped = machine(chain.sessions, spot)
+        assert stopped.state == "STOPPED"
+        assert observed is not None
+        ran = (stopped.state_changed_at - observed).total_seconds()
+        assert stopped.spot_seconds == pytest.approx(600.0 + ran, abs=1.0)
+        assert machine(chain.sessions, on_demand).spot_seconds == 0.0

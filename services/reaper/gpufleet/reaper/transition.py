@@ -26,7 +26,7 @@ from sqlalchemy import ColumnElement, update
 from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
 from gpufleet.common.clock import Clock
-from gpufleet.common.db.enums import MachineIntent, MachineState
+from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
@@ -85,6 +85,18 @@ class Detection:
 
     failure_class: FailureClass
     details: str
+
+
+def spot_run_seconds(machine: MachineSnapshot, now: datetime) -> float:
+    """How long a running spot machine has run this life (0 for anything else), so that the
+    pre-emption rate is pre-emptions over all spot hours, not only over the hours that
+    ended in a pre-emption."""
+    offering = machine.offering
+    if offering is None or offering.capacity_type != machine_pb2.CAPACITY_TYPE_SPOT:
+        return 0.0
+    if machine.state not in {s.value for s in RUNNING_STATES} or machine.first_observed_at is None:
+        return 0.0
+    return max(0.0, (now - machine.first_observed_at).total_seconds())
 
 
 def request_id(operation: str, machine_id: str, at: datetime) -> str:
@@ -157,6 +169,10 @@ class TransitionRunner:
         detection: Detection | None,
     ) -> bool:
         values: dict[str, object] = {c.key: None for c in clear}
+        ran_s = spot_run_seconds(machine, now)
+        if ran_s:
+            # A spot machine's running time feeds its measured pre-emption rate (expected cost).
+            values["spot_seconds"] = Machine.spot_seconds + ran_s
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
             result = session.execute(
