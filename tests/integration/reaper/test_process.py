@@ -52,7 +52,7 @@ def test_reaper_process_serves_leads_and_stops_on_sigterm(pg_url: str, tmp_path:
             lease = s.execute(select(LeaderLease).where(LeaderLease.name == "reaper")).scalar_one()
         assert lease.holder == "reaper-under-test"
     finally:
-        proc.stop(timeout=20)
+        proc.stop(timeout=45)  # the service bounds its own stop at grace 5 s + 35 s join
     assert proc.process.returncode == 0, proc.log()
     with sessions() as s:
         lease = s.execute(select(LeaderLease).where(LeaderLease.name == "reaper")).scalar_one()

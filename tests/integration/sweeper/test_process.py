@@ -35,5 +35,5 @@ def test_sweeper_process_serves_and_stops_on_sigterm(pg_url: str, tmp_path: Path
             assert done.sweep_id in [s.sweep_id for s in listed.sweeps]
             assert provisioner.ops("list")
         finally:
-            proc.stop(timeout=20)
+            proc.stop(timeout=45)  # the service bounds its own stop at grace 5 s + 35 s join
     assert proc.process.returncode == 0, proc.log()
