@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,15 +28,10 @@ from gpufleet.v1 import (
     job_service_pb2,
     job_service_pb2_grpc,
 )
+from tests.support.postgres import free_port
 from tests.support.procs import ServiceProcess, start_service
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port nothing listens on right now on 127.0.0.1 (for servers a test starts)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -72,7 +73,7 @@ def start_postgres() -> PostgresServer:
     """initdb + start; ready in about a second."""
     root = Path(tempfile.mkdtemp(prefix="gfpg-", dir="/tmp"))
     user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
-    server = PostgresServer(root=root, port=_free_port(), user=user)
+    server = PostgresServer(root=root, port=free_port(), user=user)
     (root / "s").mkdir()
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")

@@ -1,0 +1,131 @@
+"""Ending the attempts of a machine that was lost, shared by every service that learns of
+a loss (DESIGN §6).
+
+A lost machine is never the tenant's fault: its live attempts end ``LOST`` and uncharged,
+and each job goes back to the queue on its separate, more patient retry budget with a
+doubling back-off — ``FAILED`` once that budget is spent, ``CANCELLED`` when a cancel was
+already asked for. The scheduler learns of losses from leases that run out; the sweeper
+learns of them from the provider's own list (a pre-empted spot instance, an instance that
+vanished). Both write through here so a loss is accounted for the same way whoever saw it.
+
+Everything here runs inside the caller's transaction (which the caller fences when it is
+a leader); nothing here calls a provider or an agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.common.db import models
+from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, TERMINAL_JOB_STATES, AttemptState, JobState
+
+__all__ = [
+    "LostAttempt",
+    "end_attempt_lost",
+    "end_live_attempts_lost",
+    "requeue_after_loss",
+    "set_job_state",
+]
+
+
+@dataclass(frozen=True)
+class LostAttempt:
+    """One attempt ended by :func:`end_live_attempts_lost`, and where its job went."""
+
+    attempt_id: str
+    job_id: str
+    slot_seconds: float
+    job_state: str
+
+
+def set_job_state(
+    session: Session, job: models.Job, state: JobState, now: datetime, message: str = ""
+) -> None:
+    """Move ``job`` to ``state`` and append the event WatchJob streams. Every writer of a
+    job's state (scheduler, sweeper, reaper) goes through here."""
+    if job.state == state.value and not message:
+        return
+    job.state = state.value
+    job.updated_at = now
+    if message:
+        job.status_message = message
+    if state is JobState.RUNNING and job.started_at is None:
+        job.started_at = now
+    if state in TERMINAL_JOB_STATES:
+        job.ended_at = now
+    session.add(models.JobEvent(job_id=job.id, state=state.value, at=now, message=message))
+
+
+def requeue_after_loss(
+    session: Session, job: models.Job, kind: models.JobKind, now: datetime, backoff_s: float, why: str
+) -> None:
+    """Back to the queue on the separate, more patient budget; FAILED once it is spent."""
+    if job.cancel_requested:
+        set_job_state(session, job, JobState.CANCELLED, now, "cancelled")
+        return
+    if job.lost_retries_used < kind.lost_retry_budget:
+        job.lost_retries_used += 1
+        # Patient back-off: doubles with each loss.
+        job.not_before = now + timedelta(seconds=backoff_s * (2 ** (job.lost_retries_used - 1)))
+        set_job_state(
+            session,
+            job,
+            JobState.QUEUED,
+            now,
+            f"{why}; requeued ({job.lost_retries_used} of {kind.lost_retry_budget}), not charged",
+        )
+    else:
+        set_job_state(session, job, JobState.FAILED, now, f"{why}; lost-retry budget spent")
+
+
+def end_attempt_lost(session: Session, attempt: models.Attempt, now: datetime, message: str) -> float:
+    """End one attempt ``LOST``: its slot-seconds are recorded (elapsed time times the slots
+    it held), nothing is charged and the job's charged totals do not move. Returns the
+    slot-seconds."""
+    slot_seconds = max(0.0, (now - attempt.started_at).total_seconds()) * attempt.slots
+    attempt.state = AttemptState.LOST.value
+    attempt.ended_at = now
+    attempt.slot_seconds = slot_seconds
+    attempt.charged = False
+    attempt.charge_micros = 0
+    attempt.status_message = message[:2000]
+    return slot_seconds
+
+
+def end_live_attempts_lost(
+    session: Session, machine_id: str, now: datetime, *, why: str, lost_retry_backoff_s: float
+) -> list[LostAttempt]:
+    """End every live attempt on ``machine_id`` as ``LOST``, uncharged, and requeue each
+    job (patient budget, doubling back-off from ``lost_retry_backoff_s``).
+
+    The attempt and job rows are locked (``FOR UPDATE`` on PostgreSQL) so a completion
+    arriving at the same moment either lands first — and the attempt is no longer live
+    here — or waits for this transaction.
+    """
+    attempts = list(
+        session.execute(
+            select(models.Attempt)
+            .where(
+                models.Attempt.machine_id == machine_id,
+                models.Attempt.state.in_([s.value for s in LIVE_ATTEMPT_STATES]),
+            )
+            .order_by(models.Attempt.started_at, models.Attempt.id)
+            .with_for_update()
+        ).scalars()
+    )
+    lost: list[LostAttempt] = []
+    for attempt in attempts:
+        job = session.execute(
+            select(models.Job).where(models.Job.id == attempt.job_id).with_for_update()
+        ).scalar_one()
+        kind = session.get_one(models.JobKind, job.kind_id)
+        slot_seconds = end_attempt_lost(session, attempt, now, why)
+        if job.state not in TERMINAL_JOB_STATES:
+            requeue_after_loss(session, job, kind, now, lost_retry_backoff_s, why)
+        lost.append(LostAttempt(attempt.id, job.id, slot_seconds, job.state))
+    session.flush()
+    return lost

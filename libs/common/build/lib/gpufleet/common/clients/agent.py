@@ -1,0 +1,69 @@
+"""Client of the AgentService on one machine, used by the scheduler and the reaper."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from google.protobuf.duration_pb2 import Duration
+
+from gpufleet.common import grpcclient
+from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
+
+
+class AgentClient:
+    """Short deadlines: an agent that does not answer quickly counts as unreachable."""
+
+    def __init__(self, address: str, timeout_s: float = 5.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._channel = grpcclient.open_channel(address)
+        self._stub = agent_service_pb2_grpc.AgentServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def probe(self) -> agent_service_pb2.ProbeResponse:
+        resp: agent_service_pb2.ProbeResponse = grpcclient.call(
+            self._stub.Probe,
+            agent_service_pb2.ProbeRequest(),
+            timeout=self.timeout_s,
+            idempotent=True,
+            attempts=1,
+        )
+        return resp
+
+    def sample(self, window: timedelta = timedelta(seconds=2)) -> agent_service_pb2.SampleUtilizationResponse:
+        dur = Duration()
+        dur.FromTimedelta(window)
+        resp: agent_service_pb2.SampleUtilizationResponse = grpcclient.call(
+            self._stub.SampleUtilization,
+            agent_service_pb2.SampleUtilizationRequest(window=dur),
+            timeout=self.timeout_s + window.total_seconds(),
+            idempotent=True,
+            attempts=1,
+        )
+        return resp
+
+    def start_job(
+        self, request: agent_service_pb2.AgentServiceStartJobRequest
+    ) -> agent_service_pb2.AgentServiceStartJobResponse:
+        # Idempotent by attempt_id on the agent side, so a retry is safe.
+        resp: agent_service_pb2.AgentServiceStartJobResponse = grpcclient.call(
+            self._stub.StartJob, request, timeout=self.timeout_s, idempotent=True
+        )
+        return resp
+
+    def cancel_job(self, attempt_id: str, reason: str) -> agent_service_pb2.AgentServiceCancelJobResponse:
+        resp: agent_service_pb2.AgentServiceCancelJobResponse = grpcclient.call(
+            self._stub.CancelJob,
+            agent_service_pb2.AgentServiceCancelJobRequest(attempt_id=attempt_id, reason=reason),
+            timeout=self.timeout_s,
+            idempotent=True,
+        )
+        return resp

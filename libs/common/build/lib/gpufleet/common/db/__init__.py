@@ -1,0 +1,1 @@
+"""The store: models, engine, migrations and repositories (scheduler, reaper, sweeper only)."""

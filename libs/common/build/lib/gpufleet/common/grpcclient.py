@@ -1,0 +1,78 @@
+"""The client side of every gpufleet call: a deadline on each call, retries only on
+idempotent ones, OpenTelemetry propagation, and transport errors wrapped into gpufleet's
+own error types at the boundary.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+from opentelemetry.instrumentation.grpc import client_interceptor, grpcext
+
+from gpufleet.common import errors
+
+T = TypeVar("T")
+
+_RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+_CODE_TO_ERROR: dict[grpc.StatusCode, type[errors.GpufleetError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
+    grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExists,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.Unavailable,
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
+}
+
+
+def open_channel(address: str) -> grpc.Channel:
+    """An insecure loopback/VPC channel with trace propagation."""
+    channel = grpc.insecure_channel(address)
+    # OpenTelemetry's client interceptor speaks its own interface (grpcext), not grpc's.
+    return grpcext.intercept_channel(channel, client_interceptor())  # type: ignore[no-any-return]
+
+
+def metadata_value(err: grpc.RpcError, key: str) -> str | None:
+    for item in err.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if item.key == key:
+            return str(item.value)
+    return None
+
+
+def wrap_rpc_error(err: grpc.RpcError) -> errors.GpufleetError:
+    """Translate a transport error into gpufleet's error type (field kept when named)."""
+    code = err.code()  # type: ignore[attr-defined]
+    details = err.details() or code.name  # type: ignore[attr-defined]
+    cls = _CODE_TO_ERROR.get(code, errors.GpufleetError)
+    wrapped = cls(details)
+    wrapped.field = metadata_value(err, errors.FIELD_METADATA_KEY)
+    wrapped.grpc_code = code  # type: ignore[attr-defined]
+    wrapped.rpc_error = err  # type: ignore[attr-defined]
+    return wrapped
+
+
+def call(
+    method: Callable[..., T],
+    request: Any,
+    *,
+    timeout: float,
+    idempotent: bool,
+    attempts: int = 3,
+    backoff: float = 0.2,
+) -> T:
+    """Call ``method`` with a deadline; retry transport failures only when idempotent."""
+    tries = attempts if idempotent else 1
+    for attempt in range(tries):
+        try:
+            return method(request, timeout=timeout)
+        except grpc.RpcError as err:
+            if err.code() in _RETRYABLE and attempt + 1 < tries:  # type: ignore[attr-defined]
+                time.sleep(backoff * (2**attempt))  # real time: transport back-off, not logic
+                continue
+            raise wrap_rpc_error(err) from err
+    raise AssertionError("unreachable")

@@ -1,0 +1,314 @@
+"""The failure ledger, its routing table, and where each outcome takes effect (DESIGN §5).
+
+Every detection lands in one append-only table and routes, through :data:`ROUTES`, to
+one fixed outcome. A class the table does not know routes to ALERT_HUMAN — never to a
+retry: retrying an unclassified permanent failure spends real money to reach the same
+answer.
+
+:func:`apply_outcome` is the one place an outcome takes effect:
+
+- ``NOTHING`` — the row is the record; nothing else moves.
+- ``RETRY_SAME_MACHINE`` / ``FAIL_JOB`` — the job's own retry budget decides; the
+  scheduler, which owns jobs, applies these where it records them. Here they change
+  nothing, so a class routed to them can never end a job twice.
+- ``REPLACE_MACHINE`` — the machine's live attempts end ``LOST`` and uncharged and their
+  jobs go back to the queue (:func:`gpufleet.common.attempts.end_live_attempts_lost`).
+  The machine itself is already leaving (destroyed, destroying, or gone at the provider)
+  and no longer counts as arriving capacity, so the scheduler's scale step sees the
+  requeued jobs as unmet demand and provisions a replacement.
+- ``STOP_HARDWARE_CONFIG`` — the machine's offering is quarantined, for a TTL or until a
+  human clears it; the scale step skips it.
+- ``HALT_PROVISIONING`` — the machine's provider/region is quarantined the same way.
+- ``ALERT_HUMAN`` — an incident opens (so do the classes in :data:`INCIDENT_CLASSES`).
+
+:func:`record_failure` always opens the incidents its class calls for; it applies the
+rest only when asked (``apply=True``), because some writers (the scheduler's job
+completions) apply the job-level outcomes themselves and must not have them applied twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from gpufleet.common.attempts import LostAttempt, end_live_attempts_lost
+from gpufleet.common.db.enums import IncidentState, LedgerOutcome, QuarantineKind
+from gpufleet.common.db.models import Failure, Incident, Machine, Quarantine
+
+
+class FailureClass(StrEnum):
+    PROVISION_TIMEOUT = "provision_timeout"
+    BOOT_FAILED = "boot_failed"
+    WENT_SILENT = "went_silent"
+    MACHINE_LOST = "machine_lost"
+    ORPHAN_FOUND = "orphan_found"
+    PREEMPTED = "preempted"
+    STOCKOUT = "stockout"
+    QUOTA_EXCEEDED = "quota_exceeded"
+    AUTH_FAILED = "auth_failed"
+    PROVIDER_CALL_FAILED = "provider_call_failed"
+    TRANSITION_STUCK = "transition_stuck"
+    SLOT_NOT_CLOSED = "slot_not_closed"
+    JOB_FAILED = "job_failed"
+    JOB_INFRA_ERROR = "job_infra_error"
+    JOB_TIMED_OUT = "job_timed_out"
+    LEASE_EXPIRED = "lease_expired"
+
+
+ROUTES: dict[FailureClass, LedgerOutcome] = {
+    FailureClass.PROVISION_TIMEOUT: LedgerOutcome.REPLACE_MACHINE,
+    FailureClass.BOOT_FAILED: LedgerOutcome.REPLACE_MACHINE,
+    FailureClass.WENT_SILENT: LedgerOutcome.REPLACE_MACHINE,
+    FailureClass.MACHINE_LOST: LedgerOutcome.NOTHING,
+    FailureClass.ORPHAN_FOUND: LedgerOutcome.NOTHING,
+    FailureClass.PREEMPTED: LedgerOutcome.REPLACE_MACHINE,
+    FailureClass.STOCKOUT: LedgerOutcome.STOP_HARDWARE_CONFIG,
+    FailureClass.QUOTA_EXCEEDED: LedgerOutcome.HALT_PROVISIONING,
+    FailureClass.AUTH_FAILED: LedgerOutcome.HALT_PROVISIONING,
+    FailureClass.PROVIDER_CALL_FAILED: LedgerOutcome.ALERT_HUMAN,
+    FailureClass.TRANSITION_STUCK: LedgerOutcome.ALERT_HUMAN,
+    FailureClass.SLOT_NOT_CLOSED: LedgerOutcome.RETRY_SAME_MACHINE,
+    FailureClass.JOB_FAILED: LedgerOutcome.FAIL_JOB,
+    FailureClass.JOB_INFRA_ERROR: LedgerOutcome.RETRY_SAME_MACHINE,
+    FailureClass.JOB_TIMED_OUT: LedgerOutcome.FAIL_JOB,
+    FailureClass.LEASE_EXPIRED: LedgerOutcome.NOTHING,
+}
+
+# Classes that open an incident whatever they route to: a human should hear of them.
+INCIDENT_CLASSES = frozenset({FailureClass.STOCKOUT, FailureClass.QUOTA_EXCEEDED, FailureClass.AUTH_FAILED})
+
+
+@dataclass(frozen=True)
+class OutcomePolicy:
+    """How long the quarantining outcomes last (``None``: until a human clears them)."""
+
+    offering_quarantine_ttl: timedelta | None = timedelta(minutes=30)
+    halt_ttl: timedelta | None = None
+    # Back-off before a job whose machine was replaced is dispatched again (doubles per loss).
+    lost_retry_backoff_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class OutcomeTarget:
+    """What an outcome acts on when the ledger row names no machine (e.g. a failed create).
+
+    Any field left empty is read from the row's machine.
+    """
+
+    offering_id: str | None = None
+    provider: str | None = None
+    region: str | None = None
+
+
+@dataclass
+class AppliedOutcome:
+    """What :func:`apply_outcome` did, for the caller's log and tests."""
+
+    outcome: LedgerOutcome
+    lost_attempts: list[LostAttempt] = field(default_factory=list)
+    quarantine: Quarantine | None = None
+    incident: Incident | None = None
+
+
+def route(failure_class: str) -> LedgerOutcome:
+    """The outcome for a class; anything unknown alerts a human."""
+    try:
+        return ROUTES[FailureClass(failure_class)]
+    except ValueError:
+        return LedgerOutcome.ALERT_HUMAN
+
+
+def wants_incident(failure_class: str) -> bool:
+    return route(failure_class) is LedgerOutcome.ALERT_HUMAN or failure_class in INCIDENT_CLASSES
+
+
+def record_failure(
+    session: Session,
+    now: datetime,
+    failure_class: str,
+    detector: str,
+    *,
+    machine_id: str | None = None,
+    job_id: str | None = None,
+    attempt_id: str | None = None,
+    details: str = "",
+    incident_key: str | None = None,
+    apply: bool = False,
+    policy: OutcomePolicy | None = None,
+    target: OutcomeTarget | None = None,
+) -> Failure:
+    """Append one ledger row and open the incident its class calls for.
+
+    With ``apply=True`` the routed outcome also takes effect (:func:`apply_outcome`), in
+    the caller's transaction.
+    """
+    outcome = route(failure_class)
+    row = Failure(
+        at=now,
+        machine_id=machine_id,
+        job_id=job_id,
+        attempt_id=attempt_id,
+        failure_class=failure_class,
+        detector=detector,
+        details=details,
+        outcome=outcome.value,
+    )
+    session.add(row)
+    session.flush()
+    if apply:
+        apply_outcome(session, now, row, policy=policy, target=target, incident_key=incident_key)
+    elif wants_incident(failure_class):
+        _alert(session, now, row, incident_key)
+    session.flush()
+    return row
+
+
+def apply_outcome(
+    session: Session,
+    now: datetime,
+    failure: Failure,
+    *,
+    policy: OutcomePolicy | None = None,
+    target: OutcomeTarget | None = None,
+    incident_key: str | None = None,
+) -> AppliedOutcome:
+    """Make ``failure``'s routed outcome take effect, inside the caller's transaction.
+
+    Idempotent where it matters: a quarantine already in force for the same offering (or
+    provider/region) is reused, an incident with the same ``incident_key`` is not opened
+    twice, and only live attempts are ended.
+    """
+    policy = policy or OutcomePolicy()
+    target = target or OutcomeTarget()
+    outcome = _stored_outcome(failure)
+    applied = AppliedOutcome(outcome)
+    machine = session.get(Machine, failure.machine_id) if failure.machine_id else None
+    if outcome is LedgerOutcome.REPLACE_MACHINE and machine is not None:
+        applied.lost_attempts = end_live_attempts_lost(
+            session,
+            machine.id,
+            now,
+            why=f"machine replaced ({failure.failure_class}, by {failure.detector})",
+            lost_retry_backoff_s=policy.lost_retry_backoff_s,
+        )
+    elif outcome is LedgerOutcome.STOP_HARDWARE_CONFIG:
+        offering_id = target.offering_id or (machine.offering_id if machine is not None else None)
+        if offering_id:
+            applied.quarantine = _quarantine(
+                session,
+                now,
+                policy.offering_quarantine_ttl,
+                f"{failure.failure_class} (ledger {failure.id}): {failure.details}",
+                kind=QuarantineKind.OFFERING,
+                offering_id=offering_id,
+            )
+    elif outcome is LedgerOutcome.HALT_PROVISIONING:
+        provider = target.provider or (machine.provider if machine is not None else None)
+        region = (
+            target.region if target.region is not None else (machine.region if machine is not None else "")
+        )
+        if provider:
+            applied.quarantine = _quarantine(
+                session,
+                now,
+                policy.halt_ttl,
+                f"{failure.failure_class} (ledger {failure.id}): {failure.details}",
+                kind=QuarantineKind.PROVIDER_REGION,
+                provider=provider,
+                region=region or "",
+            )
+    if wants_incident(failure.failure_class) or outcome is LedgerOutcome.ALERT_HUMAN:
+        applied.incident = _alert(session, now, failure, incident_key)
+    session.flush()
+    return applied
+
+
+def _stored_outcome(failure: Failure) -> LedgerOutcome:
+    # The outcome decided when the row was written, even if the table changed since.
+    try:
+        return LedgerOutcome(failure.outcome)
+    except ValueError:
+        return route(failure.failure_class)
+
+
+def _alert(session: Session, now: datetime, failure: Failure, incident_key: str | None) -> Incident | None:
+    return open_incident(
+        session,
+        now,
+        failure.failure_class,
+        failure.details or failure.failure_class,
+        machine_id=failure.machine_id,
+        job_id=failure.job_id,
+        dedupe_key=incident_key,
+    )
+
+
+def _quarantine(
+    session: Session,
+    now: datetime,
+    ttl: timedelta | None,
+    reason: str,
+    *,
+    kind: QuarantineKind,
+    offering_id: str | None = None,
+    provider: str | None = None,
+    region: str | None = None,
+) -> Quarantine:
+    """The quarantine in force for this target, or a new one."""
+    query = select(Quarantine).where(
+        Quarantine.kind == kind.value,
+        Quarantine.cleared_at.is_(None),
+        or_(Quarantine.expires_at.is_(None), Quarantine.expires_at > now),
+    )
+    if kind is QuarantineKind.OFFERING:
+        query = query.where(Quarantine.offering_id == offering_id)
+    else:
+        query = query.where(Quarantine.provider == provider, Quarantine.region == region)
+    existing = session.execute(query.order_by(Quarantine.id).limit(1)).scalar_one_or_none()
+    if existing is not None:
+        return existing
+    row = Quarantine(
+        kind=kind.value,
+        offering_id=offering_id,
+        provider=provider,
+        region=region,
+        reason=reason[:2000],
+        created_at=now,
+        expires_at=now + ttl if ttl is not None else None,
+    )
+    session.add(row)
+    return row
+
+
+def open_incident(
+    session: Session,
+    now: datetime,
+    failure_class: str,
+    summary: str,
+    *,
+    machine_id: str | None = None,
+    job_id: str | None = None,
+    dedupe_key: str | None = None,
+) -> Incident | None:
+    """Open an incident; with a ``dedupe_key`` at most one is ever opened for it."""
+    if dedupe_key is not None:
+        existing = session.execute(
+            select(Incident.id).where(Incident.dedupe_key == dedupe_key)
+        ).scalar_one_or_none()
+        if existing is not None:
+            return None
+    incident = Incident(
+        at=now,
+        failure_class=failure_class,
+        machine_id=machine_id,
+        job_id=job_id,
+        summary=summary,
+        state=IncidentState.OPEN.value,
+        dedupe_key=dedupe_key,
+    )
+    session.add(incident)
+    return incident

@@ -1,0 +1,146 @@
+"""Periodic work for timer-driven services, run only by the leader.
+
+A :class:`Ticker` runs named tasks each at its own cadence on the injected clock, renews
+the leader lease between them, and records each run in ``watchdog_stats`` so operators
+can see every watchdog's cadence, last run and counts. A task returns a
+:class:`TickReport` of what it did and what it refused, by gate.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.clock import Clock
+from gpufleet.common.db.models import WatchdogStat
+from gpufleet.common.errors import Fenced
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.telemetry import tracer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TickReport:
+    """What one run of a task did: actions by kind, refusals by gate."""
+
+    actions: Counter[str] = field(default_factory=Counter)
+    refusals: Counter[str] = field(default_factory=Counter)
+
+    def merge(self, other: TickReport) -> None:
+        self.actions.update(other.actions)
+        self.refusals.update(other.refusals)
+
+
+@dataclass
+class PeriodicTask:
+    name: str
+    cadence_s: float
+    run: Callable[[datetime], TickReport]
+    next_at: datetime | None = None
+
+
+class Ticker:
+    """Runs each task at its cadence while this replica holds the lease."""
+
+    def __init__(
+        self,
+        service: str,
+        clock: Clock,
+        sessions: sessionmaker[Session],
+        lease: LeaderLease,
+        tasks: list[PeriodicTask],
+        renew_s: float,
+    ) -> None:
+        self.service = service
+        self.clock = clock
+        self.sessions = sessions
+        self.lease = lease
+        self.tasks = tasks
+        self.renew_s = renew_s
+        self._tracer = tracer(f"gpufleet.{service}")
+        self._register()
+
+    def _register(self) -> None:
+        with self.sessions() as session, session.begin():
+            for task in self.tasks:
+                row = session.get(WatchdogStat, task.name)
+                if row is None:
+                    session.add(
+                        WatchdogStat(
+                            name=task.name,
+                            service=self.service,
+                            cadence_s=task.cadence_s,
+                            runs=0,
+                            actions={},
+                            refusals={},
+                        )
+                    )
+                else:
+                    row.cadence_s = task.cadence_s
+                    row.service = self.service
+
+    def run_due(self) -> None:
+        """Run every task whose time has come (one pass; leader only)."""
+        for task in self.tasks:
+            now = self.clock.now()
+            if task.next_at is not None and now < task.next_at:
+                continue
+            if not self.lease.is_leader:
+                return
+            with self._tracer.start_as_current_span(f"{self.service}.{task.name}.tick") as span:
+                try:
+                    report = task.run(now)
+                except Fenced as exc:
+                    log.warning("%s: %s", task.name, exc)
+                    return
+                except Exception:
+                    log.exception("task %s failed; it runs again at its next cadence", task.name)
+                    report = TickReport()
+                    report.refusals["ERROR"] += 1
+                span.set_attribute("gpufleet.actions", sum(report.actions.values()))
+                span.set_attribute("gpufleet.refusals", sum(report.refusals.values()))
+            task.next_at = now + timedelta(seconds=task.cadence_s)
+            self._record(task, now, report)
+
+    def _record(self, task: PeriodicTask, now: datetime, report: TickReport) -> None:
+        with self.sessions() as session, session.begin():
+            row = session.execute(select(WatchdogStat).where(WatchdogStat.name == task.name)).scalar_one()
+            row.last_run_at = now
+            row.runs = (row.runs or 0) + 1
+            row.actions = dict(Counter(row.actions or {}) + report.actions)
+            row.refusals = dict(Counter(row.refusals or {}) + report.refusals)
+
+    def next_wait(self) -> float:
+        """Seconds of clock time until the next task or lease renewal is due."""
+        now = self.clock.now()
+        waits = [self.renew_s]
+        for task in self.tasks:
+            if task.next_at is None:
+                return 0.0
+            waits.append((task.next_at - now).total_seconds())
+        return max(0.0, min(waits))
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Acquire/renew the lease and run due tasks until ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                self.lease.try_acquire()
+            except Exception:
+                log.exception("leader lease renewal failed")
+            if self.lease.is_leader:
+                self.run_due()
+            wait = self.next_wait() if self.lease.is_leader else self.renew_s
+            if self.clock.wait(min(wait, self.renew_s), stop):
+                break
+        try:
+            self.lease.release()
+        except Exception:
+            log.exception("could not release the leader lease")

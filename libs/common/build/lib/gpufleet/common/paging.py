@@ -1,0 +1,45 @@
+"""Opaque page tokens shared by every List method.
+
+A token is the base64 of a small JSON document naming the list it belongs to and the
+position after the last row returned. A malformed token, or one from another list, is
+INVALID_ARGUMENT naming ``page_token``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from gpufleet.common.errors import InvalidArgument
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+
+
+def page_size(requested: int) -> int:
+    if requested < 0:
+        raise InvalidArgument("must not be negative", field="page_size")
+    if requested == 0:
+        return DEFAULT_PAGE_SIZE
+    return min(requested, MAX_PAGE_SIZE)
+
+
+def encode(kind: str, position: Any) -> str:
+    raw = json.dumps({"k": kind, "p": position}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode(kind: str, token: str) -> Any:
+    """The position stored in ``token``, or None for the first page."""
+    if not token:
+        return None
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        doc = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+        raise InvalidArgument("malformed page token", field="page_token") from exc
+    if not isinstance(doc, dict) or doc.get("k") != kind or "p" not in doc:
+        raise InvalidArgument(f"page token does not belong to this {kind} list", field="page_token")
+    return doc["p"]

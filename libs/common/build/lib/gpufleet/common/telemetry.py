@@ -1,0 +1,86 @@
+"""Logging and OpenTelemetry set-up, shared by every process.
+
+Logs are JSON lines carrying the current trace id, so a log line can be found from a
+trace and the reverse. Traces export over OTLP when ``GPUFLEET_OTLP_ENDPOINT`` is set;
+otherwise spans are still created (tests read them) but go nowhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+_configured = False
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line, with the trace and span ids of the active span."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            payload["trace_id"] = f"{span.trace_id:032x}"
+            payload["span_id"] = f"{span.span_id:016x}"
+        extra = getattr(record, "fields", None)
+        if isinstance(extra, dict):
+            payload.update(extra)
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str)
+
+
+def configure(
+    service: str, *, otlp_endpoint: str | None = None, level: str = "INFO", log_format: str = "json"
+) -> None:
+    """Configure logging and the tracer provider once per process."""
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s {service} %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    resource = Resource.create({"service.name": f"gpufleet-{service}"})
+    provider = TracerProvider(resource=resource)
+    readers: list[PeriodicExportingMetricReader] = []
+    if otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_endpoint, insecure=True))
+        )
+        # Refusals by gate, actions by net, provider calls: exported beside the traces.
+        readers.append(
+            PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=otlp_endpoint, insecure=True))
+        )
+    trace.set_tracer_provider(provider)
+    metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
+
+
+def tracer(name: str) -> trace.Tracer:
+    return trace.get_tracer(name)
+
+
+def meter(name: str) -> metrics.Meter:
+    return metrics.get_meter(name)

@@ -1,0 +1,92 @@
+"""``python -m gpufleet.agent``: the agent daemon of one machine.
+
+It starts (or, after its own restart, adopts) the machine's worker, serves
+``AgentService``, and only then writes ``agent.pid`` and ``agent.port`` into the state
+directory — the files the provisioner's local driver waits for. It holds no job: jobs
+live in runner processes the worker owns, so the daemon can be killed and restarted at
+any moment without stopping one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+from gpufleet.agent.samplers import RequestCounter, choose_sampler, load_pynvml
+from gpufleet.agent.servicer import AgentServicer, StateActivity
+from gpufleet.agent.settings import AGENT_VERSION, Settings
+from gpufleet.agent.statedir import StateDir, atomic_write_text
+from gpufleet.agent.supervisor import WorkerSupervisor
+from gpufleet.common import telemetry
+from gpufleet.common.grpcserver import ServiceBinding, create_server, run_until_signalled
+from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
+
+log = logging.getLogger("gpufleet.agent")
+
+# Real seconds the daemon waits for a fresh worker before serving anyway (Probe then
+# tells the truth about start-up).
+WORKER_START_TIMEOUT_S = 10.0
+
+
+def main() -> int:
+    settings = Settings()
+    settings.pin_clock_origin()
+    telemetry.configure(
+        "agent",
+        otlp_endpoint=settings.otlp_endpoint,
+        level=settings.log_level,
+        log_format=settings.log_format,
+    )
+    state = StateDir(settings.agent_state_dir).ensure()
+    # A previous daemon's files must not be mistaken for this one being ready.
+    state.agent_port.unlink(missing_ok=True)
+    state.agent_pid.unlink(missing_ok=True)
+    clock = settings.make_clock()
+
+    supervisor = WorkerSupervisor(state, settings.child_env(dict(os.environ)))
+    if supervisor.start_unless_alive() and not supervisor.wait_until_alive(WORKER_START_TIMEOUT_S):
+        log.error("the worker did not come up; serving anyway so Probe can report it")
+
+    requests = RequestCounter()
+    pause = threading.Event()
+    sampler = choose_sampler(
+        StateActivity(state, requests),
+        load_nvml=load_pynvml,
+        real_seconds=clock.real_seconds,
+        pause=pause.wait,
+    )
+    servicer = AgentServicer(
+        machine_id=settings.machine_id,
+        slots=settings.slots,
+        state=state,
+        supervisor=supervisor,
+        sampler=sampler,
+        requests=requests,
+        clock=clock,
+        pipeline_command=settings.pipeline_command,
+    )
+    full_name = agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
+    server = create_server(
+        settings.listen_address,
+        [ServiceBinding(agent_service_pb2_grpc.add_AgentServiceServicer_to_server, servicer, full_name)],
+    )
+
+    atomic_write_text(state.agent_pid, f"{os.getpid()}\n")
+    atomic_write_text(state.agent_port, f"{server.port}\n")
+    log.info(
+        "agent %s for machine %s serving on port %d (%d slots, sampler %s)",
+        AGENT_VERSION,
+        settings.machine_id,
+        server.port,
+        settings.slots,
+        sampler.name,
+    )
+    run_until_signalled(server, threading.Event())
+    log.info("agent stopped; the worker and runners keep running")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""How the worker reports for itself to the scheduler's ``WorkerService``.
+
+Two calls, both idempotent on the scheduler's side: a heartbeat (the machine's
+``worker_report_at`` and the leases of the attempts it names) and a completion per
+attempt (keyed by attempt id). The worker owns the cadence and the retries; this module
+only turns a call into "acknowledged", "refused for good" or "try again".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from gpufleet.agent.specs import AttemptResult
+from gpufleet.common import errors, grpcclient
+from gpufleet.v1 import worker_service_pb2, worker_service_pb2_grpc
+
+
+@dataclass(frozen=True)
+class Running:
+    """An attempt the worker runs, as a heartbeat names it."""
+
+    attempt_id: str
+    slot: int
+
+
+class ReportRefused(Exception):
+    """The scheduler answered and will never accept this report (unknown attempt, bad
+    request, attempt already ended otherwise): retrying cannot help."""
+
+
+# Codes that are the scheduler's final word on a completion; anything else is retried.
+_FINAL = (errors.InvalidArgument, errors.NotFound, errors.FailedPrecondition)
+
+
+class SchedulerReports(Protocol):
+    def heartbeat(self, running: Sequence[Running], now: datetime) -> list[str]:
+        """Report liveness and the attempts running; returns attempt ids to cancel.
+        Raises GpufleetError when the scheduler cannot be reached."""
+        ...
+
+    def complete(self, result: AttemptResult) -> None:
+        """Report one ended attempt. Raises ReportRefused when the scheduler refuses it for
+        good, GpufleetError when it should be tried again."""
+        ...
+
+
+class GrpcSchedulerReports:
+    """The real peer: the scheduler's WorkerService over gRPC, one deadline per call.
+
+    Calls are made once (no transport retries inside): the worker's own loop retries on
+    the clock, so a down scheduler never stalls the loop for a back-off.
+    """
+
+    def __init__(self, address: str, machine_id: str, timeout_s: float) -> None:
+        self.machine_id = machine_id
+        self.timeout_s = timeout_s
+        self._channel = grpcclient.open_channel(address)
+        self._stub = worker_service_pb2_grpc.WorkerServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def heartbeat(self, running: Sequence[Running], now: datetime) -> list[str]:
+        report_time = Timestamp()
+        report_time.FromDatetime(now)
+        request = worker_service_pb2.ReportHeartbeatRequest(
+            machine_id=self.machine_id,
+            report_time=report_time,
+            running=[
+                worker_service_pb2.RunningAttempt(attempt_id=r.attempt_id, slot=r.slot) for r in running
+            ],
+        )
+        response = grpcclient.call(
+            self._stub.ReportHeartbeat, request, timeout=self.timeout_s, idempotent=True, attempts=1
+        )
+        return list(response.cancel_attempt_ids)
+
+    def complete(self, result: AttemptResult) -> None:
+        request = worker_service_pb2.ReportCompletionRequest(
+            machine_id=self.machine_id,
+            attempt_id=result.attempt_id,
+            outcome=result.outcome.to_proto(),
+            exit_code=result.exit_code,
+            slot_seconds=result.slot_seconds,
+            message=result.message,
+        )
+        try:
+            grpcclient.call(
+                self._stub.ReportCompletion, request, timeout=self.timeout_s, idempotent=True, attempts=1
+            )
+        except _FINAL as err:
+            raise ReportRefused(str(err)) from err

@@ -1,0 +1,267 @@
+"""``python -m gpufleet.agent.runner <spec.json>``: one job, from start to verdict.
+
+The runner is its own process so that a job outlives the agent and the worker: either
+may restart and the runner carries on; the worker that comes back reads the verdict from
+the attempt's folder. The runner starts the job from an argv list (the configured
+pipeline command behind the slot launcher's prefix) — never a shell — and hands it its
+spec as a file named in ``GPUFLEET_JOB_SPEC``, so tenant values stay data. It enforces
+the attempt's time limit on the injected clock, obeys a cancel marker, and writes the
+result (outcome, exit code, clock slot-seconds) atomically before it exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from enum import Enum
+from pathlib import Path
+
+from gpufleet.agent.launcher import CurrentUserLauncher, SlotError, SlotLauncher
+from gpufleet.agent.settings import Settings
+from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome, iso
+from gpufleet.agent.statedir import AttemptFiles, atomic_write_json, atomic_write_text
+from gpufleet.common import telemetry
+from gpufleet.common.clock import Clock
+
+log = logging.getLogger(__name__)
+
+
+class StopReason(Enum):
+    """Why the runner stopped the job before it ended by itself."""
+
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed out"
+    RUNNER_STOPPED = "runner stopped"
+
+
+def decide_outcome(
+    exit_code: int, stopped: StopReason | None, cancel_reason: str = ""
+) -> tuple[Outcome, str]:
+    """The outcome of an attempt from how its job ended; pure, so it is tested by table.
+
+    A runner that was itself told to stop (the machine is stopping) reports INFRA_ERROR
+    even when the job's exit is seen first: the job died of the same signal.
+    """
+    if stopped is StopReason.RUNNER_STOPPED:
+        return Outcome.INFRA_ERROR, "the runner was stopped (machine stopping or agent shutdown)"
+    if stopped is StopReason.CANCELLED:
+        return Outcome.CANCELLED, f"cancelled: {cancel_reason}" if cancel_reason else "cancelled"
+    if stopped is StopReason.TIMED_OUT:
+        return Outcome.TIMED_OUT, "stopped at the attempt's time limit"
+    if exit_code == 0:
+        return Outcome.SUCCEEDED, ""
+    if exit_code > 128:
+        name = _signal_name(exit_code - 128)
+        return Outcome.FAILED, f"the job was killed by {name}"
+    return Outcome.FAILED, f"the job exited with code {exit_code}"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def exit_code_of(returncode: int) -> int:
+    """Popen's ``-N`` (killed by signal N) as the shell's ``128 + N``."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def job_base_environment(
+    parent: Mapping[str, str], clock_env: Mapping[str, str], spec_path: Path, work_dir: Path
+) -> dict[str, str]:
+    """What the job inherits: the runner's environment without gpufleet's own settings
+    (addresses, machine id), plus the clock and where its spec and folder are."""
+    env = {k: v for k, v in parent.items() if not k.startswith("GPUFLEET_")}
+    env.update(clock_env)
+    env["GPUFLEET_JOB_SPEC"] = str(spec_path)
+    env["GPUFLEET_JOB_DIR"] = str(work_dir)
+    return env
+
+
+class Runner:
+    """Runs one attempt's job to its end and writes the verdict."""
+
+    def __init__(
+        self,
+        files: AttemptFiles,
+        spec: JobSpec,
+        clock: Clock,
+        launcher: SlotLauncher,
+        pipeline_command: Sequence[str],
+        clock_env: Mapping[str, str],
+        *,
+        poll_s: float,
+        kill_grace_s: float,
+    ) -> None:
+        self.files = files
+        self.spec = spec
+        self.clock = clock
+        self.launcher = launcher
+        self.pipeline_command = list(pipeline_command)
+        self.clock_env = dict(clock_env)
+        self.poll_s = poll_s
+        self.kill_grace_s = kill_grace_s
+        self.stop = threading.Event()
+        self.signalled = False
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        log.warning("runner received %s; stopping the job", signal.Signals(signum).name)
+        self.signalled = True
+        self.stop.set()
+
+    def run(self) -> AttemptResult:
+        existing = AttemptResult.load(self.files.result)
+        if existing is not None:  # started twice: the first verdict stands
+            return existing
+        start = self.clock.now()
+        try:
+            self.launcher.open_slot(self.spec)
+        except SlotError as err:
+            return self._finish(start, Outcome.INFRA_ERROR, 0, f"slot could not be closed off: {err}")
+        try:
+            return self._run_job(start)
+        finally:
+            shutil.rmtree(self.files.work, ignore_errors=True)
+            try:
+                self.launcher.close_slot(self.spec)
+            except SlotError:
+                log.exception(
+                    "slot %d could not be wiped after attempt %s", self.spec.slot, self.spec.attempt_id
+                )
+
+    def _run_job(self, start: datetime) -> AttemptResult:
+        self.files.work.mkdir(exist_ok=True)
+        argv = [*self.launcher.argv_prefix(self.spec), *self.pipeline_command]
+        env = self.launcher.job_environment(
+            self.spec, job_base_environment(os.environ, self.clock_env, self.files.spec, self.files.work)
+        )
+        try:
+            with open(self.files.job_log, "ab") as job_log:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=job_log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=self.files.work,
+                    # Its own process group (same session, so the machine's stop still reaches
+                    # it): ending the job ends everything it started, not just its first process.
+                    process_group=0,
+                )
+        except OSError as err:
+            return self._finish(start, Outcome.INFRA_ERROR, 0, f"could not start the job {argv[0]!r}: {err}")
+        atomic_write_json(
+            self.files.runner_state, {"pid": os.getpid(), "job_pid": proc.pid, "start_time": iso(start)}
+        )
+        log.info("attempt %s: job started as pid %d", self.spec.attempt_id, proc.pid)
+        stopped: StopReason | None = None
+        deadline = start + timedelta(seconds=self.spec.time_limit_s) if self.spec.time_limit_s > 0 else None
+        while (returncode := proc.poll()) is None:
+            stopped = self._stop_reason(deadline)
+            if stopped is not None:
+                returncode = self._terminate(proc)
+                break
+            self.stop.wait(self.poll_s)  # real time: how soon an exit or a marker is noticed
+        # Nothing outlives the job: whatever it left behind in its group goes with it.
+        kill_group(proc.pid, signal.SIGKILL)
+        if self.signalled:
+            stopped = StopReason.RUNNER_STOPPED
+        exit_code = exit_code_of(returncode)
+        outcome, message = decide_outcome(exit_code, stopped, self._cancel_reason())
+        return self._finish(start, outcome, exit_code, message)
+
+    def _stop_reason(self, deadline: datetime | None) -> StopReason | None:
+        if self.signalled:
+            return StopReason.RUNNER_STOPPED
+        if self.files.cancel.exists():
+            return StopReason.CANCELLED
+        if deadline is not None and self.clock.now() >= deadline:
+            return StopReason.TIMED_OUT
+        return None
+
+    def _cancel_reason(self) -> str:
+        try:
+            return self.files.cancel.read_text().strip()
+        except FileNotFoundError:
+            return ""
+
+    def _terminate(self, proc: subprocess.Popen[bytes]) -> int:
+        """SIGTERM to the job's whole process group, a grace period, then SIGKILL. A child
+        that leaves the group (setsid) escapes this; the slot's cgroup closes that gap once
+        the walls exist (launcher seam)."""
+        kill_group(proc.pid, signal.SIGTERM)
+        try:
+            return proc.wait(timeout=self.kill_grace_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid, signal.SIGKILL)
+            return proc.wait()
+
+    def _finish(self, start: datetime, outcome: Outcome, exit_code: int, message: str) -> AttemptResult:
+        end = self.clock.now()
+        # Measured for every outcome; whether it is charged is the scheduler's call.
+        ran = max(0.0, (end - start).total_seconds())
+        result = AttemptResult(
+            attempt_id=self.spec.attempt_id,
+            outcome=outcome,
+            exit_code=exit_code,
+            slot_seconds=ran * self.spec.slots,
+            message=message,
+            start_time=iso(start),
+            end_time=iso(end),
+        )
+        result.save(self.files.result)
+        log.info(
+            "attempt %s ended %s (exit %d, %.1f slot-seconds) %s",
+            self.spec.attempt_id,
+            outcome.value,
+            exit_code,
+            result.slot_seconds,
+            message,
+        )
+        return result
+
+
+def kill_group(pgid: int, signum: signal.Signals) -> None:
+    """Signal every process of the job's group; a group already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m gpufleet.agent.runner <attempt folder>/spec.json", file=sys.stderr)
+        return 2
+    spec_path = Path(args[0]).resolve()
+    settings = Settings()
+    telemetry.configure("agent-runner", level=settings.log_level, log_format=settings.log_format)
+    files = AttemptFiles(spec_path.parent)
+    atomic_write_text(files.runner_pid, f"{os.getpid()}\n")
+    runner = Runner(
+        files,
+        JobSpec.load(spec_path),
+        settings.make_clock(),
+        CurrentUserLauncher(),
+        settings.pipeline_command,
+        settings.clock_env(),
+        poll_s=settings.poll_s,
+        kill_grace_s=settings.kill_grace_s,
+    )
+    signal.signal(signal.SIGTERM, runner.on_signal)
+    signal.signal(signal.SIGINT, runner.on_signal)
+    runner.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""A stand-in GPU workload, shipped so gpufleet can be demonstrated end to end without
+ChannelForge's real episode pipeline (which is not part of this project).
+
+It behaves like a job from the runner's point of view: it reads its spec from the file
+named by ``GPUFLEET_JOB_SPEC``, "renders" for ``tenant_values["duration_s"]`` seconds
+(default 120) printing progress lines, and exits with ``tenant_values["exit_code"]``
+(default 0). Time is the injected clock from the same ``GPUFLEET_CLOCK*`` settings as the
+rest of the machine, so the sped-up demo clock (and a test's file clock) applies to it.
+It echoes its tenant values as one JSON line, which is how the tests prove that values
+full of shell syntax arrive byte for byte and are never executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from gpufleet.common.settings import BaseServiceSettings
+
+DEFAULT_DURATION_S = 120.0
+PROGRESS_STEPS = 10
+
+
+def main() -> int:
+    spec = json.loads(Path(os.environ["GPUFLEET_JOB_SPEC"]).read_text(encoding="utf-8"))
+    values: dict[str, str] = spec.get("tenant_values", {})
+    clock = BaseServiceSettings().make_clock()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    print(
+        f"sample pipeline: job {spec['job_id']} attempt {spec['attempt_id']} "
+        f"kind {spec.get('kind', '')!r} slot {spec['slot']}",
+        flush=True,
+    )
+    print("tenant_values " + json.dumps(values, sort_keys=True), flush=True)
+    try:
+        duration = float(values.get("duration_s", DEFAULT_DURATION_S))
+        exit_code = int(values.get("exit_code", 0))
+    except ValueError as err:
+        print(f"sample pipeline: bad tenant value: {err}", file=sys.stderr, flush=True)
+        return 2
+    step = max(duration, 0.0) / PROGRESS_STEPS
+    for done in range(1, PROGRESS_STEPS + 1):
+        if clock.wait(step, stop):
+            print("sample pipeline: stopped before the end", flush=True)
+            return 143
+        print(f"rendering: {done * 100 // PROGRESS_STEPS}%", flush=True)
+    print(f"sample pipeline: done, exiting with {exit_code}", flush=True)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""``AgentService``: what the control plane asks of one machine.
+
+The daemon answers from the state directory and hands work to the worker through it:
+StartJob drops an atomically written spec into the inbox, CancelJob a cancel request.
+Both are durable the moment the call returns, whether or not the worker is looking, and
+both are idempotent by attempt id.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from datetime import timedelta
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from gpufleet.agent import views
+from gpufleet.agent.samplers import RequestCounter, UtilizationSampler
+from gpufleet.agent.settings import AGENT_VERSION
+from gpufleet.agent.specs import JobSpec
+from gpufleet.agent.statedir import ATTEMPT_ID_PATTERN, StateDir, atomic_write_text
+from gpufleet.agent.supervisor import WorkerWatch, startup_status
+from gpufleet.common import paging
+from gpufleet.common.clock import Clock
+from gpufleet.common.errors import FailedPrecondition, InvalidArgument
+from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
+
+DEFAULT_WINDOW = timedelta(seconds=2)
+MAX_WINDOW = timedelta(seconds=30)
+
+
+class StateActivity:
+    """The machine's activity as samplers see it: attempts from the state directory,
+    requests from the servicer's counter."""
+
+    def __init__(self, state: StateDir, requests: RequestCounter) -> None:
+        self.state = state
+        self.requests = requests
+
+    def running_attempts(self) -> int:
+        return len(views.active_specs(self.state))
+
+    def take_requests(self) -> int:
+        return self.requests.take()
+
+
+def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, machine_slots: int) -> JobSpec:
+    """Validate a StartJob request; every refusal names the field to fix."""
+    if not request.attempt_id:
+        raise InvalidArgument("is required", field="attempt_id")
+    if not ATTEMPT_ID_PATTERN.match(request.attempt_id):
+        raise InvalidArgument(
+            "must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit",
+            field="attempt_id",
+        )
+    if not request.job_id:
+        raise InvalidArgument("is required", field="job_id")
+    if not 0 <= request.slot < machine_slots:
+        raise InvalidArgument(f"must be within 0..{machine_slots - 1}", field="slot")
+    held = request.slots or 1
+    if held < 1 or request.slot + held > machine_slots:
+        raise InvalidArgument(
+            f"slot {request.slot} + {held} slots exceeds the machine's {machine_slots}", field="slots"
+        )
+    limit = request.time_limit.ToTimedelta() if request.HasField("time_limit") else timedelta(0)
+    if limit < timedelta(0):
+        raise InvalidArgument("must not be negative", field="time_limit")
+    if any(not key for key in request.tenant_values):
+        raise InvalidArgument("keys must not be empty", field="tenant_values")
+    return JobSpec(
+        attempt_id=request.attempt_id,
+        job_id=request.job_id,
+        slot=request.slot,
+        slots=held,
+        kind=request.kind,
+        pipeline_version=request.pipeline_version,
+        workspace=request.workspace,
+        request_id=request.request_id,
+        tenant_values=dict(request.tenant_values),
+        time_limit_s=limit.total_seconds(),
+    )
+
+
+class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
+    def __init__(
+        self,
+        *,
+        machine_id: str,
+        slots: int,
+        state: StateDir,
+        supervisor: WorkerWatch,
+        sampler: UtilizationSampler,
+        requests: RequestCounter,
+        clock: Clock,
+        pipeline_command: list[str],
+    ) -> None:
+        self.machine_id = machine_id
+        self.slots = slots
+        self.state = state
+        self.supervisor = supervisor
+        self.sampler = sampler
+        self.requests = requests
+        self.clock = clock
+        self.pipeline_command = pipeline_command
+        # Serialises the check-then-write of StartJob/CancelJob within this daemon.
+        self._lock = threading.Lock()
+
+    def Probe(self, request: agent_service_pb2.ProbeRequest, context: Any) -> agent_service_pb2.ProbeResponse:
+        complete, error = startup_status(self.state, self.supervisor, self.pipeline_command)
+        return agent_service_pb2.ProbeResponse(
+            machine_id=self.machine_id,
+            agent_version=AGENT_VERSION,
+            worker_alive=self.supervisor.alive(),
+            startup_complete=complete,
+            startup_error=error,
+            slots=self.slots,
+            sampler=self.sampler.name,
+        )
+
+    def SampleUtilization(
+        self, request: agent_service_pb2.SampleUtilizationRequest, context: Any
+    ) -> agent_service_pb2.SampleUtilizationResponse:
+        window = request.window.ToTimedelta() if request.HasField("window") else DEFAULT_WINDOW
+        if window < timedelta(0):
+            raise InvalidArgument("must not be negative", field="window")
+        sample = self.sampler.sample(min(window or DEFAULT_WINDOW, MAX_WINDOW))
+        sample_time = Timestamp()
+        sample_time.FromDatetime(self.clock.now())
+        return agent_service_pb2.SampleUtilizationResponse(
+            gpu_utilization_percent=sample.gpu_utilization_percent,
+            running_attempts=sample.running_attempts,
+            requests_since_last_sample=sample.requests_since_last_sample,
+            sampler=sample.sampler_name,
+            sample_time=sample_time,
+        )
+
+    def StartJob(
+        self, request: agent_service_pb2.AgentServiceStartJobRequest, context: Any
+    ) -> agent_service_pb2.AgentServiceStartJobResponse:
+        self.requests.add()
+        spec = spec_from_request(request, self.slots)
+        with self._lock:
+            if self.state.known(spec.attempt_id):
+                return agent_service_pb2.AgentServiceStartJobResponse(already_running=True)
+            complete, error = startup_status(self.state, self.supervisor, self.pipeline_command)
+            if not complete:
+                raise FailedPrecondition(f"machine start-up is not complete: {error or 'in progress'}")
+            if not self.supervisor.alive():
+                raise FailedPrecondition("the worker is not running on this machine")
+            self._refuse_busy_slots(spec)
+            self._deliver(spec)
+        return agent_service_pb2.AgentServiceStartJobResponse(already_running=False)
+
+    def _refuse_busy_slots(self, spec: JobSpec) -> None:
+        wanted = set(spec.occupies())
+        for other in views.active_specs(self.state):
+            if wanted & set(other.occupies()):
+                raise FailedPrecondition(f"slot {spec.slot} is held by attempt {other.attempt_id}")
+
+    def _deliver(self, spec: JobSpec) -> None:
+        """Into the inbox, atomically and only once: link() refuses an existing name."""
+        target = self.state.inbox_spec(spec.attempt_id)
+        staging = self.state.inbox / f".{spec.attempt_id}.{os.getpid()}.{threading.get_ident()}"
+        spec.save(staging)
+        try:
+            os.link(staging, target)
+        except FileExistsError:
+            pass
+        finally:
+            staging.unlink(missing_ok=True)
+
+    def CancelJob(
+        self, request: agent_service_pb2.AgentServiceCancelJobRequest, context: Any
+    ) -> agent_service_pb2.AgentServiceCancelJobResponse:
+        self.requests.add()
+        if not request.attempt_id:
+            raise InvalidArgument("is required", field="attempt_id")
+        if not ATTEMPT_ID_PATTERN.match(request.attempt_id):
+            return agent_service_pb2.AgentServiceCancelJobResponse(was_running=False)  # never accepted
+        with self._lock:
+            was_running = views.is_active(self.state, request.attempt_id)
+            if was_running:
+                atomic_write_text(
+                    self.state.cancel_request(request.attempt_id),
+                    f"{request.reason or 'cancelled by the control plane'}\n",
+                )
+        return agent_service_pb2.AgentServiceCancelJobResponse(was_running=was_running)
+
+    def ListRunners(
+        self, request: agent_service_pb2.ListRunnersRequest, context: Any
+    ) -> agent_service_pb2.ListRunnersResponse:
+        size = paging.page_size(request.page_size)
+        after = paging.decode("runners", request.page_token)
+        rows = [v for v in views.running(self.state) if after is None or v.spec.attempt_id > str(after)]
+        page, more = rows[:size], len(rows) > size
+        runners = []
+        for view in page:
+            runner = agent_service_pb2.Runner(
+                attempt_id=view.spec.attempt_id,
+                job_id=view.spec.job_id,
+                slot=view.spec.slot,
+                pid=view.runner_pid or 0,
+            )
+            if view.start_time is not None:
+                runner.start_time.FromDatetime(view.start_time)
+            runners.append(runner)
+        token = paging.encode("runners", page[-1].spec.attempt_id) if more else ""
+        return agent_service_pb2.ListRunnersResponse(runners=runners, next_page_token=token)

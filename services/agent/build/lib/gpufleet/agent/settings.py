@@ -1,0 +1,86 @@
+"""The agent's settings: one object, built in each process's ``main()`` and passed down.
+
+The agent daemon, the worker, every runner and the job itself read the same
+``GPUFLEET_*`` environment, because each is started by the one before it with that
+environment. The clock is pinned before a child is started (:meth:`Settings.child_env`),
+so a sped-up demo clock without an explicit origin still reads the same time in every
+process of the machine.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from gpufleet.common.settings import BaseServiceSettings
+
+AGENT_VERSION = "0.1.0"
+
+CLOCK_ENV = ("GPUFLEET_CLOCK", "GPUFLEET_CLOCK_SPEED", "GPUFLEET_CLOCK_ORIGIN", "GPUFLEET_CLOCK_FILE")
+
+
+def default_pipeline_command() -> list[str]:
+    """The stand-in workload shipped with gpufleet, run by this very interpreter."""
+    return [sys.executable, "-m", "gpufleet.agent.sample_pipeline"]
+
+
+class Settings(BaseServiceSettings):
+    """Everything the agent, its worker and its runners are configured with."""
+
+    listen_address: str = "127.0.0.1:50060"
+    # Required: the id the control plane gave this machine (validated even when unset).
+    machine_id: str = Field(default="", min_length=1, max_length=128, validate_default=True)
+    agent_state_dir: Path = Path("/var/lib/gpufleet/agent")
+    scheduler_address: str = "127.0.0.1:50051"
+    slots: int = Field(default=1, ge=1, le=64)
+    # A JSON argv list in the environment; never a shell string.
+    pipeline_command: list[str] = Field(default_factory=default_pipeline_command)
+    # Clock seconds between two worker heartbeats (the went-silent net reads them).
+    heartbeat_s: float = Field(default=10.0, gt=0)
+    # Clock seconds: first retry of an unacknowledged completion, doubled up to heartbeat_s.
+    completion_retry_s: float = Field(default=1.0, gt=0)
+    # Real seconds: how fast the worker and runners notice a new spec, a cancel or an exit.
+    # Latency only; every rule (limits, cadences) is measured on the clock.
+    poll_s: float = Field(default=0.2, gt=0, le=5)
+    # Real seconds a job gets between SIGTERM and SIGKILL when it is cancelled or timed out.
+    kill_grace_s: float = Field(default=5.0, ge=0)
+
+    @field_validator("agent_state_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        # Processes recognise each other by paths on their command lines: one spelling.
+        return value.absolute()
+
+    @field_validator("pipeline_command")
+    @classmethod
+    def _argv_not_empty(cls, value: list[str]) -> list[str]:
+        if not value or not value[0]:
+            raise ValueError("pipeline_command must be a non-empty JSON argv list")
+        return value
+
+    def pin_clock_origin(self) -> None:
+        """Fix a scaled clock's origin now, before this process or any child reads it.
+
+        A scaled clock without an origin starts from each process's own start time; pinned
+        here and handed down by :meth:`child_env`, every process on the machine reads one
+        shared time.
+        """
+        if self.clock == "scaled" and self.clock_origin is None:
+            self.clock_origin = time.time()
+
+    def clock_env(self) -> dict[str, str]:
+        """The ``GPUFLEET_CLOCK*`` variables that rebuild this process's clock in a child."""
+        env = {"GPUFLEET_CLOCK": self.clock, "GPUFLEET_CLOCK_SPEED": repr(self.clock_speed)}
+        if self.clock_origin is not None:
+            env["GPUFLEET_CLOCK_ORIGIN"] = repr(self.clock_origin)
+        if self.clock_file:
+            env["GPUFLEET_CLOCK_FILE"] = self.clock_file
+        return env
+
+    def child_env(self, base: dict[str, str]) -> dict[str, str]:
+        """``base`` with the clock pinned, for the worker or a runner of this machine."""
+        self.pin_clock_origin()
+        return {**base, **self.clock_env()}

@@ -1,0 +1,3 @@
+from gpufleet.provisioner.main import main
+
+main()

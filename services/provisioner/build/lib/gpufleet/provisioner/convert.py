@@ -1,0 +1,130 @@
+"""The edge between gpufleet.v1 messages and the drivers' typed dataclasses.
+
+Drivers never see a protobuf message: the servicer validates a request here (naming the
+field at fault) and hands the driver plain frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from gpufleet.common.catalog import OfferingSpec
+from gpufleet.common.errors import InvalidArgument
+from gpufleet.provisioner.drivers.base import CapacityType, InstanceInfo, Offering, Provider
+from gpufleet.v1 import machine_pb2, provisioner_service_pb2
+
+# gpufleet.common.convert is not used here: it imports the store's models, and the
+# provisioner has no database access at all.
+
+
+def _ts(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    out = Timestamp()
+    out.FromDatetime(value.astimezone(UTC))
+    return out
+
+
+# A machine id is a label value (GCE: lowercase letters, digits, '-' and '_', at most 63)
+# and the local driver's folder name, so it is checked here once for every driver.
+_MACHINE_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+_PROVIDER_INSTANCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}")
+
+
+def provider_of(number: int, field: str) -> Provider:
+    """The Provider for a proto enum number; unset or unknown is bad input."""
+    if number == machine_pb2.PROVIDER_UNSPECIFIED:
+        raise InvalidArgument("is required", field=field)
+    try:
+        return Provider(str(machine_pb2.Provider.Name(number)).removeprefix("PROVIDER_"))
+    except ValueError as exc:
+        raise InvalidArgument(f"unknown provider {number}", field=field) from exc
+
+
+def provider_number(provider: Provider) -> int:
+    return int(machine_pb2.Provider.Value(f"PROVIDER_{provider.value}"))
+
+
+def machine_id(value: str) -> str:
+    if not value:
+        raise InvalidArgument("is required", field="machine_id")
+    if not _MACHINE_ID.fullmatch(value):
+        raise InvalidArgument(
+            "must be 1-63 lowercase letters, digits, '-' or '_', starting with a letter or digit",
+            field="machine_id",
+        )
+    return value
+
+
+def provider_instance_id(value: str) -> str:
+    """Optional; when given it must look like an id, never like a path or a command."""
+    if value and not _PROVIDER_INSTANCE_ID.fullmatch(value):
+        raise InvalidArgument("is not a provider instance id", field="provider_instance_id")
+    return value
+
+
+def offering(request: Any, *, for_create: bool = False) -> Offering:
+    """The request's offering; create also needs where and what to buy."""
+    if not request.HasField("offering"):
+        raise InvalidArgument("is required", field="offering")
+    msg: Any = request.offering
+    provider = provider_of(msg.provider, "offering.provider")
+    if for_create:
+        for name in ("zone", "instance_type"):
+            if not getattr(msg, name):
+                raise InvalidArgument("is required to create an instance", field=f"offering.{name}")
+        if msg.slots < 1:
+            raise InvalidArgument("must be at least 1", field="offering.slots")
+    capacity = (
+        CapacityType.SPOT if msg.capacity_type == machine_pb2.CAPACITY_TYPE_SPOT else CapacityType.ON_DEMAND
+    )
+    return Offering(
+        provider=provider,
+        region=msg.region,
+        zone=msg.zone,
+        instance_type=msg.instance_type,
+        slots=msg.slots,
+        capacity_type=capacity,
+        gpu_model=msg.gpu_model,
+        gpu_count=msg.gpu_count,
+        hourly_price_micros=msg.hourly_price_micros,
+        offering_id=msg.offering_id,
+    )
+
+
+def instance_to_proto(info: InstanceInfo) -> Any:
+    return provisioner_service_pb2.Instance(
+        name=f"instances/{info.provider.value.lower()}/{info.provider_instance_id}",
+        machine_id=info.machine_id,
+        provider=f"PROVIDER_{info.provider.value}",
+        provider_instance_id=info.provider_instance_id,
+        region=info.region,
+        zone=info.zone,
+        instance_type=info.instance_type,
+        capacity_type=f"CAPACITY_TYPE_{info.capacity_type.value}",
+        status=f"INSTANCE_STATUS_{info.status.value}",
+        labels=dict(info.labels),
+        launch_time=_ts(info.launch_time),
+        agent_address=info.agent_address,
+    )
+
+
+def offering_spec_to_proto(spec: OfferingSpec) -> Any:
+    """A catalogue offering as the API shows it."""
+    return machine_pb2.Offering(
+        name=f"offerings/{spec.id}",
+        offering_id=spec.id,
+        provider=f"PROVIDER_{spec.provider}",
+        region=spec.region,
+        zone=spec.zone,
+        instance_type=spec.instance_type,
+        gpu_model=spec.gpu_model,
+        gpu_count=spec.gpu_count,
+        slots=spec.slots,
+        capacity_type=f"CAPACITY_TYPE_{spec.capacity_type}",
+        hourly_price_micros=spec.hourly_price_micros,
+    )
