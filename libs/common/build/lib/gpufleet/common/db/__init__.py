@@ -1,1 +1,0 @@
-"""The store: models, engine, migrations and repositories (scheduler, reaper, sweeper only)."""

@@ -1,3 +1,0 @@
-from gpufleet.provisioner.main import main
-
-main()
