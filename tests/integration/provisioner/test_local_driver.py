@@ -102,10 +102,25 @@ def test_clock_settings_travel_to_agents_and_the_port_file_does_not(
     assert env["GPUFLEET_CLOCK_SPEED"] == "60"
 
 
+def free_port_pair() -> int:
+    """A port p with p and p + 1 both free, below the kernel's ephemeral range so that
+    other tests' client sockets do not take p + 1 meanwhile."""
+    import random
+
+    for _ in range(100):
+        base = random.randint(20_000, 30_000)
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", base))
+                b.bind(("127.0.0.1", base + 1))
+            except OSError:
+                continue
+            return base
+    raise RuntimeError("no free pair of ports")
+
+
 def test_a_base_port_gives_machine_n_port_base_plus_n(root: Path) -> None:
-    with socket.socket() as probe:  # a free port, and its neighbour is very likely free too
-        probe.bind(("127.0.0.1", 0))
-        base = probe.getsockname()[1]
+    base = free_port_pair()
     driver = local_driver(root, "dep", agent="serve", base_port=base)
     first, second = create(driver, "m-a"), create(driver, "m-b")
     assert (first.agent_address, second.agent_address) == (f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}")
