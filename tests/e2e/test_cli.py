@@ -106,15 +106,25 @@ def test_the_demo_tells_the_whole_story_and_exits_zero(tmp_path: Path) -> None:
 
 
 def test_up_serves_until_interrupted(tmp_path: Path) -> None:
+    # Four free consecutive ports (`--port-offset` shifts 50051-50054), below the kernel's
+    # ephemeral range so that no client socket takes one meanwhile.
+    import random
     import signal
     import socket
     import time
 
-    # Four free consecutive ports from a random base, as `--port-offset` shifts 50051-50054.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1] // 10 * 10
-    base = min(base, 65000)
+    for _ in range(100):
+        base = random.randint(20_000, 30_000)
+        probes = [socket.socket() for _ in range(4)]
+        try:
+            for i, probe in enumerate(probes):
+                probe.bind(("127.0.0.1", base + i))
+            break
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
     offset = base - 50051
     proc = subprocess.Popen(
         [*GPUFLEET, "up", "--state-dir", str(tmp_path / "var"), "--port-offset", str(offset)],
