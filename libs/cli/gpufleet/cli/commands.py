@@ -64,28 +64,31 @@ def submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def pages(method: Any, request: Any, field: str, limit: int | None = None) -> list[Any]:
+    """Every item of a paged List (or the first ``limit``), following next_page_token."""
+    items: list[Any] = []
+    while True:
+        resp = grpcclient.call(method, request, timeout=TIMEOUT_S, idempotent=True)
+        items.extend(getattr(resp, field))
+        if not resp.next_page_token or (limit is not None and len(items) >= limit):
+            return items[:limit] if limit is not None else items
+        request.page_token = resp.next_page_token
+
+
 def _all_jobs(args: argparse.Namespace) -> list[job_pb2.Job]:
     stub = _job_stub(args)
-    jobs: list[job_pb2.Job] = []
-    token = ""
     try:
         state: Any = job_pb2.JobState.Value(f"JOB_STATE_{args.state.upper()}") if args.state else 0
     except ValueError:
         names = ", ".join(n.removeprefix("JOB_STATE_").lower() for n in job_pb2.JobState.keys()[1:])
         raise SystemExit(f"gpufleet: unknown --state {args.state!r}; one of {names}") from None
-    while True:
-        page = grpcclient.call(
+    return list(
+        pages(
             stub.ListJobs,
-            job_service_pb2.ListJobsRequest(
-                page_size=200, page_token=token, workspace=args.workspace or "", state=state
-            ),
-            timeout=TIMEOUT_S,
-            idempotent=True,
+            job_service_pb2.ListJobsRequest(page_size=200, workspace=args.workspace or "", state=state),
+            "jobs",
         )
-        jobs.extend(page.jobs)
-        token = page.next_page_token
-        if not token:
-            return jobs
+    )
 
 
 def jobs(args: argparse.Namespace) -> int:
@@ -118,21 +121,11 @@ def jobs(args: argparse.Namespace) -> int:
 
 def machines(args: argparse.Namespace) -> int:
     stub = _fleet_stub(args)
-    rows: list[machine_pb2.Machine] = []
-    token = ""
-    while True:
-        page = grpcclient.call(
-            stub.ListMachines,
-            fleet_service_pb2.ListMachinesRequest(
-                page_size=200, page_token=token, include_destroyed=args.all
-            ),
-            timeout=TIMEOUT_S,
-            idempotent=True,
-        )
-        rows.extend(page.machines)
-        token = page.next_page_token
-        if not token:
-            break
+    rows: list[machine_pb2.Machine] = pages(
+        stub.ListMachines,
+        fleet_service_pb2.ListMachinesRequest(page_size=200, include_destroyed=args.all),
+        "machines",
+    )
     if args.json:
         output.print_json(rows)
         return 0

@@ -15,12 +15,12 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from gpufleet.cli import ops, output
 from gpufleet.cli.stack import SERVICES, Stack, StackConfig, free_port
 from gpufleet.common import grpcclient
+from gpufleet.common.clock import ScaledClock
 from gpufleet.v1 import (
     fleet_service_pb2,
     fleet_service_pb2_grpc,
@@ -272,8 +272,7 @@ def _summary(
     reaper_address = stack.config.address("reaper")
     print(f"\nThe watchdogs that watched this run (`gpufleet watchdogs --reaper {reaper_address}`):")
     # Ages are shown against the system's sped-up clock, not this machine's.
-    origin = stack.config.clock_origin or clock.start
-    system_now = datetime.fromtimestamp(origin + (time.time() - origin) * clock.speed, UTC)
+    system_now = ScaledClock(clock.speed, stack.config.clock_origin or clock.start).now()
     view = argparse.Namespace(
         reaper=reaper_address,
         json=False,

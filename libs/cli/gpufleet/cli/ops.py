@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.cli import output
+from gpufleet.cli.commands import pages, run_client
 from gpufleet.common import grpcclient
 from gpufleet.v1 import (
     ledger_pb2,
@@ -36,17 +37,6 @@ def _sweeper(args: argparse.Namespace) -> sweeper_service_pb2_grpc.SweeperServic
     return sweeper_service_pb2_grpc.SweeperServiceStub(grpcclient.open_channel(args.sweeper))
 
 
-def _pages(method: Any, request: Any, field: str, limit: int | None = None) -> list[Any]:
-    """Every item of a paged List (or the first ``limit``)."""
-    items: list[Any] = []
-    while True:
-        resp = grpcclient.call(method, request, timeout=TIMEOUT_S, idempotent=True)
-        items.extend(getattr(resp, field))
-        if not resp.next_page_token or (limit is not None and len(items) >= limit):
-            return items[:limit] if limit is not None else items
-        request.page_token = resp.next_page_token
-
-
 def _now(args: argparse.Namespace) -> datetime:
     """The time ages are shown against: the system's clock when the caller knows it (the
     demo's sped-up clock), else this machine's."""
@@ -59,7 +49,7 @@ def _counts(counts: Any) -> str:
 
 
 def watchdogs(args: argparse.Namespace) -> int:
-    rows = _pages(
+    rows = pages(
         _reaper(args).ListWatchdogs, reaper_service_pb2.ListWatchdogsRequest(page_size=200), "watchdogs"
     )
     if args.json:
@@ -93,7 +83,7 @@ def ledger(args: argparse.Namespace) -> int:
         failure_class=args.failure_class or "",
         detector=args.detector or "",
     )
-    rows = _pages(_reaper(args).ListLedgerEntries, request, "entries", limit=args.limit)
+    rows = pages(_reaper(args).ListLedgerEntries, request, "entries", limit=args.limit)
     if args.json:
         output.print_json(rows)
         return 0
@@ -141,7 +131,7 @@ def incidents(args: argparse.Namespace) -> int:
             print(f"incident {incident.incident_id} acknowledged by {incident.acknowledged_by}")
         return 0
     state = ledger_pb2.INCIDENT_STATE_OPEN if args.open else ledger_pb2.INCIDENT_STATE_UNSPECIFIED
-    rows = _pages(
+    rows = pages(
         stub.ListIncidents, reaper_service_pb2.ListIncidentsRequest(page_size=200, state=state), "incidents"
     )
     if args.json:
@@ -180,7 +170,7 @@ def quarantines(args: argparse.Namespace) -> int:
         )
         print(f"quarantine {args.id} cleared")
         return 0
-    rows = _pages(
+    rows = pages(
         stub.ListQuarantines, reaper_service_pb2.ListQuarantinesRequest(page_size=200), "quarantines"
     )
     if args.json:
@@ -224,7 +214,7 @@ def orphans(args: argparse.Namespace) -> int:
                 f"sweep {sweep.sweep_id}: {sweep.instances_seen} instances listed, {sweep.orphans_seen} "
                 f"orphan(s), {sweep.orphans_destroyed} destroyed. {sweep.summary}"
             )
-    rows = _pages(stub.ListOrphans, sweeper_service_pb2.ListOrphansRequest(page_size=200), "orphans")
+    rows = pages(stub.ListOrphans, sweeper_service_pb2.ListOrphansRequest(page_size=200), "orphans")
     if args.json:
         output.print_json(rows)
         return 0
@@ -258,7 +248,6 @@ def add_parsers(sub: Any, client: Any) -> None:
 
     reaper_default = os.environ.get("GPUFLEET_REAPER_ADDRESS", "127.0.0.1:50052")
     sweeper_default = os.environ.get("GPUFLEET_SWEEPER_ADDRESS", "127.0.0.1:50054")
-    from gpufleet.cli.commands import run_client
 
     def with_reaper(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--reaper", default=reaper_default, help="reaper address (host:port)")

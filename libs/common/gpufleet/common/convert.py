@@ -21,10 +21,6 @@ def ts(value: datetime | None) -> Timestamp | None:
     return out
 
 
-def dt(value: Timestamp) -> datetime:
-    return value.ToDatetime(tzinfo=UTC)
-
-
 def dur(seconds: float) -> Duration:
     out = Duration()
     out.FromTimedelta(timedelta(seconds=seconds))

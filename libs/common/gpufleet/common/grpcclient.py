@@ -56,6 +56,11 @@ def wrap_rpc_error(err: grpc.RpcError) -> errors.GpufleetError:
     return wrapped
 
 
+def transport_failure(err: grpc.RpcError) -> bool:
+    """The call may not have reached the server, or its answer was lost."""
+    return err.code() in _RETRYABLE  # type: ignore[attr-defined]
+
+
 def call(
     method: Callable[..., T],
     request: Any,
@@ -64,15 +69,20 @@ def call(
     idempotent: bool,
     attempts: int = 3,
     backoff: float = 0.2,
+    retryable: Callable[[grpc.RpcError], bool] = transport_failure,
+    wrap: Callable[[grpc.RpcError], Exception] = wrap_rpc_error,
 ) -> T:
-    """Call ``method`` with a deadline; retry transport failures only when idempotent."""
+    """Call ``method`` with a deadline; retry transport failures only when idempotent.
+
+    ``retryable`` narrows what is retried and ``wrap`` turns the final error into the
+    caller's own type (the provisioner client's typed provider errors)."""
     tries = attempts if idempotent else 1
     for attempt in range(tries):
         try:
             return method(request, timeout=timeout)
         except grpc.RpcError as err:
-            if err.code() in _RETRYABLE and attempt + 1 < tries:  # type: ignore[attr-defined]
+            if retryable(err) and attempt + 1 < tries:
                 time.sleep(backoff * (2**attempt))  # real time: transport back-off, not logic
                 continue
-            raise wrap_rpc_error(err) from err
+            raise wrap(err) from err
     raise AssertionError("unreachable")

@@ -172,11 +172,3 @@ def announce_port(port: int, port_file: str | None) -> None:
     with open(tmp, "w") as fh:
         fh.write(str(port))
     os.replace(tmp, port_file)
-
-
-def host_port(address: str, port: int) -> str:
-    """The address a client should dial, given the listen address and the bound port."""
-    host = address.rsplit(":", 1)[0] or "127.0.0.1"
-    if host in ("0.0.0.0", "[::]"):
-        host = "127.0.0.1"
-    return f"{host}:{port}"

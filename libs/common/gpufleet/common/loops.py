@@ -34,10 +34,6 @@ class TickReport:
     actions: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)
 
-    def merge(self, other: TickReport) -> None:
-        self.actions.update(other.actions)
-        self.refusals.update(other.refusals)
-
 
 @dataclass
 class PeriodicTask:

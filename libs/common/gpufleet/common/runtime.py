@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,7 +39,6 @@ class TimerService:
     provider: Closable | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
-    on_close: list[Callable[[], None]] = field(default_factory=list)
 
     def start_loops(self) -> None:
         self.thread = threading.Thread(
@@ -56,8 +54,6 @@ class TimerService:
         self.server.stop(grace)
         if self.provider is not None:
             self.provider.close()
-        for close in self.on_close:
-            close()
         self.engine.dispose()
 
 

@@ -21,6 +21,13 @@ def _provider_error(err: grpc.RpcError) -> Exception:
     return grpcclient.wrap_rpc_error(err)
 
 
+def _provisioner_unreachable(err: grpc.RpcError) -> bool:
+    """Retry only when the provisioner itself was unreachable; a provider's own error
+    (carried in the trailer) goes back to the caller, who decides."""
+    unavailable = err.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    return unavailable and not grpcclient.metadata_value(err, METADATA_KEY)
+
+
 class ProvisionerClient:
     """Every method raises a typed ProviderError (or Transient when the provisioner is down)."""
 
@@ -34,17 +41,14 @@ class ProvisionerClient:
         self._channel.close()
 
     def _call(self, method, request, idempotent: bool):  # type: ignore[no-untyped-def]
-        tries = 3 if idempotent else 1
-        last: grpc.RpcError | None = None
-        for _ in range(tries):
-            try:
-                return method(request, timeout=self.timeout_s)
-            except grpc.RpcError as err:
-                last = err
-                if err.code() != grpc.StatusCode.UNAVAILABLE or grpcclient.metadata_value(err, METADATA_KEY):  # type: ignore[attr-defined]
-                    break
-        assert last is not None
-        raise _provider_error(last) from last
+        return grpcclient.call(
+            method,
+            request,
+            timeout=self.timeout_s,
+            idempotent=idempotent,
+            retryable=_provisioner_unreachable,
+            wrap=_provider_error,
+        )
 
     # Create/start/stop/destroy are idempotent by machine id and operation (the
     # provisioner derives the provider's idempotency key from them), so they may retry.
