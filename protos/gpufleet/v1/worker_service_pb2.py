@@ -27,7 +27,7 @@ from gpufleet.v1 import job_pb2 as gpufleet_dot_v1_dot_job__pb2
 from gpufleet.v1 import machine_pb2 as gpufleet_dot_v1_dot_machine__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gpufleet/v1/worker_service.proto\x12\x0bgpufleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15gpufleet/v1/job.proto\x1a\x19gpufleet/v1/machine.proto\"2\n\x0eRunningAttempt\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\"\x8b\x01\n\x16ReportHeartbeatRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12,\n\x07running\x18\x02 \x03(\x0b\x32\x1b.gpufleet.v1.RunningAttempt\x12/\n\x0breport_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"l\n\x17ReportHeartbeatResponse\x12\x35\n\x11lease_expire_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x63\x61ncel_attempt_ids\x18\x02 \x03(\t\"\xa7\x01\n\x17ReportCompletionRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12*\n\x07outcome\x18\x03 \x01(\x0e\x32\x19.gpufleet.v1.AttemptState\x12\x11\n\texit_code\x18\x04 \x01(\x05\x12\x14\n\x0cslot_seconds\x18\x05 \x01(\x01\x12\x0f\n\x07message\x18\x06 \x01(\t\"A\n\x18ReportCompletionResponse\x12%\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x14.gpufleet.v1.Attempt\"\xa8\x01\n\x16RegisterMachineRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\x15\n\ragent_address\x18\x03 \x01(\t\x12\x0c\n\x04pool\x18\x04 \x01(\t\x12\r\n\x05slots\x18\x05 \x01(\x05\x12\x32\n\x0eworkload_class\x18\x06 \x01(\x0e\x32\x1a.gpufleet.v1.WorkloadClass2\x9c\x02\n\rWorkerService\x12\\\n\x0fReportHeartbeat\x12#.gpufleet.v1.ReportHeartbeatRequest\x1a$.gpufleet.v1.ReportHeartbeatResponse\x12_\n\x10ReportCompletion\x12$.gpufleet.v1.ReportCompletionRequest\x1a%.gpufleet.v1.ReportCompletionResponse\x12L\n\x0fRegisterMachine\x12#.gpufleet.v1.RegisterMachineRequest\x1a\x14.gpufleet.v1.Machineb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gpufleet/v1/worker_service.proto\x12\x0bgpufleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15gpufleet/v1/job.proto\x1a\x19gpufleet/v1/machine.proto\"2\n\x0eRunningAttempt\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\"\x8b\x01\n\x16ReportHeartbeatRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12,\n\x07running\x18\x02 \x03(\x0b\x32\x1b.gpufleet.v1.RunningAttempt\x12/\n\x0breport_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"l\n\x17ReportHeartbeatResponse\x12\x35\n\x11lease_expire_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x63\x61ncel_attempt_ids\x18\x02 \x03(\t\"\xc0\x01\n\x17ReportCompletionRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12*\n\x07outcome\x18\x03 \x01(\x0e\x32\x19.gpufleet.v1.AttemptState\x12\x11\n\texit_code\x18\x04 \x01(\x05\x12\x14\n\x0cslot_seconds\x18\x05 \x01(\x01\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x17\n\x0fslot_not_closed\x18\x07 \x01(\x08\"A\n\x18ReportCompletionResponse\x12%\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x14.gpufleet.v1.Attempt\"\xa8\x01\n\x16RegisterMachineRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\x15\n\ragent_address\x18\x03 \x01(\t\x12\x0c\n\x04pool\x18\x04 \x01(\t\x12\r\n\x05slots\x18\x05 \x01(\x05\x12\x32\n\x0eworkload_class\x18\x06 \x01(\x0e\x32\x1a.gpufleet.v1.WorkloadClass2\x9c\x02\n\rWorkerService\x12\\\n\x0fReportHeartbeat\x12#.gpufleet.v1.ReportHeartbeatRequest\x1a$.gpufleet.v1.ReportHeartbeatResponse\x12_\n\x10ReportCompletion\x12$.gpufleet.v1.ReportCompletionRequest\x1a%.gpufleet.v1.ReportCompletionResponse\x12L\n\x0fRegisterMachine\x12#.gpufleet.v1.RegisterMachineRequest\x1a\x14.gpufleet.v1.Machineb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,11 +41,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTHEARTBEATRESPONSE']._serialized_start=326
   _globals['_REPORTHEARTBEATRESPONSE']._serialized_end=434
   _globals['_REPORTCOMPLETIONREQUEST']._serialized_start=437
-  _globals['_REPORTCOMPLETIONREQUEST']._serialized_end=604
-  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_start=606
-  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_end=671
-  _globals['_REGISTERMACHINEREQUEST']._serialized_start=674
-  _globals['_REGISTERMACHINEREQUEST']._serialized_end=842
-  _globals['_WORKERSERVICE']._serialized_start=845
-  _globals['_WORKERSERVICE']._serialized_end=1129
+  _globals['_REPORTCOMPLETIONREQUEST']._serialized_end=629
+  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_start=631
+  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_end=696
+  _globals['_REGISTERMACHINEREQUEST']._serialized_start=699
+  _globals['_REGISTERMACHINEREQUEST']._serialized_end=867
+  _globals['_WORKERSERVICE']._serialized_start=870
+  _globals['_WORKERSERVICE']._serialized_end=1154
 # @@protoc_insertion_point(module_scope)

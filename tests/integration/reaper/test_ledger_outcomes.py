@@ -53,7 +53,7 @@ EXPECTED = {
     "auth_failed": "HALT_PROVISIONING",
     "provider_call_failed": "ALERT_HUMAN",
     "transition_stuck": "ALERT_HUMAN",
-    "slot_not_closed": "RETRY_SAME_MACHINE",
+    "slot_could_not_be_closed": "RETRY_SAME_MACHINE",
     "job_infra_error": "RETRY_SAME_MACHINE",
     "job_failed": "FAIL_JOB",
     "job_timed_out": "FAIL_JOB",
@@ -229,7 +229,7 @@ def test_alert_human_opens_one_incident_per_key(sessions: sessionmaker[Session])
         )
 
 
-@pytest.mark.parametrize("failure_class", ["machine_lost", "lease_expired", "job_failed", "slot_not_closed"])
+@pytest.mark.parametrize("failure_class", ["machine_lost", "lease_expired", "job_failed", "slot_could_not_be_closed"])
 def test_outcomes_owned_elsewhere_change_nothing_here(
     sessions: sessionmaker[Session], failure_class: str
 ) -> None:

@@ -52,7 +52,7 @@ class FailureClass(StrEnum):
     AUTH_FAILED = "auth_failed"
     PROVIDER_CALL_FAILED = "provider_call_failed"
     TRANSITION_STUCK = "transition_stuck"
-    SLOT_NOT_CLOSED = "slot_not_closed"
+    SLOT_NOT_CLOSED = "slot_could_not_be_closed"
     JOB_FAILED = "job_failed"
     JOB_INFRA_ERROR = "job_infra_error"
     JOB_TIMED_OUT = "job_timed_out"

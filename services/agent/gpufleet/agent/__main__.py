@@ -19,6 +19,7 @@ from gpufleet.agent.servicer import AgentServicer, StateActivity
 from gpufleet.agent.settings import AGENT_VERSION, Settings
 from gpufleet.agent.statedir import StateDir, atomic_write_text
 from gpufleet.agent.supervisor import WorkerSupervisor
+from gpufleet.agent.walls.setup import UNWALLED_WARNING, WallsUnavailable, prepare_walls
 from gpufleet.common import telemetry
 from gpufleet.common.grpcserver import ServiceBinding, create_server, run_until_signalled
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
@@ -28,6 +29,21 @@ log = logging.getLogger("gpufleet.agent")
 # Real seconds the daemon waits for a fresh worker before serving anyway (Probe then
 # tells the truth about start-up).
 WORKER_START_TIMEOUT_S = 10.0
+
+
+def _prepare_walls(settings: Settings, state: StateDir) -> None:
+    """Build the walls before any job can arrive; a machine that cannot refuses every job."""
+    if settings.walls == "off":
+        log.warning(UNWALLED_WARNING)
+        state.walls_error.unlink(missing_ok=True)
+        return
+    try:
+        prepare_walls(settings)
+    except WallsUnavailable as err:
+        log.error("the walls between slots cannot be built; this machine refuses every job: %s", err)
+        atomic_write_text(state.walls_error, f"{err}\n")
+        return
+    state.walls_error.unlink(missing_ok=True)
 
 
 def main() -> int:
@@ -44,6 +60,7 @@ def main() -> int:
     state.agent_port.unlink(missing_ok=True)
     state.agent_pid.unlink(missing_ok=True)
     clock = settings.make_clock()
+    _prepare_walls(settings, state)
 
     supervisor = WorkerSupervisor(state, settings.child_env(dict(os.environ)))
     if supervisor.start_unless_alive() and not supervisor.wait_until_alive(WORKER_START_TIMEOUT_S):

@@ -1,23 +1,64 @@
 """The seam where the walls between tenants go (DESIGN §10).
 
 A runner never starts a job directly: it asks a :class:`SlotLauncher` to open the slot,
-to build the argv prefix that puts the job behind the slot's walls, and to close the slot
-when the job ends. Today's :class:`CurrentUserLauncher` builds no walls — the job runs as
-the agent's own user — so that the isolation issue can replace exactly one object (its
-prefix will be ``unshare``/``setpriv`` or ``bwrap`` with the slot's user, namespaces and
-cgroup) without touching how jobs are run, timed or reported.
+and the :class:`OpenSlot` it gets back says how to start the job behind the slot's walls
+(argv, environment, what the child does between fork and exec), how to signal everything
+the job started, and how to wipe the slot when the job ends. Two launchers exist:
+
+- :class:`gpufleet.agent.walls.launcher.WalledLauncher` — the default: its own user,
+  namespaces, cgroup, closed network, own GPU, clean before and after;
+- :class:`CurrentUserLauncher` — no walls, for a development machine without root
+  (``GPUFLEET_WALLS=off``, said loudly in the agent's log): the job runs as the agent's
+  user in a process group of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from gpufleet.agent.specs import JobSpec
+from gpufleet.agent.statedir import AttemptFiles
+from gpufleet.agent.walls.wipe import remove_tree
+
+PIPELINE_PLACEHOLDER = "{pipeline_dir}"
 
 
 class SlotError(Exception):
     """The slot could not be opened or closed: the job must not run, and is not charged."""
+
+
+class OpenSlot(Protocol):
+    """One attempt's slot, open: how to run the job inside it and how to close it."""
+
+    @property
+    def job_dir(self) -> Path:
+        """The job's folder on the host (the runner's working directory for the child)."""
+        ...
+
+    def command(self, pipeline_command: Sequence[str]) -> list[str]:
+        """The full argv that runs the pipeline command inside the slot."""
+        ...
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        """The job's environment; ``base`` is what the runner would pass unwalled."""
+        ...
+
+    def preexec(self) -> Callable[[], None] | None:
+        """Runs in the child between fork and exec (joining the cgroup), or None."""
+        ...
+
+    def signal(self, job_pid: int, signum: signal.Signals) -> None:
+        """Signal every process the job started (already gone is fine)."""
+        ...
+
+    def close(self) -> None:
+        """Kill what is left and wipe the slot, whatever happened (idempotent)."""
+        ...
 
 
 class SlotLauncher(Protocol):
@@ -25,37 +66,55 @@ class SlotLauncher(Protocol):
 
     name: str
 
-    def open_slot(self, spec: JobSpec) -> None:
-        """Prepare the slot (user, folders, cgroup, network); raise SlotError if it cannot
-        be closed off — the runner then reports INFRA_ERROR without starting the job."""
+    def open_slot(self, spec: JobSpec, files: AttemptFiles, pipeline_dir: Path) -> OpenSlot:
+        """Prepare the slot; raise SlotError if it cannot be closed off — the runner then
+        reports INFRA_ERROR (uncharged, ``slot_could_not_be_closed``) without starting it."""
         ...
 
-    def argv_prefix(self, spec: JobSpec) -> list[str]:
-        """The argv that runs what follows it inside the slot (empty: no walls)."""
+    def reclaim(self, spec: JobSpec, files: AttemptFiles) -> None:
+        """Close the slot of an attempt whose runner died (the worker calls this)."""
         ...
 
-    def job_environment(self, spec: JobSpec, base: Mapping[str, str]) -> dict[str, str]:
-        """The job's environment, built from ``base`` (what the runner chose to pass on)."""
-        ...
 
-    def close_slot(self, spec: JobSpec) -> None:
-        """Wipe the slot after the job, whatever happened (idempotent)."""
-        ...
+def expand_pipeline_command(command: Sequence[str], pipeline_dir: Path) -> list[str]:
+    """The configured argv with ``{pipeline_dir}`` replaced; nothing else is interpreted."""
+    return [part.replace(PIPELINE_PLACEHOLDER, str(pipeline_dir)) for part in command]
+
+
+class _ProcessGroupSlot:
+    def __init__(self, files: AttemptFiles, pipeline_dir: Path) -> None:
+        self.files = files
+        self.pipeline_dir = pipeline_dir
+        files.work.mkdir(exist_ok=True)
+
+    @property
+    def job_dir(self) -> Path:
+        return self.files.work
+
+    def command(self, pipeline_command: Sequence[str]) -> list[str]:
+        return expand_pipeline_command(pipeline_command, self.pipeline_dir)
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        return {**base, "GPUFLEET_PIPELINE_DIR": str(self.pipeline_dir)}
+
+    def preexec(self) -> Callable[[], None] | None:
+        return None
+
+    def signal(self, job_pid: int, signum: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(job_pid, signum)
+
+    def close(self) -> None:
+        remove_tree(self.files.work)
 
 
 class CurrentUserLauncher:
-    """No walls yet: the job runs as the agent's user, in the machine's process group."""
+    """No walls: the job runs as the agent's user, in a process group of its own."""
 
     name = "current-user"
 
-    def open_slot(self, spec: JobSpec) -> None:
-        return None
+    def open_slot(self, spec: JobSpec, files: AttemptFiles, pipeline_dir: Path) -> OpenSlot:
+        return _ProcessGroupSlot(files, pipeline_dir)
 
-    def argv_prefix(self, spec: JobSpec) -> list[str]:
-        return []
-
-    def job_environment(self, spec: JobSpec, base: Mapping[str, str]) -> dict[str, str]:
-        return dict(base)
-
-    def close_slot(self, spec: JobSpec) -> None:
-        return None
+    def reclaim(self, spec: JobSpec, files: AttemptFiles) -> None:
+        remove_tree(files.work)

@@ -88,6 +88,7 @@ class GrpcSchedulerReports:
             exit_code=result.exit_code,
             slot_seconds=result.slot_seconds,
             message=result.message,
+            slot_not_closed=result.slot_not_closed,
         )
         try:
             grpcclient.call(

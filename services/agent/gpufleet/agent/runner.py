@@ -11,10 +11,8 @@ result (outcome, exit code, clock slot-seconds) atomically before it exits.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,10 +22,12 @@ from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
 
-from gpufleet.agent.launcher import CurrentUserLauncher, SlotError, SlotLauncher
+from gpufleet.agent.launcher import OpenSlot, SlotError, SlotLauncher
 from gpufleet.agent.settings import Settings
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome, iso
 from gpufleet.agent.statedir import AttemptFiles, atomic_write_json, atomic_write_text
+from gpufleet.agent.walls import pipelines
+from gpufleet.agent.walls.setup import WallsUnavailable, build_launcher
 from gpufleet.common import telemetry
 from gpufleet.common.clock import Clock
 
@@ -102,6 +102,8 @@ class Runner:
         *,
         poll_s: float,
         kill_grace_s: float,
+        pipelines_root: Path,
+        pipeline_source: Path | None = None,
     ) -> None:
         self.files = files
         self.spec = spec
@@ -111,6 +113,8 @@ class Runner:
         self.clock_env = dict(clock_env)
         self.poll_s = poll_s
         self.kill_grace_s = kill_grace_s
+        self.pipelines_root = pipelines_root
+        self.pipeline_source = pipeline_source
         self.stop = threading.Event()
         self.signalled = False
 
@@ -125,41 +129,54 @@ class Runner:
             return existing
         start = self.clock.now()
         try:
-            self.launcher.open_slot(self.spec)
-        except SlotError as err:
-            return self._finish(start, Outcome.INFRA_ERROR, 0, f"slot could not be closed off: {err}")
+            pipeline_dir = pipelines.install(
+                self.pipelines_root, self.spec.pipeline_version, self.pipeline_source
+            )
+        except pipelines.PipelineError as err:
+            return self._finish(start, Outcome.INFRA_ERROR, 0, str(err))
         try:
-            return self._run_job(start)
+            slot = self.launcher.open_slot(self.spec, self.files, pipeline_dir)
+        except SlotError as err:
+            log.error(
+                "attempt %s: slot %d could not be closed: %s", self.spec.attempt_id, self.spec.slot, err
+            )
+            return self._finish(
+                start, Outcome.INFRA_ERROR, 0, f"slot could not be closed off: {err}", slot_not_closed=True
+            )
+        try:
+            return self._run_job(start, slot)
         finally:
-            shutil.rmtree(self.files.work, ignore_errors=True)
             try:
-                self.launcher.close_slot(self.spec)
-            except SlotError:
+                slot.close()
+            except Exception:  # the verdict is written; a failed wipe must be seen, not fatal
                 log.exception(
                     "slot %d could not be wiped after attempt %s", self.spec.slot, self.spec.attempt_id
                 )
 
-    def _run_job(self, start: datetime) -> AttemptResult:
-        self.files.work.mkdir(exist_ok=True)
-        argv = [*self.launcher.argv_prefix(self.spec), *self.pipeline_command]
-        env = self.launcher.job_environment(
-            self.spec, job_base_environment(os.environ, self.clock_env, self.files.spec, self.files.work)
+    def _run_job(self, start: datetime, slot: OpenSlot) -> AttemptResult:
+        argv = slot.command(self.pipeline_command)
+        env = slot.environment(
+            job_base_environment(os.environ, self.clock_env, self.files.spec, slot.job_dir)
         )
         try:
-            with open(self.files.job_log, "ab") as job_log:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=job_log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=self.files.work,
-                    # Its own process group (same session, so the machine's stop still reaches
-                    # it): ending the job ends everything it started, not just its first process.
-                    process_group=0,
-                )
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                # A pipe, not the log file: the job holds no descriptor of the machine's
+                # files, and its output passes through the runner on its way to the log.
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=slot.job_dir,
+                # Its own process group (same session, so the machine's stop still reaches
+                # it): ending the job ends everything it started, not just its first process.
+                process_group=0,
+                preexec_fn=slot.preexec(),
+            )
         except OSError as err:
             return self._finish(start, Outcome.INFRA_ERROR, 0, f"could not start the job {argv[0]!r}: {err}")
+        copier = threading.Thread(target=copy_output, args=(proc, self.files.job_log), daemon=True)
+        copier.start()
         atomic_write_json(
             self.files.runner_state, {"pid": os.getpid(), "job_pid": proc.pid, "start_time": iso(start)}
         )
@@ -169,11 +186,12 @@ class Runner:
         while (returncode := proc.poll()) is None:
             stopped = self._stop_reason(deadline)
             if stopped is not None:
-                returncode = self._terminate(proc)
+                returncode = self._terminate(proc, slot)
                 break
             self.stop.wait(self.poll_s)  # real time: how soon an exit or a marker is noticed
-        # Nothing outlives the job: whatever it left behind in its group goes with it.
-        kill_group(proc.pid, signal.SIGKILL)
+        # Nothing outlives the job: whatever it left behind goes with it.
+        slot.signal(proc.pid, signal.SIGKILL)
+        copier.join(timeout=5)
         if self.signalled:
             stopped = StopReason.RUNNER_STOPPED
         exit_code = exit_code_of(returncode)
@@ -195,18 +213,24 @@ class Runner:
         except FileNotFoundError:
             return ""
 
-    def _terminate(self, proc: subprocess.Popen[bytes]) -> int:
-        """SIGTERM to the job's whole process group, a grace period, then SIGKILL. A child
-        that leaves the group (setsid) escapes this; the slot's cgroup closes that gap once
-        the walls exist (launcher seam)."""
-        kill_group(proc.pid, signal.SIGTERM)
+    def _terminate(self, proc: subprocess.Popen[bytes], slot: OpenSlot) -> int:
+        """SIGTERM to everything the job started, a grace period, then SIGKILL."""
+        slot.signal(proc.pid, signal.SIGTERM)
         try:
             return proc.wait(timeout=self.kill_grace_s)
         except subprocess.TimeoutExpired:
-            kill_group(proc.pid, signal.SIGKILL)
+            slot.signal(proc.pid, signal.SIGKILL)
             return proc.wait()
 
-    def _finish(self, start: datetime, outcome: Outcome, exit_code: int, message: str) -> AttemptResult:
+    def _finish(
+        self,
+        start: datetime,
+        outcome: Outcome,
+        exit_code: int,
+        message: str,
+        *,
+        slot_not_closed: bool = False,
+    ) -> AttemptResult:
         end = self.clock.now()
         # Measured for every outcome; whether it is charged is the scheduler's call.
         ran = max(0.0, (end - start).total_seconds())
@@ -218,6 +242,7 @@ class Runner:
             message=message,
             start_time=iso(start),
             end_time=iso(end),
+            slot_not_closed=slot_not_closed,
         )
         result.save(self.files.result)
         log.info(
@@ -231,10 +256,14 @@ class Runner:
         return result
 
 
-def kill_group(pgid: int, signum: signal.Signals) -> None:
-    """Signal every process of the job's group; a group already gone is fine."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
+def copy_output(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    """The job's stdout and stderr, appended to its log as they come."""
+    assert proc.stdout is not None
+    with open(log_path, "ab") as job_log:
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            job_log.write(chunk)
+            job_log.flush()
+    proc.stdout.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -247,15 +276,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     telemetry.configure("agent-runner", level=settings.log_level, log_format=settings.log_format)
     files = AttemptFiles(spec_path.parent)
     atomic_write_text(files.runner_pid, f"{os.getpid()}\n")
+    spec = JobSpec.load(spec_path)
+    clock = settings.make_clock()
+    try:
+        launcher = build_launcher(settings)
+    except WallsUnavailable as err:
+        now = iso(clock.now())
+        AttemptResult(
+            spec.attempt_id,
+            Outcome.INFRA_ERROR,
+            message=f"slot could not be closed off: {err}",
+            start_time=now,
+            end_time=now,
+            slot_not_closed=True,
+        ).save(files.result)
+        return 0
     runner = Runner(
         files,
-        JobSpec.load(spec_path),
-        settings.make_clock(),
-        CurrentUserLauncher(),
+        spec,
+        clock,
+        launcher,
         settings.pipeline_command,
         settings.clock_env(),
         poll_s=settings.poll_s,
         kill_grace_s=settings.kill_grace_s,
+        pipelines_root=settings.pipelines_root,
+        pipeline_source=settings.pipeline_source,
     )
     signal.signal(signal.SIGTERM, runner.on_signal)
     signal.signal(signal.SIGINT, runner.on_signal)

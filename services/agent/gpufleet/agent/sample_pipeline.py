@@ -8,6 +8,12 @@ named by ``GPUFLEET_JOB_SPEC``, "renders" for ``tenant_values["duration_s"]`` se
 rest of the machine, so the sped-up demo clock (and a test's file clock) applies to it.
 It echoes its tenant values as one JSON line, which is how the tests prove that values
 full of shell syntax arrive byte for byte and are never executed.
+
+It is standalone — the standard library and gpufleet's clock module, which the agent
+installs beside it as ``gpufleet_clock.py`` — because a job runs as its slot's user under
+the system Python, behind walls that hide gpufleet's own installation. It writes a little
+to its folder, its home and ``/tmp`` as a real pipeline would, so every kind exercises the
+walls' private folders.
 """
 
 from __future__ import annotations
@@ -19,7 +25,12 @@ import sys
 import threading
 from pathlib import Path
 
-from gpufleet.common.settings import BaseServiceSettings
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run with -I: no implicit path
+
+try:
+    from gpufleet_clock import clock_from_spec  # type: ignore[import-not-found]  # installed beside
+except ImportError:  # run from gpufleet's own source tree
+    from gpufleet.common.clock import clock_from_spec
 
 DEFAULT_DURATION_S = 120.0
 PROGRESS_STEPS = 10
@@ -28,7 +39,12 @@ PROGRESS_STEPS = 10
 def main() -> int:
     spec = json.loads(Path(os.environ["GPUFLEET_JOB_SPEC"]).read_text(encoding="utf-8"))
     values: dict[str, str] = spec.get("tenant_values", {})
-    clock = BaseServiceSettings().make_clock()
+    clock = clock_from_spec(
+        os.environ.get("GPUFLEET_CLOCK", "real"),
+        float(os.environ.get("GPUFLEET_CLOCK_SPEED", "1.0")),
+        float(os.environ["GPUFLEET_CLOCK_ORIGIN"]) if os.environ.get("GPUFLEET_CLOCK_ORIGIN") else None,
+        os.environ.get("GPUFLEET_CLOCK_FILE") or None,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     print(
@@ -37,6 +53,12 @@ def main() -> int:
         flush=True,
     )
     print("tenant_values " + json.dumps(values, sort_keys=True), flush=True)
+    for folder in (os.environ.get("GPUFLEET_JOB_DIR"), os.environ.get("HOME"), "/tmp"):
+        if folder:
+            try:
+                Path(folder, f"scratch-{spec['attempt_id']}").write_text("frame cache\n")
+            except OSError as err:
+                print(f"sample pipeline: cannot write in {folder}: {err}", file=sys.stderr, flush=True)
     try:
         duration = float(values.get("duration_s", DEFAULT_DURATION_S))
         exit_code = int(values.get("exit_code", 0))

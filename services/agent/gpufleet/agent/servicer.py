@@ -68,6 +68,10 @@ def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, ma
         raise InvalidArgument("must not be negative", field="time_limit")
     if any(not key for key in request.tenant_values):
         raise InvalidArgument("keys must not be empty", field="tenant_values")
+    if request.memory_limit_bytes < 0:
+        raise InvalidArgument("must not be negative", field="memory_limit_bytes")
+    if request.pids_limit < 0:
+        raise InvalidArgument("must not be negative", field="pids_limit")
     return JobSpec(
         attempt_id=request.attempt_id,
         job_id=request.job_id,
@@ -79,6 +83,9 @@ def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, ma
         request_id=request.request_id,
         tenant_values=dict(request.tenant_values),
         time_limit_s=limit.total_seconds(),
+        outbound_network=request.outbound_network,
+        memory_limit_bytes=request.memory_limit_bytes,
+        pids_limit=request.pids_limit,
     )
 
 

@@ -9,9 +9,9 @@ process of the machine.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -23,8 +23,9 @@ CLOCK_ENV = ("GPUFLEET_CLOCK", "GPUFLEET_CLOCK_SPEED", "GPUFLEET_CLOCK_ORIGIN", 
 
 
 def default_pipeline_command() -> list[str]:
-    """The stand-in workload shipped with gpufleet, run by this very interpreter."""
-    return [sys.executable, "-m", "gpufleet.agent.sample_pipeline"]
+    """The stand-in workload shipped with gpufleet, installed per version like a real
+    pipeline and run by the system's Python (slot users cannot read gpufleet's own)."""
+    return ["python3", "-I", "{pipeline_dir}/sample_pipeline.py"]
 
 
 class Settings(BaseServiceSettings):
@@ -48,6 +49,31 @@ class Settings(BaseServiceSettings):
     # Real seconds a job gets between SIGTERM and SIGKILL when it is cancelled or timed out.
     kill_grace_s: float = Field(default=5.0, ge=0)
 
+    # The walls between slots (DESIGN §10). "off" is for a development machine without
+    # root only: jobs then run as the agent's own user, and every log line says so.
+    walls: Literal["on", "off"] = "on"
+    # Where slot homes, job folders, run folders and pipeline versions live; every folder
+    # above it must be traversable by others (slot users reach their own folder through it).
+    # Empty: /var/lib/gpufleet/walls/<machine_id>.
+    walls_root: Path | None = None
+    # Slot n runs as user <prefix><n>; a host running several local machines gives each its own.
+    slot_user_prefix: str = Field(default="gpufleet-slot-", pattern=r"^[a-z_][a-z0-9_-]{0,24}$")
+    # A Python slot users can run (the in-sandbox egress forwarder).
+    slot_python: str = "/usr/bin/python3"
+    bwrap_path: str = "bwrap"
+    setpriv_path: str = "setpriv"
+    # Below which cgroup (v2) job cgroups go; empty: /gpufleet-jobs at the hierarchy's root.
+    cgroup_parent: str = ""
+    # Limits of a job whose kind names none.
+    job_memory_limit_mb: int = Field(default=8192, ge=16)
+    job_pids_limit: int = Field(default=1024, ge=8)
+    # Where the tunnels in a job's /run/gpufleet forward to (host:port); empty: no tunnel.
+    model_gateway_address: str = ""
+    voice_service_address: str = ""
+    # A folder holding the pipeline's code, copied per version the first time a job needs
+    # it; empty: the bundled sample pipeline.
+    pipeline_source: Path | None = None
+
     @field_validator("agent_state_dir")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
@@ -60,6 +86,17 @@ class Settings(BaseServiceSettings):
         if not value or not value[0]:
             raise ValueError("pipeline_command must be a non-empty JSON argv list")
         return value
+
+    @property
+    def resolved_walls_root(self) -> Path:
+        return self.walls_root or Path("/var/lib/gpufleet/walls") / self.machine_id
+
+    @property
+    def pipelines_root(self) -> Path:
+        """Installed pipeline versions: beside the walls, or in the state dir without them."""
+        if self.walls == "on":
+            return self.resolved_walls_root / "pipelines"
+        return self.agent_state_dir / "pipelines"
 
     def pin_clock_origin(self) -> None:
         """Fix a scaled clock's origin now, before this process or any child reads it.

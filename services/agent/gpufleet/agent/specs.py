@@ -45,6 +45,11 @@ class JobSpec:
     tenant_values: dict[str, str] = field(default_factory=dict)
     # Clock seconds from the job's start; 0 means no limit.
     time_limit_s: float = 0.0
+    # The kind runs only the platform's code: filtered outbound access (else no network).
+    outbound_network: bool = False
+    # The kind's limits for the job's cgroup; 0: the machine's defaults.
+    memory_limit_bytes: int = 0
+    pids_limit: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,6 +67,9 @@ class JobSpec:
             request_id=str(doc.get("request_id", "")),
             tenant_values={str(k): str(v) for k, v in dict(doc.get("tenant_values", {})).items()},
             time_limit_s=float(doc.get("time_limit_s", 0.0)),
+            outbound_network=bool(doc.get("outbound_network", False)),
+            memory_limit_bytes=int(doc.get("memory_limit_bytes", 0)),
+            pids_limit=int(doc.get("pids_limit", 0)),
         )
 
     def save(self, path: Path) -> None:
@@ -91,6 +99,8 @@ class AttemptResult:
     message: str = ""
     start_time: str = ""
     end_time: str = ""
+    # INFRA_ERROR because the slot's walls could not be built: the job never started.
+    slot_not_closed: bool = False
 
     def save(self, path: Path) -> None:
         doc = asdict(self)
@@ -110,6 +120,7 @@ class AttemptResult:
             message=str(doc.get("message", "")),
             start_time=str(doc.get("start_time", "")),
             end_time=str(doc.get("end_time", "")),
+            slot_not_closed=bool(doc.get("slot_not_closed", False)),
         )
 
 

@@ -11,6 +11,7 @@ Layout (``<state_dir>/``)::
     worker.pid  worker.lock        the live worker (the lock guarantees there is one)
     worker.log                     the worker's own log
     startup.error                  start-up failed; its text is Probe's startup_error
+    walls.error                    the walls between slots cannot be built here (same effect)
     inbox/<attempt>.json           StartJob -> worker: a job to launch
     cancel/<attempt>               CancelJob -> worker: its text is the reason
     attempts/<attempt>/            one per launched attempt (see ``AttemptFiles``)
@@ -146,6 +147,10 @@ class StateDir:
     @property
     def startup_error(self) -> Path:
         return self.root / "startup.error"
+
+    @property
+    def walls_error(self) -> Path:
+        return self.root / "walls.error"
 
     @property
     def inbox(self) -> Path:

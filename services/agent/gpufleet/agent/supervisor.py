@@ -113,6 +113,11 @@ def startup_status(
         return False, injected or "start-up failed (no details recorded)"
     except FileNotFoundError:
         pass
+    try:
+        walls = state.walls_error.read_text(encoding="utf-8").strip()
+        return False, f"the walls between slots cannot be built: {walls}"
+    except FileNotFoundError:
+        pass
     if not pipeline_resolvable(pipeline_command):
         return False, f"pipeline command not found or not executable: {pipeline_command[0]}"
     if supervisor.ever_alive or supervisor.alive():

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO
 
+from gpufleet.agent.launcher import CurrentUserLauncher, SlotLauncher
 from gpufleet.agent.procs import is_alive
 from gpufleet.agent.reporter import GrpcSchedulerReports, ReportRefused, Running, SchedulerReports
 from gpufleet.agent.runner_processes import PopenRunnerProcesses, RunnerProcesses
@@ -38,6 +39,7 @@ from gpufleet.agent.statedir import (
     read_json,
     read_pid,
 )
+from gpufleet.agent.walls.setup import WallsUnavailable, build_launcher
 from gpufleet.common import telemetry
 from gpufleet.common.clock import Clock
 from gpufleet.common.errors import GpufleetError
@@ -60,8 +62,11 @@ class Worker:
         *,
         heartbeat_s: float,
         completion_retry_s: float,
+        launcher: SlotLauncher | None = None,
     ) -> None:
         self.state = state
+        # Closes the slot of an attempt whose runner died (nobody else would wipe it).
+        self.launcher = launcher or CurrentUserLauncher()
         self.clock = clock
         self.reports = reports
         self.processes = processes
@@ -169,6 +174,10 @@ class Worker:
             # Nobody would ever time or report it: end the job's whole process group.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(job_pid, signal.SIGKILL)
+        try:
+            self.launcher.reclaim(JobSpec.load(files.spec), files)
+        except Exception:  # the verdict below must still be written and reported
+            log.exception("attempt %s: its slot could not be reclaimed", files.attempt_id)
         now = iso(self.clock.now())
         result = AttemptResult(
             files.attempt_id,
@@ -240,6 +249,16 @@ def take_worker_lock(state: StateDir) -> IO[str] | None:
     return handle
 
 
+def _launcher_or_none(settings: Settings) -> SlotLauncher | None:
+    """The machine's launcher, for reclaiming slots; None when the walls cannot be built
+    (the agent has then failed start-up loudly, and no job runs here)."""
+    try:
+        return build_launcher(settings)
+    except WallsUnavailable as err:
+        log.error("the walls cannot be built here (%s); slots of dead runners are not reclaimed", err)
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpufleet.agent.worker")
     # Named on the command line so the agent recognises this machine's worker by its pid.
@@ -269,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         PopenRunnerProcesses(settings.child_env(dict(os.environ))),
         heartbeat_s=settings.heartbeat_s,
         completion_retry_s=settings.completion_retry_s,
+        launcher=_launcher_or_none(settings),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())

@@ -37,6 +37,8 @@ def sync_catalog(session: Session, catalog: Catalog) -> None:
                 retry_budget=kind.retry_budget,
                 lost_retry_budget=kind.lost_retry_budget,
                 resumes_from_checkpoint=kind.resumes_from_checkpoint,
+                memory_limit_mb=kind.memory_limit_mb,
+                pids_limit=kind.pids_limit,
             )
         )
     for pool in catalog.pools:

@@ -194,7 +194,8 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             record_failure(
                 session,
                 now,
-                FailureClass.JOB_INFRA_ERROR,
+                # A slot whose walls could not be built never ran the job: its own class.
+                FailureClass.SLOT_NOT_CLOSED if request.slot_not_closed else FailureClass.JOB_INFRA_ERROR,
                 "runner",
                 machine_id=machine.id,
                 job_id=job.id,

@@ -107,6 +107,9 @@ class JobKind(Base):
     retry_budget: Mapped[int] = mapped_column(Integer, default=2)
     lost_retry_budget: Mapped[int] = mapped_column(Integer, default=5)
     resumes_from_checkpoint: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The job's cgroup limits on the machine (the walls, DESIGN §10).
+    memory_limit_mb: Mapped[int] = mapped_column(Integer, default=8192)
+    pids_limit: Mapped[int] = mapped_column(Integer, default=1024)
 
 
 class Machine(Base):

@@ -418,6 +418,10 @@ class FleetTick:
                 time_limit=dur(kind.time_limit_s),
                 workspace=job.workspace_id,
                 slots=len(assignment.slots),
+                # A kind that runs a writer's code gets no network but its tunnels.
+                outbound_network=not kind.runs_writer_code,
+                memory_limit_bytes=kind.memory_limit_mb << 20,
+                pids_limit=kind.pids_limit,
             )
             address = machine.agent_address or ""
         report.actions["assign"] += 1
