@@ -48,15 +48,16 @@ def add_attempt(
 ) -> str:
     """An attempt on ``machine_id`` (with the plan/workspace/pool/kind/job it needs)."""
     with sessions() as s, s.begin():
-        if s.get(Plan, "p") is None:
-            s.add_all(
-                [
-                    Plan(id="p"),
-                    Pool(id="pool", gpu_model="L4", slots_per_machine=2),
-                    JobKind(id="clip", time_limit_s=3600.0),
-                ]
-            )
-            s.flush()
+        # Each only if missing: a running scheduler may have synced its catalogue already.
+        for row in (
+            Plan(id="p"),
+            Pool(id="pool", gpu_model="L4", slots_per_machine=2),
+            JobKind(id="clip", time_limit_s=3600.0),
+        ):
+            if s.get(type(row), row.id) is None:
+                s.add(row)
+        s.flush()
+        if s.get(Workspace, "w") is None:
             s.add(Workspace(id="w", plan_id="p"))
             s.flush()
         job_id = str(uuid.uuid4())

@@ -1,5 +1,8 @@
-"""Nothing a job started outlives it: cancelling a job ends its children too, and a job
-that exits leaving a child behind does not leave it running."""
+"""Nothing a job started outlives it, without the walls (``GPUFLEET_WALLS=off``, a
+development machine): cancelling a job ends its process group, and a job that exits
+leaving a child behind does not leave it running. With the walls on, the job's cgroup and
+PID namespace do the same for children that leave the group (``setsid``, double fork):
+``tests/integration/walls/test_escape.py``."""
 
 from __future__ import annotations
 
@@ -44,7 +47,10 @@ def forking_agent(launcher: AgentLauncher, tmp_path: Path) -> AgentProcess:
     return launcher.start(
         tmp_path / "state",
         slots=2,
-        extra_env={"GPUFLEET_PIPELINE_COMMAND": json.dumps([sys.executable, str(script)])},
+        extra_env={
+            "GPUFLEET_PIPELINE_COMMAND": json.dumps([sys.executable, str(script)]),
+            "GPUFLEET_WALLS": "off",
+        },
     )
 
 

@@ -229,7 +229,9 @@ def test_alert_human_opens_one_incident_per_key(sessions: sessionmaker[Session])
         )
 
 
-@pytest.mark.parametrize("failure_class", ["machine_lost", "lease_expired", "job_failed", "slot_could_not_be_closed"])
+@pytest.mark.parametrize(
+    "failure_class", ["machine_lost", "lease_expired", "job_failed", "slot_could_not_be_closed"]
+)
 def test_outcomes_owned_elsewhere_change_nothing_here(
     sessions: sessionmaker[Session], failure_class: str
 ) -> None:

@@ -3,14 +3,18 @@ launcher, timed on a manual clock."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
-from gpufleet.agent.launcher import CurrentUserLauncher, SlotError
+from gpufleet.agent.launcher import CurrentUserLauncher, OpenSlot, SlotError, SlotLauncher
 from gpufleet.agent.runner import Runner, StopReason, decide_outcome, exit_code_of, job_base_environment
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome
 from gpufleet.agent.statedir import AttemptFiles
@@ -58,31 +62,60 @@ def test_the_job_gets_no_gpufleet_settings_but_the_clock_and_its_spec(tmp_path: 
     }
 
 
-class WalledLauncher(CurrentUserLauncher):
-    """Stands for the isolation issue's launcher: a prefix, a slot to open and close."""
+class PrefixSlot:
+    """An open slot that runs the job behind an ``env`` prefix, to see the seam is used."""
 
-    name = "walled"
+    def __init__(
+        self, launcher: PrefixLauncher, spec: JobSpec, files: AttemptFiles, pipeline_dir: Path
+    ) -> None:
+        self.launcher = launcher
+        self.spec = spec
+        self.files = files
+        self.pipeline_dir = pipeline_dir
+        files.work.mkdir()
+
+    @property
+    def job_dir(self) -> Path:
+        return self.files.work
+
+    def command(self, pipeline_command: Sequence[str]) -> list[str]:
+        return ["/usr/bin/env", f"WALL=slot-{self.spec.slot}", *pipeline_command]
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        return {**base, "SLOT": str(self.spec.slot)}
+
+    def preexec(self) -> Callable[[], None] | None:
+        return None
+
+    def signal(self, job_pid: int, signum: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job_pid, signum)
+
+    def close(self) -> None:
+        self.launcher.closed.append(self.spec.slot)
+        shutil.rmtree(self.files.work)
+
+
+class PrefixLauncher:
+    """Stands for the walled launcher: a slot to open (or fail to), a prefix, a close."""
+
+    name = "prefix"
 
     def __init__(self, fail_open: bool = False) -> None:
         self.fail_open = fail_open
         self.closed: list[int] = []
 
-    def open_slot(self, spec: JobSpec) -> None:
+    def open_slot(self, spec: JobSpec, files: AttemptFiles, pipeline_dir: Path) -> OpenSlot:
         if self.fail_open:
             raise SlotError("could not create the slot user")
+        return PrefixSlot(self, spec, files, pipeline_dir)
 
-    def argv_prefix(self, spec: JobSpec) -> list[str]:
-        return ["/usr/bin/env", f"WALL=slot-{spec.slot}"]
-
-    def job_environment(self, spec: JobSpec, base: Mapping[str, str]) -> dict[str, str]:
-        return {**base, "SLOT": str(spec.slot)}
-
-    def close_slot(self, spec: JobSpec) -> None:
+    def reclaim(self, spec: JobSpec, files: AttemptFiles) -> None:
         self.closed.append(spec.slot)
 
 
 def make_runner(
-    tmp_path: Path, job: JobSpec, script: str, clock: ManualClock, launcher: CurrentUserLauncher | None = None
+    tmp_path: Path, job: JobSpec, script: str, clock: ManualClock, launcher: SlotLauncher | None = None
 ) -> Runner:
     files = AttemptFiles(tmp_path / job.attempt_id)
     files.folder.mkdir()
@@ -96,6 +129,7 @@ def make_runner(
         {"GPUFLEET_CLOCK": "real"},
         poll_s=0.02,
         kill_grace_s=2,
+        pipelines_root=tmp_path / "pipelines",
     )
 
 
@@ -107,7 +141,7 @@ SHOW = (
 
 
 def test_the_job_runs_behind_the_launcher_and_its_exit_is_the_verdict(tmp_path: Path) -> None:
-    launcher = WalledLauncher()
+    launcher = PrefixLauncher()
     runner = make_runner(tmp_path, spec("a-1", slot=2, v="$(id)"), SHOW, ManualClock(), launcher)
     result = runner.run()
     assert (result.outcome, result.exit_code) == (Outcome.FAILED, 4)
@@ -118,9 +152,10 @@ def test_the_job_runs_behind_the_launcher_and_its_exit_is_the_verdict(tmp_path: 
 
 
 def test_a_slot_that_cannot_be_closed_off_runs_nothing(tmp_path: Path) -> None:
-    runner = make_runner(tmp_path, spec("a-1"), "print('ran')", ManualClock(), WalledLauncher(fail_open=True))
+    runner = make_runner(tmp_path, spec("a-1"), "print('ran')", ManualClock(), PrefixLauncher(fail_open=True))
     result = runner.run()
     assert result.outcome is Outcome.INFRA_ERROR
+    assert result.slot_not_closed  # the scheduler records slot_could_not_be_closed, uncharged
     assert "slot" in result.message
     assert not runner.files.job_log.exists()
 
@@ -138,6 +173,7 @@ def test_a_missing_pipeline_is_an_infra_error(tmp_path: Path) -> None:
         {},
         poll_s=0.02,
         kill_grace_s=1,
+        pipelines_root=tmp_path / "pipelines",
     )
     assert runner.run().outcome is Outcome.INFRA_ERROR
 

@@ -3,7 +3,6 @@ settings come from the environment with the clock pinned for children."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -59,7 +58,8 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_the_default_pipeline_is_the_sample_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUFLEET_MACHINE_ID", "m-7")
-    assert Settings().pipeline_command == [sys.executable, "-m", "gpufleet.agent.sample_pipeline"]
+    # Installed per version and run by the system's Python: slot users cannot read ours.
+    assert Settings().pipeline_command == ["python3", "-I", "{pipeline_dir}/sample_pipeline.py"]
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,8 @@ def ensure_slot_user(name: str, slot: int, home: Path) -> SlotUser:
             ]
         )
         entry = pwd.getpwnam(name)
+    if entry.pw_dir != str(home):  # the walls moved (a re-imaged machine): keep passwd true
+        _run(["usermod", "--home", str(home), name])
     if entry.pw_uid == 0 or entry.pw_gid == 0:
         raise SlotUserError(f"slot user {name!r} is root or in root's group")
     if any(name in g.gr_mem for g in grp.getgrall() if g.gr_gid != entry.pw_gid):
