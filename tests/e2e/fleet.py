@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -159,12 +160,17 @@ class Fleet:
 
 
 def make_fleet(root: Path, db_url: str, **overrides: str) -> Fleet:
-    clock = FileClock.create(root / "clock", datetime(2026, 6, 1, 9, 0, tzinfo=UTC))
+    # The jobs read the clock too, behind the walls, as their slot's user: the clock's folder
+    # must be one slot users can traverse (pytest's own temporary folders are 0700).
+    clock_dir = Path(tempfile.mkdtemp(prefix="gpufleet-clock-", dir="/tmp"))
+    clock_dir.chmod(0o755)
+    clock_file = clock_dir / "clock"
+    clock = FileClock.create(clock_file, datetime(2026, 6, 1, 9, 0, tzinfo=UTC))
     scheduler_port = free_port()
     env = {
         "GPUFLEET_DATABASE_URL": db_url,
         "GPUFLEET_CLOCK": "file",
-        "GPUFLEET_CLOCK_FILE": str(root / "clock"),
+        "GPUFLEET_CLOCK_FILE": str(clock_file),
         "GPUFLEET_SCHEDULER_ADDRESS": f"127.0.0.1:{scheduler_port}",
         "GPUFLEET_DRIVERS": "local",
         "GPUFLEET_LOCAL_ROOT": str(root / "machines"),

@@ -93,12 +93,13 @@ def prober() -> int:
     attempt("read B's folder through a hardlink", hardlink)
     for pid in PARAMS["b_pids"] + [PARAMS["agent_pid"]]:
         attempt(
-            f"read /proc/{pid}/root/job of another process", lambda: read(f"/proc/{pid}/root/job/b-secret")
+            f"read /proc/{pid}/root/job of another process",
+            lambda pid=pid: read(f"/proc/{pid}/root/job/b-secret"),
         )
-        attempt(f"read /proc/{pid}/environ", lambda: read(f"/proc/{pid}/environ"))
-        attempt(f"read /proc/{pid}/cmdline", lambda: read(f"/proc/{pid}/cmdline"))
-        attempt(f"signal pid {pid}", lambda: os.kill(pid, 0) or "signal 0 delivered")
-        attempt(f"kill pid {pid}", lambda: os.kill(pid, signal.SIGKILL) or "SIGKILL delivered")
+        attempt(f"read /proc/{pid}/environ", lambda pid=pid: read(f"/proc/{pid}/environ"))
+        attempt(f"read /proc/{pid}/cmdline", lambda pid=pid: read(f"/proc/{pid}/cmdline"))
+        attempt(f"signal pid {pid}", lambda pid=pid: os.kill(pid, 0) or "signal 0 delivered")
+        attempt(f"kill pid {pid}", lambda pid=pid: os.kill(pid, signal.SIGKILL) or "SIGKILL delivered")
 
         def ptrace(target: int = pid) -> str:
             if LIBC.ptrace(16, target, None, None) != 0:  # PTRACE_ATTACH

@@ -57,6 +57,8 @@ RECORD_FILE = "instance.json"
 PORT_FILE = "agent.port"
 PID_FILE = "agent.pid"
 DEFAULT_AGENT_COMMAND = (sys.executable, "-m", "gpufleet.agent")
+# Where local machines keep their walls: a system path every slot user can traverse.
+LOCAL_WALLS = Path("/var/lib/gpufleet/walls/local")
 # Variables of the provisioner's own process that must not leak into an agent's.
 _NOT_INHERITED = ("GPUFLEET_PORT_FILE",)
 
@@ -258,6 +260,11 @@ class LocalDriver:
                 "GPUFLEET_AGENT_STATE_DIR": str((self._folder(record.machine_id) / "disk").resolve()),
                 "GPUFLEET_SCHEDULER_ADDRESS": self.scheduler_address,
                 "GPUFLEET_SLOTS": str(record.offering["slots"]),
+                # Several local machines share this host: each gets its own slot users and
+                # walls, keyed by its index so a later machine reuses them (bounded, like
+                # re-imaging a machine) instead of adding users without end.
+                "GPUFLEET_SLOT_USER_PREFIX": f"gpufleet-m{record.index}-slot-",
+                "GPUFLEET_WALLS_ROOT": str(LOCAL_WALLS / f"m{record.index}"),
             }
         )
         if isinstance(self.clock, ScaledClock) and "GPUFLEET_CLOCK_ORIGIN" not in env:
