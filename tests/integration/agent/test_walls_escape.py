@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.agent.walls.wipe import processes_of
+from gpufleet.common.errors import FailedPrecondition
 from gpufleet.v1 import job_pb2
 from tests.integration.agent.conftest import AgentLauncher, AgentProcess, start_request
 from tests.integration.agent.fake_scheduler import FakeWorkerService, wait_for
@@ -345,3 +346,26 @@ def test_a_slot_that_cannot_be_closed_runs_nothing_and_says_why(
     assert log_of(walled, "unclosable-1") == ""  # nothing ran
     assert sorted(p.name for p in Path("/etc").iterdir()) == etc_before
     assert Path("/etc").stat().st_uid == 0
+
+
+def test_a_machine_that_cannot_build_the_walls_refuses_every_job_loudly(
+    launcher: AgentLauncher, tmp_path: Path, walls_root: Path
+) -> None:
+    agent = launcher.start(
+        tmp_path / "state",
+        slots=1,
+        machine_id="escape-nowalls",
+        extra_env={
+            "GPUFLEET_WALLS_ROOT": str(walls_root / "nowalls"),
+            "GPUFLEET_SLOT_USER_PREFIX": "gfnowall-s",
+            "GPUFLEET_BWRAP_PATH": "/nonexistent/bwrap",
+        },
+    )
+    with agent.client() as client:
+        probe = client.probe()
+        assert not probe.startup_complete
+        assert "walls between slots cannot be built" in probe.startup_error
+        assert "bwrap" in probe.startup_error
+        with pytest.raises(FailedPrecondition, match="walls between slots cannot be built"):
+            client.start_job(start_request("nowalls-1"))
+    assert not (agent.state_dir / "attempts" / "nowalls-1").exists()
