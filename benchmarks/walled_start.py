@@ -18,15 +18,10 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from gpufleet.agent.settings import Settings
 from gpufleet.agent.specs import JobSpec
-from gpufleet.agent.statedir import StateDir
-from gpufleet.agent.walls.launcher import WalledLauncher
-from gpufleet.agent.walls.setup import prepare_walls
+from gpufleet.agent.walls.setup import scratch_walls
 
 COMMAND = ["/usr/bin/python3", "-I", "-c", "pass"]  # the same binary inside and out
 
@@ -36,17 +31,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="gfbench-", dir="/tmp"))
-    root.chmod(0o711)
-    settings = Settings(
-        machine_id="bench",
-        agent_state_dir=root / "state",
-        walls_root=root / "walls",
-        slot_user_prefix="gfbench-s",
-        slots=1,
-    )
-    launcher = WalledLauncher(prepare_walls(settings))
-    state = StateDir(settings.agent_state_dir).ensure()
+    root, launcher, state = scratch_walls("bench", 1)
     pipeline = root / "pipeline"
     pipeline.mkdir(mode=0o755)
     plain, walled = [], []

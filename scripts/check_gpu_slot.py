@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pynvml
 
-from gpufleet.agent.settings import Settings
 from gpufleet.agent.specs import JobSpec
-from gpufleet.agent.statedir import StateDir
 from gpufleet.agent.walls import devices
-from gpufleet.agent.walls.launcher import WalledLauncher
-from gpufleet.agent.walls.setup import prepare_walls
+from gpufleet.agent.walls.setup import scratch_walls
 
 
 def main() -> int:
@@ -36,17 +32,7 @@ def main() -> int:
         procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
         name = pynvml.nvmlDeviceGetName(handle)
         print(f"  {index}: {name} gpu {rates.gpu}% mem {rates.memory}% procs {len(procs)}")
-    root = Path(tempfile.mkdtemp(prefix="gfgpu-", dir="/tmp"))
-    root.chmod(0o711)
-    settings = Settings(
-        machine_id="gpu-check",
-        agent_state_dir=root / "state",
-        walls_root=root / "walls",
-        slot_user_prefix="gfgpu-s",
-        slots=2,
-    )
-    launcher = WalledLauncher(prepare_walls(settings))
-    state = StateDir(settings.agent_state_dir).ensure()
+    root, launcher, state = scratch_walls("gpu", 2)
     failures = 0
     for slot in range(2):
         spec = JobSpec(attempt_id=f"gpu-{slot}", job_id="gpu", slot=slot)

@@ -4,7 +4,6 @@ product backend sees, including every kind of bad input."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -13,23 +12,7 @@ from sqlalchemy import func, select
 from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
-from tests.support.procs import ServiceProcess, start_service
-
-
-@pytest.fixture
-def scheduler(pg_url: str, tmp_path: Path) -> Iterator[ServiceProcess]:
-    # The provisioner address points nowhere: no job here needs a machine.
-    svc = start_service(
-        "scheduler",
-        tmp_path,
-        {
-            "GPUFLEET_DATABASE_URL": pg_url,
-            "GPUFLEET_PROVISIONER_ADDRESS": "127.0.0.1:9",
-            "GPUFLEET_MAX_RUNNING_MACHINES": "0",
-        },
-    )
-    yield svc
-    svc.stop()
+from tests.support.procs import ServiceProcess
 
 
 @pytest.fixture

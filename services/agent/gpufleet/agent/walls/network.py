@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from gpufleet.agent.walls.slot_init import pump
+
 log = logging.getLogger(__name__)
 
 EGRESS_PORT = 3128
@@ -165,17 +167,6 @@ def parse_request_head(head: bytes) -> tuple[Destination, bytes]:
 
 def splice(a: socket.socket, b: socket.socket) -> None:
     """Copy bytes both ways until either side closes."""
-
-    def pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
-
     other = threading.Thread(target=pump, args=(b, a), daemon=True)
     other.start()
     pump(a, b)

@@ -16,10 +16,12 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 from gpufleet.agent.launcher import CurrentUserLauncher, SlotLauncher
 from gpufleet.agent.settings import Settings
+from gpufleet.agent.statedir import StateDir
 from gpufleet.agent.walls import devices, sandbox
 from gpufleet.agent.walls.cgroups import CgroupError, JobCgroup, machine_layout
 from gpufleet.agent.walls.launcher import WalledLauncher, WallsConfig, present_system_folders
@@ -166,3 +168,18 @@ def build_launcher(settings: Settings) -> SlotLauncher:
         log.warning(UNWALLED_WARNING)
         return CurrentUserLauncher()
     return WalledLauncher(walls_config(settings))
+
+
+def scratch_walls(name: str, slots: int) -> tuple[Path, WalledLauncher, StateDir]:
+    """Walls in a throwaway folder under /tmp, for a benchmark or a check script run by hand:
+    ``(root, launcher, state)``; slot users are ``gf<name>-s<n>``. Remove ``root`` after."""
+    root = Path(tempfile.mkdtemp(prefix=f"gf{name}-", dir="/tmp"))
+    root.chmod(0o711)
+    settings = Settings(
+        machine_id=name,
+        agent_state_dir=root / "state",
+        walls_root=root / "walls",
+        slot_user_prefix=f"gf{name}-s",
+        slots=slots,
+    )
+    return root, WalledLauncher(prepare_walls(settings)), StateDir(settings.agent_state_dir).ensure()

@@ -16,7 +16,9 @@ import sys
 import threading
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
+def pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy ``src`` to ``dst`` until ``src`` closes, then close ``dst`` for writing (shared
+    with the runner's tunnels, which import it: this file must stay standard-library only)."""
     try:
         while data := src.recv(65536):
             dst.sendall(data)
@@ -33,9 +35,9 @@ def _forward(conn: socket.socket, target: str) -> None:
             upstream.connect(target)
         except OSError:
             return
-        back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
+        back = threading.Thread(target=pump, args=(upstream, conn), daemon=True)
         back.start()
-        _pump(conn, upstream)
+        pump(conn, upstream)
         back.join()
 
 
