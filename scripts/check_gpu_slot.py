@@ -22,8 +22,7 @@ from gpufleet.agent.walls import devices
 from gpufleet.agent.walls.setup import scratch_walls
 
 
-def main() -> int:
-    pynvml.nvmlInit()
+def _nvml_readings() -> None:
     count = pynvml.nvmlDeviceGetCount()
     print(f"NVML: driver {pynvml.nvmlSystemGetDriverVersion()}, {count} GPU(s)")
     for index in range(count):
@@ -32,6 +31,15 @@ def main() -> int:
         procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
         name = pynvml.nvmlDeviceGetName(handle)
         print(f"  {index}: {name} gpu {rates.gpu}% mem {rates.memory}% procs {len(procs)}")
+
+
+def main() -> int:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        print(f"NVML: unavailable here ({err}); checking slot device visibility only")
+    else:
+        _nvml_readings()
     root, launcher, state = scratch_walls("gpu", 2)
     failures = 0
     for slot in range(2):
