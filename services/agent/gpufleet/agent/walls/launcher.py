@@ -114,6 +114,16 @@ class WalledSlot:
         except (OSError, CgroupError, ValueError) as err:
             self.close()
             raise SlotError(str(err)) from err
+        log.info(
+            "attempt %s: slot %d walled as %s (uid %d), memory %d MiB, pids %d, network %s",
+            self.spec.attempt_id,
+            self.spec.slot,
+            self.user.name,
+            self.user.uid,
+            (self.spec.memory_limit_bytes or self.config.default_memory_bytes) >> 20,
+            self.spec.pids_limit or self.config.default_pids,
+            "loopback + egress proxy" if self.egress else "loopback only + tunnels",
+        )
         return self
 
     def _folders(self) -> None:
