@@ -155,9 +155,15 @@ class JobCgroup:
             wanted.append(self.kill_folder)
         try:
             for folder in dict.fromkeys(wanted):
-                if folder.parent.name == JOBS_GROUP:
-                    self._ensure_parent(folder.parent)
-                folder.mkdir(exist_ok=True)
+                for tries_left in (2, 1, 0):
+                    if folder.parent.name == JOBS_GROUP:
+                        self._ensure_parent(folder.parent)
+                    try:
+                        folder.mkdir(exist_ok=True)
+                        break
+                    except FileNotFoundError:  # another job's clean-up removed the parent
+                        if not tries_left:
+                            raise
                 self.folders.append(folder)
             if self.layout.version == 2:
                 _write(self.memory / "memory.max", str(memory_bytes))
@@ -226,6 +232,11 @@ class JobCgroup:
                     break
                 except OSError:
                     time.sleep(0.01)  # members still exiting
+            if folder.parent.name == JOBS_GROUP:
+                # Leave nothing behind in a hierarchy we share: the last job out removes the
+                # jobs folder (another job's folder inside it makes this fail, harmlessly).
+                with contextlib.suppress(OSError):
+                    folder.parent.rmdir()
         self.folders.clear()
 
     def _all_folders(self) -> list[Path]:
