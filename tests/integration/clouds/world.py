@@ -175,7 +175,11 @@ class World:
     def tick(self) -> TickReport:
         """One fleet tick of the scheduler's leader."""
         assert self.scheduler_lease.try_acquire()
-        return self.fleet_tick.run(self.clock.now())
+        report = self.fleet_tick.run(self.clock.now())
+        # The tick hands its provider calls and dispatches to its pool and returns; the
+        # scenario waits for them, and counts what they did with the tick that asked.
+        report.actions.update(self.fleet_tick.settle().actions)
+        return report
 
     def _sweeper_pass(self, name: str) -> TickReport:
         assert self.sweeper.lease.try_acquire()
@@ -376,6 +380,7 @@ def build_world(pg_url: str, cloud: Cloud, other: Cloud) -> Iterator[World]:
         )
         assert scheduler_lease.try_acquire()
         fleet_tick = FleetTick(sessions, clock, scheduler_lease, provisioner, settings)
+        stack.callback(fleet_tick.close)
 
         # The sweeper, as gpufleet.sweeper.main.build wires it (its own provisioner client).
         sweeper_client = ProvisionerClient(prov_address, timeout_s=30.0)

@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 from gpufleet.common.attempts import LostAttempt, end_live_attempts_lost
 from gpufleet.common.db.enums import IncidentState, LedgerOutcome, QuarantineKind
 from gpufleet.common.db.models import Failure, Incident, Machine, Quarantine
+from gpufleet.common.outcome_policy import OutcomePolicy as OutcomePolicy
 
 
 class FailureClass(StrEnum):
@@ -80,16 +81,6 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
 
 # Classes that open an incident whatever they route to: a human should hear of them.
 INCIDENT_CLASSES = frozenset({FailureClass.STOCKOUT, FailureClass.QUOTA_EXCEEDED, FailureClass.AUTH_FAILED})
-
-
-@dataclass(frozen=True)
-class OutcomePolicy:
-    """How long the quarantining outcomes last (``None``: until a human clears them)."""
-
-    offering_quarantine_ttl: timedelta | None = timedelta(minutes=30)
-    halt_ttl: timedelta | None = None
-    # Back-off before a job whose machine was replaced is dispatched again (doubles per loss).
-    lost_retry_backoff_s: float = 30.0
 
 
 @dataclass(frozen=True)

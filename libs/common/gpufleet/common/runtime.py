@@ -37,6 +37,8 @@ class TimerService:
     server: ServiceServer
     # Clients this service opened itself (not ones a test passed in): closed on stop.
     provider: Closable | None = None
+    # What else it owns and closes after the loops stop (the fleet tick's call pool).
+    others: tuple[Closable, ...] = ()
     stop_event: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
@@ -52,6 +54,8 @@ class TimerService:
         if self.thread is not None:
             self.thread.join(timeout=grace + 30)
         self.server.stop(grace)
+        for other in self.others:
+            other.close()
         if self.provider is not None:
             self.provider.close()
         self.engine.dispose()

@@ -8,6 +8,7 @@ and, optionally, a TOML file named by ``GPUFLEET_CONFIG_FILE`` (environment wins
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import Field
@@ -19,6 +20,7 @@ from pydantic_settings import (
 )
 
 from gpufleet.common.clock import Clock, clock_from_spec
+from gpufleet.common.outcome_policy import OutcomePolicy
 
 
 class BaseServiceSettings(BaseSettings):
@@ -68,3 +70,22 @@ class StoreSettings(BaseServiceSettings):
     lease_ttl_s: float = Field(default=15.0, gt=0)
     lease_renew_s: float = Field(default=5.0, gt=0)
     instance_name: str = Field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
+
+    # Ledger outcomes, the same for every detector in every service: how long a stocked-out
+    # offering and a halted provider/region stay quarantined (0 = until a human clears it),
+    # and the back-off before a job whose machine was lost or replaced runs again.
+    offering_quarantine_ttl_s: float = Field(default=1800.0, ge=0)
+    halt_provisioning_ttl_s: float = Field(default=0.0, ge=0)
+    lost_retry_backoff_s: float = Field(default=30.0, ge=0)
+
+    def outcome_policy(self) -> OutcomePolicy:
+        return OutcomePolicy(
+            offering_quarantine_ttl=_optional(self.offering_quarantine_ttl_s),
+            halt_ttl=_optional(self.halt_provisioning_ttl_s),
+            lost_retry_backoff_s=self.lost_retry_backoff_s,
+        )
+
+
+def _optional(seconds: float) -> timedelta | None:
+    """0 means "until a human clears it"."""
+    return timedelta(seconds=seconds) if seconds > 0 else None

@@ -11,7 +11,6 @@ from datetime import timedelta
 
 from pydantic import Field, field_validator, model_validator
 
-from gpufleet.common.ledger import OutcomePolicy
 from gpufleet.common.settings import StoreSettings
 from gpufleet.reaper.auto_destroy import AutoDestroyPolicy
 from gpufleet.reaper.auto_stop import AutoStopPolicy
@@ -24,11 +23,6 @@ from gpufleet.reaper.went_silent import FLOOR as WENT_SILENT_FLOOR
 from gpufleet.reaper.went_silent import WentSilentPolicy
 
 log = logging.getLogger(__name__)
-
-
-def _optional(seconds: float) -> timedelta | None:
-    """0 means "until a human clears it"."""
-    return timedelta(seconds=seconds) if seconds > 0 else None
 
 
 class Settings(StoreSettings):
@@ -72,10 +66,7 @@ class Settings(StoreSettings):
     # Stuck transition: time in PROVISIONING/STARTING/STOPPING/DESTROYING before a fresh read.
     stuck_transition_after_s: float = Field(default=600.0, gt=0)
 
-    # Ledger outcomes: quarantine lengths (0 = until a human clears it).
-    offering_quarantine_ttl_s: float = Field(default=1800.0, ge=0)
-    halt_provisioning_ttl_s: float = Field(default=0.0, ge=0)
-    lost_retry_backoff_s: float = Field(default=30.0, ge=0)
+    # Ledger outcomes (quarantine lengths, lost-job back-off): shared, in StoreSettings.
 
     @field_validator("went_silent_after_s")
     @classmethod
@@ -134,10 +125,3 @@ class Settings(StoreSettings):
 
     def stuck_policy(self) -> StuckPolicy:
         return StuckPolicy(stuck_after=timedelta(seconds=self.stuck_transition_after_s))
-
-    def outcome_policy(self) -> OutcomePolicy:
-        return OutcomePolicy(
-            offering_quarantine_ttl=_optional(self.offering_quarantine_ttl_s),
-            halt_ttl=_optional(self.halt_provisioning_ttl_s),
-            lost_retry_backoff_s=self.lost_retry_backoff_s,
-        )

@@ -47,7 +47,9 @@ def build(settings: Settings) -> TimerService:
             break
         except (IntegrityError, OperationalError):
             log.info("catalogue sync raced another replica; retrying")
-    provisioner = ProvisionerClient(settings.provisioner_address, timeout_s=max(30.0, settings.rpc_timeout_s))
+    provisioner = ProvisionerClient(
+        settings.provisioner_address, timeout_s=max(settings.provider_call_timeout_s, settings.rpc_timeout_s)
+    )
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, settings.lease_ttl_s)
     tick = FleetTick(sessions, clock, lease, provisioner, settings)
     ticker = Ticker(
@@ -86,6 +88,7 @@ def build(settings: Settings) -> TimerService:
         ticker=ticker,
         server=server,
         provider=provisioner,
+        others=(tick,),
     )
 
 

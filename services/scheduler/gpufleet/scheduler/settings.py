@@ -23,6 +23,19 @@ class Settings(StoreSettings):
     start_backoff_s: float = Field(default=60.0, gt=0)
     # Back-off before a job whose attempt failed or was lost is dispatched again.
     retry_backoff_s: float = Field(default=10.0, ge=0)
-    lost_retry_backoff_s: float = Field(default=30.0, ge=0)
     # Fair share looks at GPU slot-seconds used over this window.
     fair_share_window_s: float = Field(default=86400.0, gt=0)
+    # Within one tick, a workspace given a slot is charged this many slot-seconds before
+    # the next pick (fair share re-evaluated as slots go out).
+    fair_share_quantum_s: float = Field(default=900.0, ge=0)
+    # The bounded pool of workers that makes the tick's provider calls and agent dispatches.
+    call_workers: int = Field(default=16, ge=1, le=512)
+    # A provider call's deadline: longer than any driver's own bounded wait (the gcp driver
+    # waits up to 120 s for an insert operation), so a slow create is answered, not cut off.
+    provider_call_timeout_s: float = Field(default=300.0, gt=0)
+    # An attempt whose StartJob has not succeeded by then is taken back, uncharged.
+    dispatch_deadline_s: float = Field(default=30.0, gt=0)
+    # A machine whose agent fails StartJob is not chosen again for this long, doubling per
+    # failure in a row up to the cap.
+    dispatch_backoff_s: float = Field(default=30.0, gt=0)
+    dispatch_backoff_max_s: float = Field(default=600.0, gt=0)

@@ -24,7 +24,6 @@ class Settings(StoreSettings):
     unlisted_rounds_before_incident: int = Field(default=3, ge=1)
     # The first back-off of a job requeued after its machine was lost (doubles each loss);
     # the same name and default as the scheduler's, so one setting serves both.
-    lost_retry_backoff_s: float = Field(default=30.0, ge=0)
     # Listing every instance at every provider may page through many results.
     provider_timeout_s: float = Field(default=60.0, gt=0)
 

@@ -160,6 +160,16 @@ class Machine(Base):
     # Start back-off: a machine that failed to start is not tried again before this.
     start_failures: Mapped[int] = mapped_column(Integer, default=0)
     backoff_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The provider call the fleet tick handed to its call pool ("create" / "start"), set
+    # before the call and cleared when its answer is recorded; a new leader re-issues it.
+    pending_call: Mapped[str | None] = mapped_column(String(16))
+    pending_call_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # StartJob failures in a row on this machine's agent, and the back-off they earned.
+    dispatch_failures: Mapped[int] = mapped_column(Integer, default=0)
+    dispatch_backoff_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Who made the last state change (gpufleet.common.lifecycle.Actor) and why.
+    state_changed_by: Mapped[str] = mapped_column(String(16), default="")
+    state_reason: Mapped[str] = mapped_column(String(500), default="")
 
     __table_args__ = (
         # Every scan excludes destroyed machines: partial indexes keep scans proportional

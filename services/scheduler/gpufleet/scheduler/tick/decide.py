@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import Counter
-from datetime import timedelta
+from collections import Counter, deque
+from datetime import datetime, timedelta
 
 from gpufleet.common.db.enums import MachineIntent, MachineOrigin, MachineState
+from gpufleet.scheduler.tick.capacity import FreeCapacity
 from gpufleet.scheduler.tick.model import (
     Assignment,
     AttemptView,
@@ -16,6 +18,7 @@ from gpufleet.scheduler.tick.model import (
     MachineView,
     OfferingView,
     Policy,
+    ScaleCandidate,
     StartMachine,
     TickPlan,
 )
@@ -57,8 +60,11 @@ def eligible_demand(snapshot: FleetSnapshot) -> list[JobView]:
 
 
 def healthy(machine: MachineView, snapshot: FleetSnapshot, policy: Policy) -> bool:
-    """Ready, not lost, not cordoned, and its worker reported recently."""
+    """Ready, not lost, not cordoned, its worker reported recently, and its agent is not
+    backing off after failing StartJob."""
     if machine.state != MachineState.READY or machine.lost or machine.cordoned:
+        return False
+    if machine.dispatch_backoff_until is not None and machine.dispatch_backoff_until > snapshot.now:
         return False
     if machine.worker_report_at is None:
         return False
@@ -66,32 +72,39 @@ def healthy(machine: MachineView, snapshot: FleetSnapshot, policy: Policy) -> bo
 
 
 def assign(snapshot: FleetSnapshot, policy: Policy, demand: list[JobView]) -> list[Assignment]:
-    """Give free slots to jobs in demand order, packing busy machines first so that the
-    others go quiet and the money chain can stop them."""
-    free: dict[str, list[int]] = {
-        m.id: m.free_slots for m in snapshot.machines if healthy(m, snapshot, policy)
-    }
-    by_id = {m.id: m for m in snapshot.machines}
-    out: list[Assignment] = []
+    """Give free slots to jobs in fair-share order, packing busy machines first so that
+    the others go quiet and the money chain can stop them.
+
+    Fair share is re-evaluated as slots are given out: each workspace is one entry of a
+    heap keyed by (tier, usage / weight, its oldest job's age), and a workspace that just
+    got slots is charged their prospective use (``fair_share_quantum_s`` a slot) before
+    the next pick. With no charge this is exactly ``demand``'s order. The free slots are
+    indexed (:class:`FreeCapacity`), so the work grows with jobs plus machines."""
+    capacity = FreeCapacity(m for m in snapshot.machines if healthy(m, snapshot, policy))
+    queues: dict[str, deque[JobView]] = {}
+    usage: dict[str, float] = {}
     for job in demand:
-        candidates = [
-            by_id[mid]
-            for mid, slots in free.items()
-            if by_id[mid].pool_id == job.pool_id and _fits(job, by_id[mid], slots)
-        ]
-        if not candidates:
-            continue
-        best = min(candidates, key=lambda m: (len(free[m.id]), m.hourly_price_micros, m.id))
-        take = tuple(free[best.id][: (best.slots if job.whole_machine else job.slots_needed)])
-        free[best.id] = [s for s in free[best.id] if s not in take]
-        out.append(Assignment(job_id=job.id, machine_id=best.id, slots=take))
+        queues.setdefault(job.workspace_id, deque()).append(job)
+        usage.setdefault(job.workspace_id, job.usage)
+
+    def entry(ws: str) -> tuple[int, float, datetime, str, str]:
+        head = queues[ws][0]
+        return (-head.tier, usage[ws] / head.weight, head.created_at, head.id, ws)
+
+    heap = [entry(ws) for ws in queues]
+    heapq.heapify(heap)
+    out: list[Assignment] = []
+    while heap:
+        ws = heapq.heappop(heap)[-1]
+        job = queues[ws].popleft()
+        got = capacity.take(job)
+        if got is not None:
+            machine_id, slots = got
+            out.append(Assignment(job_id=job.id, machine_id=machine_id, slots=slots))
+            usage[ws] += len(slots) * policy.fair_share_quantum_s
+        if queues[ws]:
+            heapq.heappush(heap, entry(ws))
     return out
-
-
-def _fits(job: JobView, machine: MachineView, free: list[int]) -> bool:
-    if job.whole_machine:
-        return len(free) == machine.slots
-    return len(free) >= job.slots_needed
 
 
 def expected_cost_micros(
@@ -124,61 +137,70 @@ def scale(
     failed waits out its back-off and is not counted as arriving meanwhile."""
     actions: list[StartMachine | CreateMachine] = []
     running = sum(1 for m in snapshot.machines if m.state not in NOT_RUNNING)
-    for pool_id in sorted({j.pool_id for j in unmet}):
+    by_pool: dict[str, list[MachineView]] = {}
+    for m in snapshot.machines:
+        if m.pool_id is not None:
+            by_pool.setdefault(m.pool_id, []).append(m)
+    unmet_by_pool: dict[str, list[JobView]] = {}
+    for j in unmet:
+        unmet_by_pool.setdefault(j.pool_id, []).append(j)
+    for pool_id in sorted(unmet_by_pool):
         pool = snapshot.pools.get(pool_id)
         if pool is None:
             continue
-        jobs = [j for j in unmet if j.pool_id == pool_id]
-        needed_machines = _machines_needed(jobs, pool.slots_per_machine)
+        machines = by_pool.get(pool_id, [])
+        needed_machines = _machines_needed(unmet_by_pool[pool_id], pool.slots_per_machine)
         arriving_slots = sum(
             m.slots
-            for m in snapshot.machines
-            if m.pool_id == pool_id
-            and m.state in ARRIVING
-            and m.intent == MachineIntent.RUNNING
-            and not _backing_off(m, snapshot)
+            for m in machines
+            if m.state in ARRIVING and m.intent == MachineIntent.RUNNING and not _backing_off(m, snapshot)
         )
         needed_machines -= arriving_slots // max(pool.slots_per_machine, 1)
-        in_pool = sum(1 for m in snapshot.machines if m.pool_id == pool_id and m.state not in NOT_RUNNING)
-        stopped: list[tuple[float, int, str, StartMachine | CreateMachine]] = sorted(
-            (
+        in_pool = sum(1 for m in machines if m.state not in NOT_RUNNING)
+        stopped = sorted(
+            ScaleCandidate(
                 expected_cost_micros(
                     m.hourly_price_micros, m.capacity_type, m.preemption_count, m.spot_seconds, policy
                 ),
-                0,
-                m.id,
-                StartMachine(machine_id=m.id),
+                creates=False,
+                key=m.id,
+                action=StartMachine(machine_id=m.id),
+                risky=m.preemption_count > 0,
             )
-            for m in snapshot.machines
-            if m.pool_id == pool_id
-            and m.state == MachineState.STOPPED
+            for m in machines
+            if m.state == MachineState.STOPPED
             and m.intent != MachineIntent.DESTROYED
             and m.origin == MachineOrigin.PROVISIONED
             and m.managed
             and not _backing_off(m, snapshot)
         )
-        fresh: list[tuple[float, int, str, StartMachine | CreateMachine]] = sorted(
-            (
+        fresh = sorted(
+            ScaleCandidate(
                 expected_cost_micros(o.hourly_price_micros, o.capacity_type, 0, 0.0, policy),
-                1,
-                f"{o.rank:06d}:{o.id}",
-                CreateMachine(offering_id=o.id, pool_id=pool_id),
+                creates=True,
+                key=f"{o.rank:06d}:{o.id}",
+                action=CreateMachine(offering_id=o.id, pool_id=pool_id),
             )
             for o in snapshot.offerings
             if o.pool_id == pool_id and _usable(o, snapshot)
         )
-        risky = {m.id for m in snapshot.machines if m.preemption_count > 0}
         while needed_machines > 0 and running < policy.max_running_machines and in_pool < pool.max_machines:
             best_offer = fresh[0] if fresh else None
             best = next(
-                (c for c in stopped if c[2] not in risky or best_offer is None or best_offer[0] >= c[0]),
+                (
+                    c
+                    for c in stopped
+                    if not c.risky
+                    or best_offer is None
+                    or best_offer.expected_cost_micros >= c.expected_cost_micros
+                ),
                 best_offer or (stopped[0] if stopped else None),
             )
             if best is None:
                 break
-            if best[1] == 0:
+            if not best.creates:
                 stopped.remove(best)  # a stopped machine starts once; an offering can be bought again
-            actions.append(best[3])
+            actions.append(best.action)
             needed_machines -= 1
             running += 1
             in_pool += 1

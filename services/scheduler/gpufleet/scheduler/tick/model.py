@@ -41,6 +41,8 @@ class MachineView:
     spot_seconds: float
     backoff_until: datetime | None
     agent_address: str | None
+    # Not given new work before this: its agent kept failing StartJob.
+    dispatch_backoff_until: datetime | None = None
 
     @property
     def free_slots(self) -> list[int]:
@@ -101,6 +103,10 @@ class Policy:
     worker_fresh_s: float
     # Prior pre-emptions an hour for a spot offering with no history of its own.
     spot_preemption_prior_per_hour: float = 0.05
+    # Slot-seconds a workspace is charged, within one tick, for each slot it is given, so
+    # that the next pick already sees it: one workspace with little history cannot take
+    # every free slot of a tick. About a typical job's length (traces: p50 10-20 min).
+    fair_share_quantum_s: float = 900.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,19 @@ class Assignment:
     job_id: str
     machine_id: str
     slots: tuple[int, ...]
+
+
+@dataclass(frozen=True, order=True)
+class ScaleCandidate:
+    """One way to add a machine to a pool, ordered cheapest first: expected cost an hour,
+    then a stopped machine (warm disk) before a new one, then a stable key."""
+
+    expected_cost_micros: float
+    creates: bool
+    key: str
+    action: StartMachine | CreateMachine = field(compare=False)
+    # A machine that keeps being taken back (pre-empted before) waits behind a cheaper offering.
+    risky: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,7 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             spot_seconds=m.spot_seconds,
             backoff_until=m.backoff_until,
             agent_address=m.agent_address,
+            dispatch_backoff_until=m.dispatch_backoff_until,
         )
         for m in session.execute(
             select(models.Machine).where(models.Machine.state != MachineState.DESTROYED.value)

@@ -1,0 +1,402 @@
+"""The assign step's writes and the agent dispatch that follows them.
+
+One tick's assignments are committed in one transaction, fenced by the epoch once: the
+attempts inserted in ``STARTING``, the jobs moved to ``DISPATCHING`` with their events,
+the machines' idle timers cleared — a fixed number of statements whatever the number of
+assignments (each checked against the rows read in the same transaction: the job still
+queued, the machine still ready, its slots still free). The agent StartJob calls then run
+in the :class:`~gpufleet.scheduler.tick.calls.CallPool`, each on the machine's reused
+channel; the tick does not wait for them.
+
+An attempt whose StartJob has not succeeded within ``dispatch_deadline_s`` is taken back:
+it ends ``INFRA_ERROR``, uncharged, the job is requeued and the agent is told to cancel
+it. A machine whose agent fails StartJob backs off (doubling) before it is chosen again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+from uuid import uuid4
+
+from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.attempts import requeue_after_loss
+from gpufleet.common.clients.agent import AgentClients
+from gpufleet.common.clock import Clock
+from gpufleet.common.convert import dur
+from gpufleet.common.db import models
+from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState, MachineState
+from gpufleet.common.errors import Fenced, GpufleetError
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.ledger import FailureClass, record_failure
+from gpufleet.common.loops import TickReport
+from gpufleet.scheduler.jobstate import end_attempt, set_job_state
+from gpufleet.scheduler.settings import Settings
+from gpufleet.scheduler.tick.calls import CallPool
+from gpufleet.scheduler.tick.model import Assignment
+from gpufleet.scheduler.tick.scale import Outcomes
+from gpufleet.v1 import agent_service_pb2
+
+log = logging.getLogger(__name__)
+
+_LIVE = [s.value for s in LIVE_ATTEMPT_STATES]
+# Core tables for the executemany statements (no ORM object per row on this path).
+_ATTEMPTS = cast(Table, models.Attempt.__table__)
+_JOBS = cast(Table, models.Job.__table__)
+_EVENTS = cast(Table, models.JobEvent.__table__)
+_MACHINES = cast(Table, models.Machine.__table__)
+# Rows per IN (...) list: well under every driver's parameter limit.
+CHUNK = 2000
+
+
+def chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), CHUNK):
+        yield items[i : i + CHUNK]
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    attempt_id: str
+    machine_id: str
+    address: str
+    request: agent_service_pb2.AgentServiceStartJobRequest
+
+
+def start_request(
+    attempt_id: str, job: Any, kind: Any, slot: int, slots: int
+) -> agent_service_pb2.AgentServiceStartJobRequest:
+    """The StartJob an attempt sends, from its job's and kind's rows."""
+    return agent_service_pb2.AgentServiceStartJobRequest(
+        request_id=attempt_id,
+        attempt_id=attempt_id,
+        job_id=job.id,
+        slot=slot,
+        kind=job.kind_id,
+        pipeline_version=job.pipeline_version,
+        tenant_values=job.tenant_values or {},
+        time_limit=dur(kind.time_limit_s),
+        workspace=job.workspace_id,
+        slots=slots,
+        # A kind that runs a writer's code gets no network but its tunnels.
+        outbound_network=not kind.runs_writer_code,
+        memory_limit_bytes=kind.memory_limit_mb << 20,
+        pids_limit=kind.pids_limit,
+    )
+
+
+_JOB_COLUMNS = (
+    models.Job.id,
+    models.Job.state,
+    models.Job.kind_id,
+    models.Job.workspace_id,
+    models.Job.pipeline_version,
+    models.Job.tenant_values,
+    models.Job.attempt_count,
+)
+
+
+class DispatchController:
+    """Commits the assign step in one transaction and dispatches it outside the tick."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        clock: Clock,
+        lease: LeaderLease,
+        settings: Settings,
+        calls: CallPool,
+        agents: AgentClients,
+        outcomes: Outcomes,
+    ) -> None:
+        self.sessions = sessions
+        self.clock = clock
+        self.lease = lease
+        self.settings = settings
+        self.calls = calls
+        self.agents = agents
+        self.outcomes = outcomes
+
+    # -- the commit (in the tick) ---------------------------------------------------------
+    def commit(self, assignments: list[Assignment], now: datetime, report: TickReport) -> None:
+        if not assignments:
+            return
+        dispatches: list[Dispatch] = []
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            dispatches = self._write(session, assignments, now)
+        report.actions["assign"] += len(dispatches)
+        if len(dispatches) < len(assignments):
+            report.refusals["assignment_stale"] += len(assignments) - len(dispatches)
+        for d in dispatches:
+            self._submit(d)
+
+    def _write(self, session: Session, assignments: list[Assignment], now: datetime) -> list[Dispatch]:
+        job_ids = [a.job_id for a in assignments]
+        machine_ids = sorted({a.machine_id for a in assignments})
+        jobs: dict[str, Any] = {}
+        for part in chunks(job_ids):
+            query = select(*_JOB_COLUMNS).where(models.Job.id.in_(part)).with_for_update()
+            jobs.update({row.id: row for row in session.execute(query)})
+        machines: dict[str, Any] = {}
+        busy: dict[str, set[int]] = {}
+        for part in chunks(machine_ids):
+            for row in session.execute(
+                select(models.Machine.id, models.Machine.state, models.Machine.agent_address).where(
+                    models.Machine.id.in_(part)
+                )
+            ):
+                machines[row.id] = row
+            for mid, slot, n in session.execute(
+                select(models.Attempt.machine_id, models.Attempt.slot, models.Attempt.slots).where(
+                    models.Attempt.machine_id.in_(part), models.Attempt.state.in_(_LIVE)
+                )
+            ):
+                busy.setdefault(mid, set()).update(range(slot, slot + n))
+        kinds = {k.id: k for k in session.execute(select(models.JobKind)).scalars()}
+
+        attempts: list[dict[str, Any]] = []
+        job_updates: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
+        dispatches: list[Dispatch] = []
+        lease_until = now + timedelta(seconds=self.settings.attempt_lease_s)
+        epoch = self.lease.epoch or 0
+        for a in assignments:
+            job, machine = jobs.get(a.job_id), machines.get(a.machine_id)
+            if job is None or machine is None or job.state != JobState.QUEUED.value:
+                continue
+            if machine.state != MachineState.READY.value:
+                continue
+            taken = busy.setdefault(a.machine_id, set())
+            if taken & set(a.slots):
+                continue
+            taken.update(a.slots)
+            jobs[a.job_id] = None  # a job is assigned once per tick
+            attempt_id = str(uuid4())
+            count = job.attempt_count + 1
+            message = f"attempt {count} on machine {a.machine_id} slot {a.slots[0]}"
+            attempts.append(
+                {
+                    "id": attempt_id,
+                    "job_id": job.id,
+                    "machine_id": a.machine_id,
+                    "slot": a.slots[0],
+                    "slots": len(a.slots),
+                    "state": AttemptState.STARTING.value,
+                    "started_at": now,
+                    "lease_expires_at": lease_until,
+                    "slot_seconds": 0.0,
+                    "charged": False,
+                    "charge_micros": 0,
+                    "status_message": "",
+                    "epoch": epoch,
+                }
+            )
+            job_updates.append({"b_id": job.id, "b_count": count, "b_message": message})
+            events.append(
+                {"job_id": job.id, "state": JobState.DISPATCHING.value, "at": now, "message": message}
+            )
+            dispatches.append(
+                Dispatch(
+                    attempt_id,
+                    a.machine_id,
+                    machine.agent_address or "",
+                    start_request(attempt_id, job, kinds[job.kind_id], a.slots[0], len(a.slots)),
+                )
+            )
+        if not dispatches:
+            return []
+        conn = session.connection()
+        conn.execute(insert(_ATTEMPTS), attempts)
+        jobs_table = _JOBS
+        conn.execute(
+            update(jobs_table)
+            .where(jobs_table.c.id == bindparam("b_id"))
+            .values(
+                state=JobState.DISPATCHING.value,
+                attempt_count=bindparam("b_count"),
+                status_message=bindparam("b_message"),
+                updated_at=now,
+            ),
+            job_updates,
+        )
+        conn.execute(insert(_EVENTS), events)
+        # The scheduler never races the money chain: work assigned clears both timers.
+        for part in chunks(sorted({d.machine_id for d in dispatches})):
+            conn.execute(
+                update(_MACHINES)
+                .where(_MACHINES.c.id.in_(part))
+                .values(stop_due_at=None, destroy_due_at=None)
+            )
+        return dispatches
+
+    # -- the dispatch (in the pool) -------------------------------------------------------
+    def _submit(self, d: Dispatch) -> bool:
+        return self.calls.submit(f"dispatch:{d.attempt_id}", lambda: self._dispatch(d))
+
+    def _dispatch(self, d: Dispatch) -> None:
+        try:
+            self.agents.get(d.address).start_job(d.request)
+        except GpufleetError as exc:
+            self._failed(d, f"agent refused the job: {exc}")
+            return
+        with self.sessions() as session, session.begin():
+            attempt = session.get(models.Attempt, d.attempt_id, with_for_update=True)
+            if attempt is None:
+                return
+            if attempt.state not in _LIVE:
+                # Taken back meanwhile (dispatch deadline, lost lease, cancel): stop it there.
+                self.outcomes.add("dispatch_after_take_back")
+                self.cancel(d.address, d.attempt_id, "attempt taken back before it started")
+                return
+            if attempt.state == AttemptState.STARTING.value:
+                attempt.state = AttemptState.RUNNING.value
+            job = session.get_one(models.Job, attempt.job_id)
+            if job.state == JobState.DISPATCHING.value:
+                set_job_state(session, job, JobState.RUNNING, self.clock.now(), "running")
+            session.execute(
+                update(models.Machine)
+                .where(models.Machine.id == d.machine_id, models.Machine.dispatch_failures != 0)
+                .values(dispatch_failures=0, dispatch_backoff_until=None)
+            )
+        self.outcomes.add("dispatched")
+
+    def _failed(self, d: Dispatch, why: str) -> None:
+        """Take the attempt back — fenced: a deposed leader's view of a dispatch it started
+        is not acted on (the new leader re-dispatched it and owns its deadline)."""
+        now = self.clock.now()
+        try:
+            with self.sessions() as session, session.begin():
+                epoch = self.lease.fence(session)
+                if not self._take_back(session, d.attempt_id, now, why, "fleet_tick.dispatch", epoch):
+                    return
+        except Fenced as exc:
+            log.warning(
+                "attempt %s: the agent's refusal is not recorded by a deposed leader (%s)", d.attempt_id, exc
+            )
+            self.outcomes.add("dispatch_outcome_fenced")
+            return
+        self.outcomes.add("start_job_failed")
+
+    def _take_back(
+        self, session: Session, attempt_id: str, now: datetime, why: str, detector: str, epoch: int
+    ) -> bool:
+        """End a live attempt INFRA_ERROR, uncharged, requeue its job, and back its machine
+        off (doubling per failure in a row, capped)."""
+        attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
+        if attempt is None or attempt.state not in _LIVE:
+            return False
+        job = session.get_one(models.Job, attempt.job_id)
+        kind = session.get_one(models.JobKind, job.kind_id)
+        end_attempt(session, attempt, AttemptState.INFRA_ERROR, now, charged=False, message=why)
+        record_failure(
+            session,
+            now,
+            FailureClass.JOB_INFRA_ERROR,
+            detector,
+            machine_id=attempt.machine_id,
+            job_id=job.id,
+            attempt_id=attempt.id,
+            details=f"{why} (leader epoch {epoch})",
+        )
+        requeue_after_loss(
+            session, job, kind, now, self.settings.retry_backoff_s, "could not start on the machine"
+        )
+        machine = session.get_one(models.Machine, attempt.machine_id, with_for_update=True)
+        machine.dispatch_failures += 1
+        backoff = min(
+            self.settings.dispatch_backoff_s * 2 ** (machine.dispatch_failures - 1),
+            self.settings.dispatch_backoff_max_s,
+        )
+        machine.dispatch_backoff_until = now + timedelta(seconds=backoff)
+        return True
+
+    # -- follow-ups (in the tick: database only) ------------------------------------------
+    def take_back_overdue(self, now: datetime, report: TickReport) -> None:
+        """Attempts still STARTING past the dispatch deadline: taken back, the agent told."""
+        deadline = now - timedelta(seconds=self.settings.dispatch_deadline_s)
+        with self.sessions() as session:
+            overdue = session.execute(
+                select(models.Attempt.id, models.Machine.agent_address)
+                .join(models.Machine, models.Machine.id == models.Attempt.machine_id)
+                .where(
+                    models.Attempt.state == AttemptState.STARTING.value, models.Attempt.started_at < deadline
+                )
+            ).all()
+        for attempt_id, address in overdue:
+            why = f"not started within the dispatch deadline ({self.settings.dispatch_deadline_s:g} s)"
+            with self.sessions() as session, session.begin():
+                epoch = self.lease.fence(session)
+                taken = self._take_back(session, attempt_id, now, why, "fleet_tick.dispatch_deadline", epoch)
+            if taken:
+                report.actions["dispatch_taken_back"] += 1
+                log.warning("attempt %s taken back: %s", attempt_id, why)
+                if address:
+                    self.cancel(address, attempt_id, why)
+
+    def adopt(self, now: datetime, report: TickReport) -> None:
+        """Re-dispatch attempts committed STARTING that no worker here is dispatching (a
+        leader change, a restart): StartJob is idempotent by attempt id on the agent."""
+        deadline = now - timedelta(seconds=self.settings.dispatch_deadline_s)
+        with self.sessions() as session:
+            rows = session.execute(
+                select(
+                    models.Attempt.id,
+                    models.Attempt.machine_id,
+                    models.Attempt.slot,
+                    models.Attempt.slots,
+                    models.Machine.agent_address,
+                    *_JOB_COLUMNS[1:],
+                    models.Job.id.label("job_id"),
+                )
+                .join(models.Machine, models.Machine.id == models.Attempt.machine_id)
+                .join(models.Job, models.Job.id == models.Attempt.job_id)
+                .where(
+                    models.Attempt.state == AttemptState.STARTING.value, models.Attempt.started_at >= deadline
+                )
+            ).all()
+            if not rows:
+                return
+            kinds = {k.id: k for k in session.execute(select(models.JobKind)).scalars()}
+        for row in rows:
+            if self.calls.in_flight(f"dispatch:{row.id}"):
+                continue
+            job = _JobRow(row.job_id, row.kind_id, row.workspace_id, row.pipeline_version, row.tenant_values)
+            d = Dispatch(
+                row.id,
+                row.machine_id,
+                row.agent_address or "",
+                start_request(row.id, job, kinds[row.kind_id], row.slot, row.slots),
+            )
+            if self._submit(d):
+                report.actions["dispatch_adopted"] += 1
+
+    def cancel(self, address: str, attempt_id: str, reason: str) -> None:
+        """Tell the agent to stop an attempt, from the pool: a frozen agent costs only its
+        own call. Not delivered: the worker's next heartbeat repeats it."""
+
+        def call() -> None:
+            try:
+                self.agents.get(address).cancel_job(attempt_id, reason)
+            except GpufleetError as exc:
+                log.warning(
+                    "cancel of %s on %s not delivered (%s); the next heartbeat repeats it",
+                    attempt_id,
+                    address,
+                    exc,
+                )
+
+        self.calls.submit(f"cancel:{attempt_id}", call)
+
+
+@dataclass(frozen=True)
+class _JobRow:
+    id: str
+    kind_id: str
+    workspace_id: str
+    pipeline_version: str
+    tenant_values: dict[str, str] | None

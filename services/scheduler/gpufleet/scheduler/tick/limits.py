@@ -1,0 +1,117 @@
+"""Leases and time limits: the tick's database-only step that runs every tick, whatever
+provider calls or dispatches are pending (they run in the call pool, never here)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.attempts import requeue_after_loss
+from gpufleet.common.db import models
+from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.ledger import FailureClass, record_failure
+from gpufleet.common.loops import TickReport
+from gpufleet.scheduler.jobstate import end_attempt, set_job_state
+from gpufleet.scheduler.settings import Settings
+from gpufleet.scheduler.tick.dispatch import DispatchController
+
+log = logging.getLogger(__name__)
+
+
+class LimitsController:
+    """Ends attempts whose lease ran out (LOST, requeued) or that ran past their kind's
+    limit (TIMED_OUT), each in its own fenced transaction; the agent is told to cancel
+    from the call pool."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        lease: LeaderLease,
+        settings: Settings,
+        dispatch: DispatchController,
+    ) -> None:
+        self.sessions = sessions
+        self.lease = lease
+        self.settings = settings
+        self.dispatch = dispatch
+
+    def apply(self, expired: list[str], over_limit: list[str], now: datetime, report: TickReport) -> None:
+        for attempt_id in expired:
+            self._expire_lease(attempt_id, now, report)
+        for attempt_id in over_limit:
+            self._time_out(attempt_id, now, report)
+
+    def _expire_lease(self, attempt_id: str, now: datetime, report: TickReport) -> None:
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
+            if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES or attempt.lease_expires_at >= now:
+                return
+            job = session.get_one(models.Job, attempt.job_id)
+            kind = session.get_one(models.JobKind, job.kind_id)
+            machine = session.get_one(models.Machine, attempt.machine_id)
+            end_attempt(
+                session,
+                attempt,
+                AttemptState.LOST,
+                now,
+                charged=False,
+                message="lease expired: the machine stopped reporting",
+            )
+            record_failure(
+                session,
+                now,
+                FailureClass.LEASE_EXPIRED,
+                "fleet_tick",
+                machine_id=attempt.machine_id,
+                job_id=job.id,
+                attempt_id=attempt.id,
+                details=f"lease ran out at {attempt.lease_expires_at.isoformat()}",
+            )
+            requeue_after_loss(
+                session, job, kind, now, self.settings.lost_retry_backoff_s, "machine lost (lease expired)"
+            )
+            address = machine.agent_address
+        report.actions["lease_expired"] += 1
+        log.warning(
+            "attempt %s lost: lease expired", attempt_id, extra={"fields": {"attempt_id": attempt_id}}
+        )
+        # The job runs again elsewhere: the first process must not keep running on an agent
+        # that is still reachable.
+        if address:
+            self.dispatch.cancel(address, attempt_id, "lease expired")
+
+    def _time_out(self, attempt_id: str, now: datetime, report: TickReport) -> None:
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
+            if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES:
+                return
+            job = session.get_one(models.Job, attempt.job_id)
+            machine = session.get_one(models.Machine, attempt.machine_id)
+            end_attempt(
+                session,
+                attempt,
+                AttemptState.TIMED_OUT,
+                now,
+                charged=True,
+                message="past its kind's time limit",
+            )
+            record_failure(
+                session,
+                now,
+                FailureClass.JOB_TIMED_OUT,
+                "fleet_tick",
+                machine_id=machine.id,
+                job_id=job.id,
+                attempt_id=attempt.id,
+                details="past its kind's time limit",
+            )
+            set_job_state(session, job, JobState.TIMED_OUT, now, "stopped: past its kind's time limit")
+            address = machine.agent_address
+        report.actions["timed_out"] += 1
+        if address:
+            self.dispatch.cancel(address, attempt_id, "time limit")

@@ -1,0 +1,316 @@
+"""The scale step's writes: intent in one fenced transaction, provider calls in the pool.
+
+A create is recorded as a machine row in ``PROVISIONING`` and a start as ``STARTING``,
+each with ``pending_call`` set, before any call is made; the tick then returns. A worker of
+the :class:`~gpufleet.scheduler.tick.calls.CallPool` makes the call and records its answer
+in a new transaction with a compare-and-set on the state it left (``WHERE state =
+'PROVISIONING'``), not fenced by the epoch: what the provider did is a fact whoever asked,
+so a create whose answer arrives after leadership moved is still recorded, never left
+PROVISIONING. A new leader re-issues every call still marked pending (:meth:`adopt`); the
+drivers are idempotent by machine id, so the instance the old leader started is adopted,
+never created twice.
+
+Outcomes go through the ledger: each refusal is one row whose routed outcome (quarantine
+for a stockout, halt for quota and auth, an incident) takes effect in
+:func:`~gpufleet.common.ledger.apply_outcome` with the shared TTLs of ``OutcomePolicy``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import Counter
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.clients.provisioner import ProvisionerClient
+from gpufleet.common.clock import Clock
+from gpufleet.common.convert import offering_of_machine
+from gpufleet.common.db import models
+from gpufleet.common.db.enums import MachineIntent, MachineOrigin, MachineState, WorkloadClass
+from gpufleet.common.errors import GpufleetError
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
+from gpufleet.common.lifecycle import Actor, record, transition
+from gpufleet.common.loops import TickReport
+from gpufleet.common.provider_errors import AuthFailed, InsufficientCapacity, QuotaExceeded
+from gpufleet.scheduler.settings import Settings
+from gpufleet.scheduler.tick.calls import CallPool
+from gpufleet.scheduler.tick.model import CreateMachine, StartMachine
+
+log = logging.getLogger(__name__)
+
+CREATE = "create"
+START = "start"
+
+
+def is_definitive(exc: GpufleetError) -> bool:
+    """The provider refused outright: nothing was created or started."""
+    return isinstance(exc, InsufficientCapacity | QuotaExceeded | AuthFailed)
+
+
+def refusal_class(exc: GpufleetError) -> FailureClass:
+    if isinstance(exc, InsufficientCapacity):
+        return FailureClass.STOCKOUT
+    if isinstance(exc, QuotaExceeded):
+        return FailureClass.QUOTA_EXCEEDED
+    if isinstance(exc, AuthFailed):
+        return FailureClass.AUTH_FAILED
+    return FailureClass.PROVIDER_CALL_FAILED
+
+
+class Outcomes:
+    """Counts of what the pool's calls did, drained into the next tick's report (the
+    tick that asked has already returned)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, what: str) -> None:
+        with self._lock:
+            self._counts[what] += 1
+
+    def drain_into(self, report: TickReport) -> None:
+        with self._lock:
+            counts, self._counts = self._counts, Counter()
+        report.actions.update(counts)
+
+
+class ScaleController:
+    """Records the scale step's intent and hands its provider calls to the pool."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        clock: Clock,
+        lease: LeaderLease,
+        provisioner: ProvisionerClient,
+        settings: Settings,
+        calls: CallPool,
+        outcomes: Outcomes,
+    ) -> None:
+        self.sessions = sessions
+        self.clock = clock
+        self.lease = lease
+        self.provisioner = provisioner
+        self.settings = settings
+        self.calls = calls
+        self.outcomes = outcomes
+        self.policy: OutcomePolicy = settings.outcome_policy()
+
+    def record(self, actions: list[StartMachine | CreateMachine], now: datetime, report: TickReport) -> None:
+        """One fenced transaction for every create and start of this tick, then the calls."""
+        if not actions:
+            return
+        submitted: list[tuple[str, str]] = []
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            for action in actions:
+                if isinstance(action, CreateMachine):
+                    machine_id = self._record_create(session, action, now)
+                    submitted.append((CREATE, machine_id))
+                    report.actions["create"] += 1
+                elif self._record_start(session, action.machine_id, now):
+                    submitted.append((START, action.machine_id))
+                    report.actions["start"] += 1
+        for call, machine_id in submitted:
+            self._submit(call, machine_id)
+
+    def adopt(self, report: TickReport) -> None:
+        """Re-issue each call the store marks pending that no worker here is making: a
+        create or start the last leader (or this process before a restart) had in flight."""
+        with self.sessions() as session:
+            rows = session.execute(
+                select(models.Machine.id, models.Machine.pending_call).where(
+                    models.Machine.pending_call.is_not(None),
+                    models.Machine.state.in_([MachineState.PROVISIONING.value, MachineState.STARTING.value]),
+                )
+            ).all()
+        for machine_id, call in rows:
+            if call in (CREATE, START) and self._submit(call, machine_id):
+                report.actions[f"{call}_adopted"] += 1
+                log.info("re-issuing the pending %s of machine %s", call, machine_id)
+
+    def _submit(self, call: str, machine_id: str) -> bool:
+        run = self._create if call == CREATE else self._start
+        return self.calls.submit(f"{call}:{machine_id}", lambda: run(machine_id))
+
+    # -- intent ------------------------------------------------------------------------
+    def _record_create(self, session: Session, action: CreateMachine, now: datetime) -> str:
+        machine_id = str(uuid.uuid4())
+        offering = session.get_one(models.Offering, action.offering_id)
+        session.add(
+            models.Machine(
+                id=machine_id,
+                pool_id=action.pool_id,
+                offering_id=offering.id,
+                provider=offering.provider,
+                region=offering.region,
+                zone=offering.zone,
+                instance_type=offering.instance_type,
+                gpu_model=offering.gpu_model,
+                gpu_count=offering.gpu_count,
+                slots=offering.slots,
+                capacity_type=offering.capacity_type,
+                hourly_price_micros=offering.hourly_price_micros,
+                origin=MachineOrigin.PROVISIONED.value,
+                managed=True,
+                workload_class=WorkloadClass.REPORTING.value,
+                state=MachineState.PROVISIONING.value,
+                state_changed_by=Actor.FLEET_TICK.value,
+                state_reason=f"work is waiting in pool {action.pool_id}",
+                intent=MachineIntent.RUNNING.value,
+                lost=False,
+                cordoned=False,
+                requested_at=now,
+                provision_deadline_at=now + timedelta(seconds=self.settings.provision_deadline_s),
+                state_changed_at=now,
+                preemption_count=0,
+                spot_seconds=0.0,
+                start_failures=0,
+                pending_call=CREATE,
+                pending_call_at=now,
+                dispatch_failures=0,
+            )
+        )
+        log.info(
+            "creating machine %s from offering %s",
+            machine_id,
+            action.offering_id,
+            extra={"fields": {"machine_id": machine_id, "offering": action.offering_id}},
+        )
+        return machine_id
+
+    def _record_start(self, session: Session, machine_id: str, now: datetime) -> bool:
+        machine = session.get_one(models.Machine, machine_id)
+        if machine.state != MachineState.STOPPED.value or machine.intent == MachineIntent.DESTROYED.value:
+            return False
+        machine.intent = MachineIntent.RUNNING.value
+        record(machine, MachineState.STARTING, by=Actor.FLEET_TICK, why="work is waiting", now=now)
+        machine.pending_call = START
+        machine.pending_call_at = now
+        # Starting a machine for work clears both idle timers.
+        machine.stop_due_at = None
+        machine.destroy_due_at = None
+        log.info("starting stopped machine %s", machine_id, extra={"fields": {"machine_id": machine_id}})
+        return True
+
+    # -- the calls (in the pool) ---------------------------------------------------------
+    def _create(self, machine_id: str) -> None:
+        with self.sessions() as session:
+            machine = session.get(models.Machine, machine_id)
+            if machine is None or machine.state != MachineState.PROVISIONING.value:
+                return
+            if not machine.pending_call:
+                return
+            offering_msg = offering_of_machine(machine)
+        try:
+            instance = self.provisioner.create(machine_id, offering_msg, request_id=f"{machine_id}:create")
+        except GpufleetError as exc:  # a provider's refusal, or our own error: never the tick's
+            self._refused(machine_id, MachineState.PROVISIONING, exc, "create")
+            return
+        seen = self.clock.now()
+        with self.sessions() as session, session.begin():
+            done = transition(
+                session,
+                machine_id,
+                MachineState.PROVISIONING,
+                MachineState.BOOTING,
+                by=Actor.FLEET_TICK,
+                why=f"created as {instance.provider_instance_id}",
+                now=seen,
+                provider_instance_id=instance.provider_instance_id,
+                agent_address=instance.agent_address or None,
+                first_observed_at=seen,
+                pending_call=None,
+                pending_call_at=None,
+            )
+        self.outcomes.add("created" if done else "create_answer_superseded")
+
+    def _start(self, machine_id: str) -> None:
+        with self.sessions() as session:
+            machine = session.get(models.Machine, machine_id)
+            if machine is None or machine.state != MachineState.STARTING.value or not machine.pending_call:
+                return
+            offering_msg = offering_of_machine(machine)
+            instance_id = machine.provider_instance_id or ""
+            asked_at = machine.pending_call_at or machine.state_changed_at
+        try:
+            instance = self.provisioner.start(
+                machine_id,
+                offering_msg,
+                instance_id,
+                request_id=f"{machine_id}:start:{int(asked_at.timestamp())}",
+            )
+        except GpufleetError as exc:  # a provider's refusal, or our own error: never the tick's
+            self._refused(machine_id, MachineState.STARTING, exc, "start")
+            return
+        seen = self.clock.now()
+        with self.sessions() as session, session.begin():
+            done = transition(
+                session,
+                machine_id,
+                MachineState.STARTING,
+                MachineState.BOOTING,
+                by=Actor.FLEET_TICK,
+                why="started",
+                now=seen,
+                first_observed_at=seen,
+                agent_address=instance.agent_address or models.Machine.agent_address,
+                start_failures=0,
+                backoff_until=None,
+                pending_call=None,
+                pending_call_at=None,
+                # A new life: what was observed in the last one no longer describes it.
+                lost=False,
+                probe_failed_since=None,
+                startup_failed_at=None,
+            )
+        self.outcomes.add("started" if done else "start_answer_superseded")
+
+    def _refused(self, machine_id: str, left_in: MachineState, exc: GpufleetError, what: str) -> None:
+        """One ledger row for a failed create or start; the routed outcome takes effect
+        through the ledger (a stockout quarantines the offering for the configured TTL,
+        quota or auth halts the provider and region). When the provider definitively
+        refused, nothing exists or runs: a create's record ends (DESTROYED), a start goes
+        back to STOPPED. Otherwise the outcome is unknown and the machine stays in its
+        transitional state, visible, for the stuck-transition watchdog. A failed start
+        also waits out an exponential back-off before this machine is tried again."""
+        now = self.clock.now()
+        cls = refusal_class(exc)
+        with self.sessions() as session, session.begin():
+            machine = session.get(models.Machine, machine_id, with_for_update=True)
+            if machine is None or machine.state != left_in.value:
+                return
+            machine.pending_call = None
+            machine.pending_call_at = None
+            if what == "start":
+                machine.start_failures += 1
+                machine.backoff_until = now + timedelta(
+                    seconds=self.settings.start_backoff_s * 2 ** (machine.start_failures - 1)
+                )
+            record_failure(
+                session,
+                now,
+                cls,
+                "fleet_tick.scale",
+                machine_id=machine.id,
+                details=f"{what}{f' from {machine.offering_id}' if what == 'create' else ''} failed "
+                f"({machine.provider} {machine.zone}): {exc}",
+                apply=True,
+                policy=self.policy,
+            )
+            if is_definitive(exc):
+                why = f"the provider refused the {what}: {cls.value}"
+                if what == "create":
+                    record(machine, MachineState.DESTROYED, by=Actor.FLEET_TICK, why=why, now=now)
+                    machine.intent = MachineIntent.DESTROYED.value
+                else:
+                    record(machine, MachineState.STOPPED, by=Actor.FLEET_TICK, why=why, now=now)
+                    machine.intent = MachineIntent.STOPPED.value
+        self.outcomes.add(f"{what}_failed_{cls.value}")
+        log.warning("%s of machine %s failed: %s", what, machine_id, exc)
