@@ -14,10 +14,11 @@ a leader); nothing here calls a provider or an agent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.common.db import models
@@ -29,6 +30,7 @@ __all__ = [
     "end_live_attempts_lost",
     "requeue_after_loss",
     "set_job_state",
+    "set_jobs_state",
 ]
 
 
@@ -58,6 +60,36 @@ def set_job_state(
     if state in TERMINAL_JOB_STATES:
         job.ended_at = now
     session.add(models.JobEvent(job_id=job.id, state=state.value, at=now, message=message))
+
+
+def set_jobs_state(
+    session: Session, job_ids: Sequence[str], from_: JobState, to: JobState, now: datetime, message: str
+) -> list[str]:
+    """:func:`set_job_state` for many jobs in two statements: those of ``job_ids`` still in
+    ``from_`` move to ``to`` and get their event; returns the ids that moved. For the
+    scheduler's batched writes, where one statement per job would cost the milliseconds."""
+    if not job_ids:
+        return []
+    values: dict[str, object] = {"state": to.value, "updated_at": now, "status_message": message}
+    if to is JobState.RUNNING:
+        values["started_at"] = func.coalesce(models.Job.started_at, now)
+    if to in TERMINAL_JOB_STATES:
+        values["ended_at"] = now
+    moved = list(
+        session.execute(
+            update(models.Job)
+            .where(models.Job.id.in_(job_ids), models.Job.state == from_.value)
+            .values(values)
+            .returning(models.Job.id)
+            .execution_options(synchronize_session=False)
+        ).scalars()
+    )
+    if moved:
+        session.execute(
+            insert(models.JobEvent),
+            [{"job_id": job_id, "state": to.value, "at": now, "message": message} for job_id in moved],
+        )
+    return moved
 
 
 def requeue_after_loss(

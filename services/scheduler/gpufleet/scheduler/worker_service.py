@@ -32,6 +32,7 @@ from gpufleet.common.db.enums import (
 )
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.common.ledger import FailureClass, record_failure
+from gpufleet.common.lifecycle import Actor, transition
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import attempt_to_proto
 from gpufleet.scheduler.settings import Settings
@@ -70,9 +71,15 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             if machine.state == MachineState.DESTROYED.value:
                 raise FailedPrecondition("machine is destroyed", field="machine_id")
             machine.worker_report_at = now
-            if machine.state == MachineState.BOOTING.value:
-                machine.state = MachineState.READY.value
-                machine.state_changed_at = now
+            if machine.state == MachineState.BOOTING.value and transition(
+                session,
+                machine_id,
+                MachineState.BOOTING,
+                MachineState.READY,
+                by=Actor.WORKER,
+                why="the worker reported in",
+                now=now,
+            ):
                 log.info("machine %s is ready", machine_id, extra={"fields": {"machine_id": machine_id}})
             if reported:
                 attempts = session.execute(
@@ -239,6 +246,8 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
                     managed=False,
                     workload_class=wl.value,
                     state=MachineState.READY.value,
+                    state_changed_by=Actor.WORKER.value,
+                    state_reason=f"registered itself at {request.agent_address}"[:500],
                     intent=MachineIntent.RUNNING.value,
                     agent_address=request.agent_address,
                     requested_at=now,

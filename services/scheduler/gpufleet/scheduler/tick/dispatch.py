@@ -16,6 +16,7 @@ it. A machine whose agent fails StartJob backs off (doubling) before it is chose
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,7 +26,7 @@ from uuid import uuid4
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.attempts import requeue_after_loss
+from gpufleet.common.attempts import requeue_after_loss, set_jobs_state
 from gpufleet.common.clients.agent import AgentClients
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import dur
@@ -35,7 +36,7 @@ from gpufleet.common.errors import Fenced, GpufleetError
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
-from gpufleet.scheduler.jobstate import end_attempt, set_job_state
+from gpufleet.scheduler.jobstate import end_attempt
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.calls import CallPool
 from gpufleet.scheduler.tick.model import Assignment
@@ -120,6 +121,9 @@ class DispatchController:
         self.calls = calls
         self.agents = agents
         self.outcomes = outcomes
+        self._started_lock = threading.Lock()
+        self._started: list[Dispatch] = []
+        self._flushing = False
 
     # -- the commit (in the tick) ---------------------------------------------------------
     def commit(self, assignments: list[Assignment], now: datetime, report: TickReport) -> None:
@@ -244,26 +248,70 @@ class DispatchController:
         except GpufleetError as exc:
             self._failed(d, f"agent refused the job: {exc}")
             return
+        # Record the starts in batches: the worker whose call finished first writes every
+        # start that finished meanwhile, in one transaction, while the others go back to
+        # calling agents. One transaction per start would cap dispatch at a few hundred a
+        # second. (Should a write fail, the attempts stay STARTING and the worker's next
+        # heartbeat, which reports them running, moves them.)
+        with self._started_lock:
+            self._started.append(d)
+            if self._flushing:
+                return
+            self._flushing = True
+        while True:
+            with self._started_lock:
+                batch, self._started = self._started, []
+                if not batch:
+                    self._flushing = False  # under the lock: a start added now flushes itself
+                    return
+            try:
+                self._record_started(batch)
+            except Exception:
+                with self._started_lock:
+                    self._flushing = False
+                raise
+
+    def _record_started(self, batch: list[Dispatch]) -> None:
+        """STARTING -> RUNNING for each dispatched attempt, its job DISPATCHING -> RUNNING,
+        its machine's dispatch back-off cleared; an attempt taken back meanwhile (dispatch
+        deadline, lost lease, cancel) is stopped on its agent instead."""
+        now = self.clock.now()
+        by_id = {d.attempt_id: d for d in batch}
         with self.sessions() as session, session.begin():
-            attempt = session.get(models.Attempt, d.attempt_id, with_for_update=True)
-            if attempt is None:
-                return
-            if attempt.state not in _LIVE:
-                # Taken back meanwhile (dispatch deadline, lost lease, cancel): stop it there.
-                self.outcomes.add("dispatch_after_take_back")
-                self.cancel(d.address, d.attempt_id, "attempt taken back before it started")
-                return
-            if attempt.state == AttemptState.STARTING.value:
-                attempt.state = AttemptState.RUNNING.value
-            job = session.get_one(models.Job, attempt.job_id)
-            if job.state == JobState.DISPATCHING.value:
-                set_job_state(session, job, JobState.RUNNING, self.clock.now(), "running")
+            rows = session.execute(
+                select(models.Attempt.id, models.Attempt.state, models.Attempt.job_id)
+                .where(models.Attempt.id.in_(list(by_id)))
+                .with_for_update()
+            ).all()
+            starting = [r for r in rows if r.state == AttemptState.STARTING.value]
+            gone = [r.id for r in rows if r.state not in _LIVE]
+            if starting:
+                session.execute(
+                    update(_ATTEMPTS)
+                    .where(_ATTEMPTS.c.id.in_([r.id for r in starting]))
+                    .values(state=AttemptState.RUNNING.value)
+                )
+                set_jobs_state(
+                    session,
+                    [r.job_id for r in starting],
+                    JobState.DISPATCHING,
+                    JobState.RUNNING,
+                    now,
+                    "running",
+                )
             session.execute(
-                update(models.Machine)
-                .where(models.Machine.id == d.machine_id, models.Machine.dispatch_failures != 0)
+                update(_MACHINES)
+                .where(
+                    _MACHINES.c.id.in_(sorted({d.machine_id for d in batch})),
+                    _MACHINES.c.dispatch_failures != 0,
+                )
                 .values(dispatch_failures=0, dispatch_backoff_until=None)
             )
-        self.outcomes.add("dispatched")
+        for attempt_id in gone:
+            self.outcomes.add("dispatch_after_take_back")
+            self.cancel(by_id[attempt_id].address, attempt_id, "attempt taken back before it started")
+        for _ in batch:
+            self.outcomes.add("dispatched")
 
     def _failed(self, d: Dispatch, why: str) -> None:
         """Take the attempt back — fenced: a deposed leader's view of a dispatch it started

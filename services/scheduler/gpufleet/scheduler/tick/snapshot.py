@@ -1,4 +1,6 @@
-"""Reads one FleetSnapshot from the store: one query per concern, no per-row round trips."""
+"""Reads one FleetSnapshot from the store: one query per concern, no per-row round trips,
+and only the columns the decision reads (no ORM object per row: building 140k of them was
+90 % of a steady tick at 10k queued jobs and 2k machines)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,20 @@ _LIVE = [s.value for s in LIVE_ATTEMPT_STATES]
 
 
 def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -> FleetSnapshot:
+    A = models.Attempt
     live_rows = session.execute(
-        select(models.Attempt, models.Job.workspace_id, models.JobKind.time_limit_s)
+        select(
+            A.id,
+            A.job_id,
+            A.machine_id,
+            A.state,
+            A.started_at,
+            A.lease_expires_at,
+            A.slot,
+            A.slots,
+            models.Job.workspace_id,
+            models.JobKind.time_limit_s,
+        )
         .join(models.Job, models.Job.id == models.Attempt.job_id)
         .join(models.JobKind, models.JobKind.id == models.Job.kind_id)
         .where(models.Attempt.state.in_(_LIVE))
@@ -38,14 +52,15 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             started_at=a.started_at,
             lease_expires_at=a.lease_expires_at,
             slots=a.slots,
-            time_limit_s=limit,
+            time_limit_s=a.time_limit_s,
         )
-        for a, _ws, limit in live_rows
+        for a in live_rows
     ]
     running_per_ws: dict[str, int] = defaultdict(int)
     busy: dict[str, set[int]] = defaultdict(set)
     usage: dict[str, float] = defaultdict(float)
-    for a, ws, _limit in live_rows:
+    for a in live_rows:
+        ws = a.workspace_id
         running_per_ws[ws] += 1
         busy[a.machine_id].update(range(a.slot, a.slot + a.slots))
         usage[ws] += max(0.0, (now - a.started_at).total_seconds()) * a.slots
@@ -73,7 +88,16 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
     }
 
     queued_rows = session.execute(
-        select(models.Job, models.JobKind.slots, models.Plan.tier, models.Plan.weight)
+        select(
+            models.Job.id,
+            models.Job.workspace_id,
+            models.Job.pool_id,
+            models.Job.kind_id,
+            models.Job.created_at,
+            models.JobKind.slots,
+            models.Plan.tier,
+            models.Plan.weight,
+        )
         .join(models.JobKind, models.JobKind.id == models.Job.kind_id)
         .join(models.Workspace, models.Workspace.id == models.Job.workspace_id)
         .join(models.Plan, models.Plan.id == models.Workspace.plan_id)
@@ -85,10 +109,10 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
         .order_by(models.Job.created_at)
     ).all()
     queued = []
-    for job, kind_slots, tier, weight in queued_rows:
+    for job in queued_rows:
         pool = pools.get(job.pool_id)
-        whole = kind_slots == 0
-        need = pool.slots_per_machine if (whole and pool) else max(kind_slots, 1)
+        whole = job.slots == 0
+        need = pool.slots_per_machine if (whole and pool) else max(job.slots, 1)
         queued.append(
             JobView(
                 id=job.id,
@@ -97,13 +121,36 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
                 kind_id=job.kind_id,
                 slots_needed=need,
                 whole_machine=whole,
-                tier=tier,
-                weight=weight,
+                tier=job.tier,
+                weight=job.weight,
                 created_at=job.created_at,
                 usage=usage.get(job.workspace_id, 0.0),
             )
         )
 
+    M = models.Machine
+    machine_rows = session.execute(
+        select(
+            M.id,
+            M.pool_id,
+            M.state,
+            M.intent,
+            M.origin,
+            M.managed,
+            M.lost,
+            M.cordoned,
+            M.slots,
+            M.worker_report_at,
+            M.hourly_price_micros,
+            M.capacity_type,
+            M.preemption_count,
+            M.spot_seconds,
+            M.backoff_until,
+            M.agent_address,
+            M.dispatch_backoff_until,
+        ).where(M.state != MachineState.DESTROYED.value)
+    ).all()
+    no_slots: frozenset[int] = frozenset()
     machines = [
         MachineView(
             id=m.id,
@@ -115,7 +162,7 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             lost=m.lost,
             cordoned=m.cordoned,
             slots=m.slots,
-            busy_slots=frozenset(busy.get(m.id, set())),
+            busy_slots=frozenset(busy[m.id]) if m.id in busy else no_slots,
             worker_report_at=m.worker_report_at,
             hourly_price_micros=m.hourly_price_micros,
             capacity_type=m.capacity_type,
@@ -125,9 +172,7 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             agent_address=m.agent_address,
             dispatch_backoff_until=m.dispatch_backoff_until,
         )
-        for m in session.execute(
-            select(models.Machine).where(models.Machine.state != MachineState.DESTROYED.value)
-        ).scalars()
+        for m in machine_rows
     ]
     offerings = [
         OfferingView(
