@@ -35,7 +35,6 @@ import json
 import multiprocessing
 import statistics
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -58,19 +57,16 @@ from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.db.migrate import upgrade
 from gpufleet.common.grpcserver import ServiceBinding, ServiceServer, create_server
 from gpufleet.common.leadership import LeaderLease
-from gpufleet.provisioner.drivers.base import InstanceInfo, InstanceSpec, Provider
-from gpufleet.provisioner.drivers.sim import SimCloud, SimDriver
-from gpufleet.provisioner.service import ProvisionerService
+from gpufleet.provisioner.drivers.sim import SimCloud
 from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
 from gpufleet.v1 import (
     agent_service_pb2,
     agent_service_pb2_grpc,
-    provisioner_service_pb2,
-    provisioner_service_pb2_grpc,
 )
 from tests.support.postgres import PostgresServer, start_postgres
+from tests.support.sim_provisioner import SlowCreates, serve_provisioner
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 SLOTS = 4
@@ -131,24 +127,6 @@ def _agent_process(ports: Any, stop: Any) -> None:
     server.stop(0)
 
 
-class SlowCreates(SimDriver):
-    """The sim driver whose create takes ``create_s`` seconds of real time once armed (as an
-    insert on a busy cloud does); ``release()`` ends every wait so the run can finish."""
-
-    def __init__(self, cloud: SimCloud, deployment_id: str) -> None:
-        super().__init__(cloud, deployment_id)
-        self.create_s = 0.0
-        self._released = threading.Event()
-
-    def create(self, spec: InstanceSpec) -> InstanceInfo:
-        if self.create_s:
-            self._released.wait(self.create_s)
-        return super().create(spec)
-
-    def release(self) -> None:
-        self._released.set()
-
-
 def _serve(add: Any, servicer: Any, module: Any, name: str, workers: int) -> ServiceServer:
     return create_server(
         "127.0.0.1:0",
@@ -181,18 +159,11 @@ def world(clock: ManualClock, catalog: Catalog) -> Iterator[World]:
     agent.start()
     agent_port = int(ports.get(timeout=60))
     driver = SlowCreates(SimCloud(clock), "bench")
-    prov = _serve(
-        provisioner_service_pb2_grpc.add_ProvisionerServiceServicer_to_server,
-        ProvisionerService({Provider.SIM: driver}, catalog),
-        provisioner_service_pb2,
-        "ProvisionerService",
-        32,
-    )
     try:
-        yield World(agent_port, driver, prov, catalog)
+        with serve_provisioner(driver, catalog) as prov:
+            yield World(agent_port, driver, prov, catalog)
     finally:
         driver.release()
-        prov.stop(0)
         stop.set()
         agent.join(10)
 

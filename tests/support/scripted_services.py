@@ -35,6 +35,12 @@ class ScriptedAgent(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
         self.reachable = True
         self.sample_calls = 0
         self.server: ServiceServer | None = None
+        # StartJob: accepted and recorded, or (``hang()``) held until ``release()``, as a
+        # frozen agent holds it; CancelJob is recorded.
+        self.started: list[str] = []
+        self.cancelled: list[str] = []
+        self._hang = threading.Event()
+        self._released = threading.Event()
 
     @property
     def address(self) -> str:
@@ -64,6 +70,31 @@ class ScriptedAgent(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
             if not self.reachable:
                 context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: agent down")
             return self.sample
+
+    def hang(self) -> None:
+        self._hang.set()
+
+    def release(self) -> None:
+        self._hang.clear()
+        self._released.set()
+
+    def StartJob(
+        self, request: agent_service_pb2.AgentServiceStartJobRequest, context: grpc.ServicerContext
+    ) -> agent_service_pb2.AgentServiceStartJobResponse:
+        if self._hang.is_set():
+            self._released.wait(120)
+        with self.lock:
+            again = request.attempt_id in self.started
+            if not again:
+                self.started.append(request.attempt_id)
+        return agent_service_pb2.AgentServiceStartJobResponse(already_running=again)
+
+    def CancelJob(
+        self, request: agent_service_pb2.AgentServiceCancelJobRequest, context: grpc.ServicerContext
+    ) -> agent_service_pb2.AgentServiceCancelJobResponse:
+        with self.lock:
+            self.cancelled.append(request.attempt_id)
+        return agent_service_pb2.AgentServiceCancelJobResponse(was_running=True)
 
     def Probe(
         self, request: agent_service_pb2.ProbeRequest, context: grpc.ServicerContext
@@ -178,11 +209,12 @@ def serve_agent() -> Iterator[ScriptedAgent]:
                 agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
             )
         ],
-        max_workers=4,
+        max_workers=8,
     )
     try:
         yield agent
     finally:
+        agent.release()
         agent.server.stop(0)
 
 

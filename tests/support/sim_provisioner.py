@@ -7,15 +7,16 @@ every call and takes injected errors, and shares the test's manual clock.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from gpufleet.common.catalog import load_catalog
+from gpufleet.common.catalog import Catalog, load_catalog
 from gpufleet.common.clock import Clock
 from gpufleet.common.grpcserver import ServiceBinding, ServiceServer, create_server
 from gpufleet.provisioner.drivers.base import InstanceInfo, InstanceSpec, Offering, Provider
-from gpufleet.provisioner.drivers.sim import SimCloud
+from gpufleet.provisioner.drivers.sim import SimCloud, SimDriver
 from gpufleet.provisioner.service import ProvisionerService
 from gpufleet.v1 import provisioner_service_pb2, provisioner_service_pb2_grpc
 
@@ -60,5 +61,54 @@ def serve_sim_provisioner(clock: Clock) -> Iterator[SimProvisioner]:
     )
     try:
         yield SimProvisioner(cloud, server)
+    finally:
+        server.stop(0)
+
+
+class SlowCreates(SimDriver):
+    """The sim driver whose create takes as long as a busy cloud's insert: once armed
+    (``create_s``), each create waits that long in real time — or until ``release()`` —
+    before it reaches the cloud, as GCE's insert operation does before it is done. The
+    cloud itself stays the SimCloud: idempotent by machine id, so two creates of one
+    machine (a leader change) leave one instance."""
+
+    def __init__(self, cloud: SimCloud, deployment_id: str) -> None:
+        super().__init__(cloud, deployment_id)
+        self.create_s = 0.0
+        self._released = threading.Event()
+        self.waiting = 0
+        self._lock = threading.Lock()
+
+    def create(self, spec: InstanceSpec) -> InstanceInfo:
+        if self.create_s:
+            with self._lock:
+                self.waiting += 1
+            try:
+                self._released.wait(self.create_s)
+            finally:
+                with self._lock:
+                    self.waiting -= 1
+        return super().create(spec)
+
+    def release(self) -> None:
+        self._released.set()
+
+
+@contextmanager
+def serve_provisioner(driver: SimDriver, catalog: Catalog | None = None) -> Iterator[ServiceServer]:
+    """The real ProvisionerService over gRPC on 127.0.0.1 with this one sim driver."""
+    server = create_server(
+        "127.0.0.1:0",
+        [
+            ServiceBinding(
+                provisioner_service_pb2_grpc.add_ProvisionerServiceServicer_to_server,
+                ProvisionerService({Provider.SIM: driver}, catalog or load_catalog(None)),
+                provisioner_service_pb2.DESCRIPTOR.services_by_name["ProvisionerService"].full_name,
+            )
+        ],
+        max_workers=32,
+    )
+    try:
+        yield server
     finally:
         server.stop(0)
