@@ -9,6 +9,7 @@ import grpc
 import pytest
 from sqlalchemy import func, select
 
+from gpufleet.common import paging
 from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
@@ -116,6 +117,13 @@ BAD_SUBMITS = [
         grpc.StatusCode.INVALID_ARGUMENT,
         "job.tenant_values['bad key!']",
     ),
+    # A key of non-ASCII text: its name reaches the gpufleet-field trailer escaped (gRPC
+    # metadata is ASCII), where it once made the answer INTERNAL.
+    (
+        submit_request(tenant_values={"thème": "v"}),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "job.tenant_values['th\\xe8me']",
+    ),
 ]
 
 
@@ -190,6 +198,14 @@ def test_reused_request_id_with_other_content_is_refused_and_keeps_the_first(
         (
             lambda s: s.ListJobs(
                 job_service_pb2.ListJobsRequest(page_token="eyJrIjoibWFjaGluZXMiLCJwIjoieCJ9"), timeout=5
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "page_token",
+        ),
+        (
+            # The jobs list's own kind, with a position that is an object, not a pair.
+            lambda s: s.ListJobs(
+                job_service_pb2.ListJobsRequest(page_token=paging.encode("jobs", {"0": "x"})), timeout=5
             ),
             grpc.StatusCode.INVALID_ARGUMENT,
             "page_token",

@@ -37,7 +37,11 @@ class ServiceBinding:
 
 def _abort(context: grpc.ServicerContext, err: GpufleetError) -> None:
     if err.field:
-        context.set_trailing_metadata(((FIELD_METADATA_KEY, err.field),))
+        # Metadata values must be printable ASCII; a field name can carry a client's own
+        # text (a map key), so anything else is escaped rather than failing the answer.
+        field = err.field.encode("ascii", "backslashreplace").decode("ascii")
+        field = "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in field)
+        context.set_trailing_metadata(((FIELD_METADATA_KEY, field),))
     context.abort(err.code, err.message)
 
 

@@ -43,3 +43,28 @@ def decode(kind: str, token: str) -> Any:
     if not isinstance(doc, dict) or doc.get("k") != kind or "p" not in doc:
         raise InvalidArgument(f"page token does not belong to this {kind} list", field="page_token")
     return doc["p"]
+
+
+INT64_MAX = 2**63 - 1
+
+
+def decode_int(kind: str, token: str) -> int | None:
+    """A position that is a row number or id: an integer a database column can hold
+    (0 .. 2**63-1); anything else in the token is INVALID_ARGUMENT, never a database
+    error."""
+    position = decode(kind, token)
+    if position is None:
+        return None
+    if not isinstance(position, int) or isinstance(position, bool) or not 0 <= position <= INT64_MAX:
+        raise InvalidArgument("malformed page token", field="page_token")
+    return position
+
+
+def decode_str(kind: str, token: str, max_length: int = 256) -> str | None:
+    """A position that is a key (an id, a name)."""
+    position = decode(kind, token)
+    if position is None:
+        return None
+    if not isinstance(position, str) or len(position) > max_length:
+        raise InvalidArgument("malformed page token", field="page_token")
+    return position

@@ -160,9 +160,7 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
         """The catalogue's offerings this provisioner can serve (its configured providers),
         pool by pool in order of preference."""
         size = paging.page_size(request.page_size)
-        start = paging.decode(_OFFERINGS, request.page_token) or 0
-        if not isinstance(start, int) or start < 0:
-            raise InvalidArgument("malformed page token", field="page_token")
+        start = paging.decode_int(_OFFERINGS, request.page_token) or 0
         if request.pool:
             pool = self.catalog.pool(request.pool)
             if pool is None:

@@ -26,12 +26,7 @@ _MAX_FILTER = 64
 
 
 def _int_position(kind: str, token: str) -> int | None:
-    after = paging.decode(kind, token)
-    if after is None:
-        return None
-    if not isinstance(after, int) or isinstance(after, bool):
-        raise InvalidArgument("malformed page token", field="page_token")
-    return after
+    return paging.decode_int(kind, token)
 
 
 def _short(value: str, field: str, limit: int = _MAX_FILTER) -> str:
@@ -118,9 +113,7 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
     ) -> reaper_service_pb2.ListWatchdogsResponse:
         """Every service's watchdogs (the Ticker registers each), by name."""
         size = paging.page_size(request.page_size)
-        after = paging.decode("watchdogs", request.page_token)
-        if after is not None and not isinstance(after, str):
-            raise InvalidArgument("malformed page token", field="page_token")
+        after = paging.decode_str("watchdogs", request.page_token)
         query = select(WatchdogStat).order_by(WatchdogStat.name)
         if after is not None:
             query = query.where(WatchdogStat.name > after)

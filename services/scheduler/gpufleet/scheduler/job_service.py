@@ -7,10 +7,12 @@ import threading
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any, cast
 
 import grpc
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Table, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import paging
@@ -28,6 +30,15 @@ from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 log = logging.getLogger(__name__)
 
 WATCH_POLL_S = 0.1
+_JOBS = cast(Table, models.Job.__table__)
+_EVENTS = cast(Table, models.JobEvent.__table__)
+
+
+def _insert_job(session: Session) -> Any:
+    """An INSERT into jobs that can say ``ON CONFLICT DO NOTHING`` on this dialect."""
+    if session.get_bind().dialect.name == "postgresql":
+        return pg_insert(_JOBS)
+    return sqlite_insert(_JOBS)
 
 
 class JobService(job_service_pb2_grpc.JobServiceServicer):
@@ -39,74 +50,93 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     def SubmitJob(
         self, request: job_service_pb2.SubmitJobRequest, context: grpc.ServicerContext
     ) -> job_pb2.Job:
+        """Validation in Python, then one short transaction of three statements: the
+        catalogue check (workspace, pool and kind in one query), the job's insert that
+        is idempotent by ``request_id`` (``ON CONFLICT DO NOTHING``), and its first event.
+        No ORM object graph: profiled, the old path spent its milliseconds in six
+        statements and the ORM's flush. A repeated ``request_id`` reads the stored job
+        and answers as the first call did (or refuses other content)."""
         content_hash = validation.submission(request.request_id, request.job, request.HasField("job"))
         spec = request.job
+        now = self.clock.now()
+        job_id = str(uuid.uuid4())
         with self.sessions() as session, session.begin():
-            existing = self._by_request_id(session, request.request_id, content_hash)
-            if existing is not None:
-                return existing
-            workspace = session.get(models.Workspace, spec.workspace)
-            if workspace is None:
-                raise NotFound(f"unknown workspace {spec.workspace!r}", field="job.workspace")
-            if not workspace.active:
-                raise FailedPrecondition(f"workspace {spec.workspace!r} is not active", field="job.workspace")
-            pool = session.get(models.Pool, spec.pool)
-            if pool is None:
-                raise NotFound(f"unknown pool {spec.pool!r}", field="job.pool")
-            kind = session.get(models.JobKind, spec.kind)
-            if kind is None:
-                raise NotFound(f"unknown job kind {spec.kind!r}", field="job.kind")
-            if kind.slots > pool.slots_per_machine:
-                raise InvalidArgument(
-                    f"kind {kind.id!r} needs {kind.slots} slots; pool {pool.id!r} machines have "
-                    f"{pool.slots_per_machine}",
-                    field="job.kind",
+            self._check_catalogue(session, spec)
+            row = {
+                "id": job_id,
+                "request_id": request.request_id,
+                "request_hash": content_hash,
+                "workspace_id": spec.workspace,
+                "pool_id": spec.pool,
+                "kind_id": spec.kind,
+                "pipeline_version": spec.pipeline_version,
+                "tenant_values": dict(spec.tenant_values),
+                "state": JobState.QUEUED.value,
+                "created_at": now,
+                "updated_at": now,
+                "attempt_count": 0,
+                "failure_retries_used": 0,
+                "lost_retries_used": 0,
+                "status_message": "",
+                "slot_seconds": 0.0,
+                "charge_micros": 0,
+                "cancel_requested": False,
+                "paid_wait_incident": False,
+            }
+            inserted = session.execute(
+                _insert_job(session)
+                .values(row)
+                .on_conflict_do_nothing(index_elements=["request_id"])
+                .returning(_JOBS.c.id)
+            ).scalar_one_or_none()
+            if inserted:
+                session.execute(
+                    insert(_EVENTS).values(
+                        job_id=job_id, state=JobState.QUEUED.value, at=now, message="submitted"
+                    )
                 )
-            now = self.clock.now()
-            job = models.Job(
-                id=str(uuid.uuid4()),
-                request_id=request.request_id,
-                request_hash=content_hash,
-                workspace_id=workspace.id,
-                pool_id=pool.id,
-                kind_id=kind.id,
-                pipeline_version=spec.pipeline_version,
-                tenant_values=dict(spec.tenant_values),
-                state=JobState.QUEUED.value,
-                created_at=now,
-                updated_at=now,
-                attempt_count=0,
-                failure_retries_used=0,
-                lost_retries_used=0,
-                status_message="",
-                slot_seconds=0.0,
-                charge_micros=0,
-                cancel_requested=False,
-                paid_wait_incident=False,
-            )
-            session.add(job)
-            try:
-                session.flush()
-            except IntegrityError:
-                session.rollback()
-                job = None  # type: ignore[assignment]
-            if job is not None:
-                session.add(
-                    models.JobEvent(job_id=job.id, state=JobState.QUEUED.value, at=now, message="submitted")
-                )
-                log.info(
-                    "job %s submitted for %s",
-                    job.id,
-                    workspace.id,
-                    extra={"fields": {"job_id": job.id, "workspace": workspace.id}},
-                )
-                return job_to_proto(job)
-        # A concurrent submission with the same request_id won the race: answer as it did.
-        with self.sessions() as session:
-            existing = self._by_request_id(session, request.request_id, content_hash)
+        if not inserted:
+            # The request_id is known: answer as the first call did.
+            with self.sessions() as session:
+                existing = self._by_request_id(session, request.request_id, content_hash)
             if existing is None:
                 raise FailedPrecondition("request_id conflict; retry", field="request_id")
             return existing
+        log.info(
+            "job %s submitted for %s",
+            job_id,
+            spec.workspace,
+            extra={"fields": {"job_id": job_id, "workspace": spec.workspace}},
+        )
+        return job_to_proto(models.Job(**row))
+
+    @staticmethod
+    def _check_catalogue(session: Session, spec: job_pb2.Job) -> None:
+        """Workspace, pool and kind in one query; on a miss, say which is wrong."""
+        found = session.execute(
+            select(
+                select(models.Workspace.active)
+                .where(models.Workspace.id == spec.workspace)
+                .scalar_subquery(),
+                select(models.Pool.slots_per_machine).where(models.Pool.id == spec.pool).scalar_subquery(),
+                select(models.JobKind.slots).where(models.JobKind.id == spec.kind).scalar_subquery(),
+            )
+        ).one()
+        active, slots_per_machine, kind_slots = found
+        if active is None:
+            raise NotFound(f"unknown workspace {spec.workspace!r}", field="job.workspace")
+        if not active:
+            raise FailedPrecondition(f"workspace {spec.workspace!r} is not active", field="job.workspace")
+        if slots_per_machine is None:
+            raise NotFound(f"unknown pool {spec.pool!r}", field="job.pool")
+        if kind_slots is None:
+            raise NotFound(f"unknown job kind {spec.kind!r}", field="job.kind")
+        if kind_slots > slots_per_machine:
+            raise InvalidArgument(
+                f"kind {spec.kind!r} needs {kind_slots} slots; pool {spec.pool!r} machines have "
+                f"{slots_per_machine}",
+                field="job.kind",
+            )
 
     @staticmethod
     def _by_request_id(session: Session, request_id: str, content_hash: str) -> job_pb2.Job | None:
@@ -164,9 +194,13 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                 )
             if position is not None:
                 try:
+                    if not isinstance(position, list) or len(position) != 2:
+                        raise TypeError(position)
                     after_time = datetime.fromisoformat(position[0])
                     after_id = str(position[1])
-                except (TypeError, ValueError, IndexError) as exc:
+                    if after_time.tzinfo is None:
+                        raise ValueError(position[0])
+                except (TypeError, ValueError, IndexError, KeyError) as exc:
                     raise InvalidArgument("malformed page token", field="page_token") from exc
                 query = query.where(
                     (models.Job.created_at > after_time)

@@ -119,10 +119,7 @@ class SweeperService(sweeper_service_pb2_grpc.SweeperServiceServicer):  # type: 
 
 
 def _position(kind: str, token: str) -> int | None:
-    after = paging.decode(kind, token)
-    if after is not None and (not isinstance(after, int) or isinstance(after, bool)):
-        raise InvalidArgument("malformed page token", field="page_token")
-    return after
+    return paging.decode_int(kind, token)
 
 
 def _kind_name(number: int) -> str:
