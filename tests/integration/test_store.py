@@ -46,3 +46,28 @@ def test_one_leader_and_a_paused_leader_is_fenced(db_url: str) -> None:
     assert a.is_leader is False
     with sessions() as s, s.begin():
         assert b.fence(s) == 2
+
+
+def test_a_connection_killed_while_idle_is_replaced_before_anyone_uses_it(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pre-ping only after an idle spell: a connection the server dropped (a restart, a
+    failover) while it sat in the pool is noticed at checkout and replaced; the caller
+    sees no error."""
+    from gpufleet.common.db import engine as engine_module
+
+    engine = make_engine(pg_url, pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            first = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        killer = make_engine(pg_url)
+        with killer.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
+            conn.commit()
+        killer.dispose()
+        monkeypatch.setattr(engine_module, "PING_IDLE_S", 0.0)  # it has been idle long enough
+        with engine.connect() as conn:
+            second = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        assert second != first
+    finally:
+        engine.dispose()

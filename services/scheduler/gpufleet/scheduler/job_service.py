@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
@@ -10,8 +11,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import grpc
-from sqlalchemy import Table, insert, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import Connection, Engine, Table, bindparam, insert, select, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -34,17 +34,49 @@ _JOBS = cast(Table, models.Job.__table__)
 _EVENTS = cast(Table, models.JobEvent.__table__)
 
 
-def _insert_job(session: Session) -> Any:
-    """An INSERT into jobs that can say ``ON CONFLICT DO NOTHING`` on this dialect."""
-    if session.get_bind().dialect.name == "postgresql":
-        return pg_insert(_JOBS)
-    return sqlite_insert(_JOBS)
+# SubmitJob's statements, built once: each call only binds its values (building them per
+# call, with literal values, cost more than the database round trips).
+_JOB_COLUMNS = (
+    "id, request_id, request_hash, workspace_id, pool_id, kind_id, pipeline_version, tenant_values, "
+    "state, created_at, updated_at, attempt_count, failure_retries_used, lost_retries_used, "
+    "status_message, slot_seconds, charge_micros, cancel_requested, paid_wait_incident"
+)
+# On PostgreSQL the whole submission is one statement: the catalogue check, the insert
+# idempotent by request_id, and the first event (a data-modifying CTE).
+_SUBMIT_PG = text(
+    "WITH ok AS ("
+    " SELECT 1 FROM workspaces w, pools p, job_kinds k"
+    " WHERE w.id = :workspace_id AND w.active AND p.id = :pool_id AND k.id = :kind_id"
+    " AND k.slots <= p.slots_per_machine"
+    "), j AS ("
+    f" INSERT INTO jobs ({_JOB_COLUMNS})"
+    " SELECT :id, :request_id, :request_hash, :workspace_id, :pool_id, :kind_id, :pipeline_version,"
+    " CAST(:tenant_values AS JSON), :state, :created_at, :updated_at, :attempt_count,"
+    " :failure_retries_used, :lost_retries_used, :status_message, :slot_seconds, :charge_micros,"
+    " :cancel_requested, :paid_wait_incident FROM ok"
+    " ON CONFLICT (request_id) DO NOTHING RETURNING id, created_at"
+    ")"
+    " INSERT INTO job_events (job_id, state, at, message)"
+    " SELECT id, 'QUEUED', created_at, 'submitted' FROM j RETURNING job_id"
+)
+_INSERT_JOB_SQLITE = (
+    sqlite_insert(_JOBS).on_conflict_do_nothing(index_elements=["request_id"]).returning(_JOBS.c.id)
+)
+_INSERT_EVENT = insert(_EVENTS)
+_W, _P, _K = models.Workspace, models.Pool, models.JobKind
+_CATALOGUE = select(
+    select(_W.active).where(_W.id == bindparam("w")).scalar_subquery(),
+    select(_P.slots_per_machine).where(_P.id == bindparam("p")).scalar_subquery(),
+    select(_K.slots).where(_K.id == bindparam("k")).scalar_subquery(),
+)
 
 
 class JobService(job_service_pb2_grpc.JobServiceServicer):
     def __init__(self, sessions: sessionmaker[Session], clock: Clock) -> None:
         self.sessions = sessions
         self.clock = clock
+        self.engine: Engine = sessions.kw["bind"]
+        self._postgres = self.engine.dialect.name == "postgresql"
 
     # -- SubmitJob -------------------------------------------------------------------
     def SubmitJob(
@@ -60,44 +92,33 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         spec = request.job
         now = self.clock.now()
         job_id = str(uuid.uuid4())
-        with self.sessions() as session, session.begin():
-            self._check_catalogue(session, spec)
-            row = {
-                "id": job_id,
-                "request_id": request.request_id,
-                "request_hash": content_hash,
-                "workspace_id": spec.workspace,
-                "pool_id": spec.pool,
-                "kind_id": spec.kind,
-                "pipeline_version": spec.pipeline_version,
-                "tenant_values": dict(spec.tenant_values),
-                "state": JobState.QUEUED.value,
-                "created_at": now,
-                "updated_at": now,
-                "attempt_count": 0,
-                "failure_retries_used": 0,
-                "lost_retries_used": 0,
-                "status_message": "",
-                "slot_seconds": 0.0,
-                "charge_micros": 0,
-                "cancel_requested": False,
-                "paid_wait_incident": False,
-            }
-            inserted = session.execute(
-                _insert_job(session)
-                .values(row)
-                .on_conflict_do_nothing(index_elements=["request_id"])
-                .returning(_JOBS.c.id)
-            ).scalar_one_or_none()
-            if inserted:
-                session.execute(
-                    insert(_EVENTS).values(
-                        job_id=job_id, state=JobState.QUEUED.value, at=now, message="submitted"
-                    )
-                )
+        row = {
+            "id": job_id,
+            "request_id": request.request_id,
+            "request_hash": content_hash,
+            "workspace_id": spec.workspace,
+            "pool_id": spec.pool,
+            "kind_id": spec.kind,
+            "pipeline_version": spec.pipeline_version,
+            "tenant_values": dict(spec.tenant_values),
+            "state": JobState.QUEUED.value,
+            "created_at": now,
+            "updated_at": now,
+            "attempt_count": 0,
+            "failure_retries_used": 0,
+            "lost_retries_used": 0,
+            "status_message": "",
+            "slot_seconds": 0.0,
+            "charge_micros": 0,
+            "cancel_requested": False,
+            "paid_wait_incident": False,
+        }
+        inserted = self._submit_postgres(row) if self._postgres else self._submit_sqlite(row, spec)
         if not inserted:
-            # The request_id is known: answer as the first call did.
+            # The catalogue refused it (say which part), or the request_id is known:
+            # answer as the first call did.
             with self.sessions() as session:
+                self._check_catalogue(session.connection(), spec)
                 existing = self._by_request_id(session, request.request_id, content_hash)
             if existing is None:
                 raise FailedPrecondition("request_id conflict; retry", field="request_id")
@@ -110,18 +131,31 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         )
         return job_to_proto(models.Job(**row))
 
-    @staticmethod
-    def _check_catalogue(session: Session, spec: job_pb2.Job) -> None:
-        """Workspace, pool and kind in one query; on a miss, say which is wrong."""
-        found = session.execute(
-            select(
-                select(models.Workspace.active)
-                .where(models.Workspace.id == spec.workspace)
-                .scalar_subquery(),
-                select(models.Pool.slots_per_machine).where(models.Pool.id == spec.pool).scalar_subquery(),
-                select(models.JobKind.slots).where(models.JobKind.id == spec.kind).scalar_subquery(),
+    def _submit_postgres(self, row: dict[str, Any]) -> bool:
+        """One statement, in autocommit: one round trip. False when it inserted nothing —
+        a catalogue miss or a known request_id, which the caller tells apart."""
+        params = dict(row, tenant_values=json.dumps(row["tenant_values"]))
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            return conn.execute(_SUBMIT_PG, params).first() is not None
+
+    def _submit_sqlite(self, row: dict[str, Any], spec: job_pb2.Job) -> bool:
+        """SQLite has no data-modifying CTE; it is in-process, so three statements in one
+        short write transaction cost no round trips."""
+        with self.sessions() as session, session.begin():
+            conn = session.connection()
+            self._check_catalogue(conn, spec)
+            if conn.execute(_INSERT_JOB_SQLITE, row).scalar_one_or_none() is None:
+                return False
+            conn.execute(
+                _INSERT_EVENT,
+                {"job_id": row["id"], "state": row["state"], "at": row["created_at"], "message": "submitted"},
             )
-        ).one()
+            return True
+
+    @staticmethod
+    def _check_catalogue(conn: Connection, spec: job_pb2.Job) -> None:
+        """Workspace, pool and kind in one query; on a miss, say which is wrong."""
+        found = conn.execute(_CATALOGUE, {"w": spec.workspace, "p": spec.pool, "k": spec.kind}).one()
         active, slots_per_machine, kind_slots = found
         if active is None:
             raise NotFound(f"unknown workspace {spec.workspace!r}", field="job.workspace")
