@@ -234,7 +234,8 @@ def main() -> None:
     print()
     print(f"SubmitJob, {CALLERS} concurrent callers ({PROCESSES} processes x {CALLERS // PROCESSES} threads)")
     print(
-        f"{'case':>11} {'calls/s':>9} {'x echo':>7} {'p50 ms':>7} {'p99 ms':>7} {'server CPU ms/call':>19} {'errors':>7}"
+        f"{'case':>11} {'calls/s':>9} {'x echo':>7} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'server CPU ms/call':>19} {'errors':>7}"
     )
     for r in results:
         print(
