@@ -8,6 +8,8 @@ Tests bind to port 0 and read the chosen port back.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import signal
 import threading
@@ -153,7 +155,9 @@ def create_server(
     return result
 
 
-def run_until_signalled(server: ServiceServer, stop: threading.Event, grace: float = 5.0) -> None:
+def run_until_signalled(
+    server: ServiceServer | AioServiceServer, stop: threading.Event, grace: float = 5.0
+) -> None:
     """Block until SIGTERM/SIGINT, then stop loops (``stop``) and the server gracefully."""
 
     def _handler(signum: int, _frame: object) -> None:
@@ -176,3 +180,252 @@ def announce_port(port: int, port_file: str | None) -> None:
     with open(tmp, "w") as fh:
         fh.write(str(port))
     os.replace(tmp, port_file)
+
+
+# ---- the asyncio server: streams that hold no thread, lanes no other caller can fill --------
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A bounded executor of its own for one service's unary calls: a flood of other
+    callers queues in their lane, never in this one (the scheduler's WorkerService)."""
+
+    service: str  # full name, e.g. gpufleet.v1.WorkerService
+    workers: int
+
+
+def _guard_async_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await behavior(request, context)
+        except GpufleetError as err:
+            await _abort_async(context, err)
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("unexpected error in %s", getattr(behavior, "__qualname__", behavior))
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
+        return None
+
+    return wrapper
+
+
+def _guard_async_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            async for item in behavior(request, context):
+                yield item
+        except GpufleetError as err:
+            await _abort_async(context, err)
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("unexpected error in stream %s", getattr(behavior, "__qualname__", behavior))
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
+
+    return wrapper
+
+
+async def _abort_async(context: grpc.aio.ServicerContext[Any, Any], err: GpufleetError) -> None:
+    if err.field:
+        field = err.field.encode("ascii", "backslashreplace").decode("ascii")
+        field = "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in field)
+        context.set_trailing_metadata(((FIELD_METADATA_KEY, field),))
+    await context.abort(err.code, err.message)
+
+
+def _on_lane(behavior: Callable[..., Any], executor: futures.ThreadPoolExecutor) -> Callable[..., Any]:
+    """A synchronous handler run on its lane's executor, awaited by the event loop."""
+
+    async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, behavior, request, context)
+
+    return call
+
+
+class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc,type-arg]
+    """The asyncio twin of :class:`ErrorMappingInterceptor`; it also puts each lane's
+    service on its own executor, and every other synchronous handler on the default one.
+    Only synchronous streaming handlers (none in the scheduler) would run in grpc's own
+    migration pool, holding a thread."""
+
+    def __init__(
+        self, lanes: dict[str, futures.ThreadPoolExecutor], default: futures.ThreadPoolExecutor
+    ) -> None:
+        self.lanes = lanes
+        self.default = default
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        service = method.split("/")[1] if method.count("/") == 2 else ""
+        lane = self.lanes.get(service, self.default)
+        if handler.unary_unary:
+            behavior = handler.unary_unary
+            if not inspect.iscoroutinefunction(behavior):
+                # Every handler the loop sees is a coroutine (the tracing interceptor
+                # awaits it); a synchronous one runs on its lane's executor.
+                behavior = _on_lane(_lane_guard(behavior), lane)
+            return grpc.unary_unary_rpc_method_handler(
+                _guard_async_unary(behavior),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:
+            behavior = handler.unary_stream
+            guard = _guard_async_stream if inspect.isasyncgenfunction(behavior) else _guard_stream
+            return grpc.unary_stream_rpc_method_handler(
+                guard(behavior),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+def _lane_guard(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """On a lane the handler gets the asyncio context, which a thread must not touch: the
+    handler's GpufleetError is carried back to the loop, which aborts."""
+
+    def call(request: Any, context: Any) -> Any:
+        return behavior(request, _NoContext(context))
+
+    return call
+
+
+class _NoContext:
+    """What a lane's handler may read of its call's context from a thread."""
+
+    def __init__(self, context: Any) -> None:
+        self._peer = context.peer()
+        self._metadata = tuple(context.invocation_metadata() or ())
+
+    def peer(self) -> str:
+        return str(self._peer)
+
+    def invocation_metadata(self) -> tuple[Any, ...]:
+        return self._metadata
+
+    def is_active(self) -> bool:
+        return True
+
+
+class AioServiceServer:
+    """An asyncio gRPC server run on an event loop of its own thread, with the interface
+    of :class:`ServiceServer` (so the runtime drives either the same way)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        thread: threading.Thread,
+        server: grpc.aio.Server,
+        port: int,
+        health_servicer: Any,
+        names: Sequence[str],
+        executors: Sequence[futures.ThreadPoolExecutor],
+    ) -> None:
+        self.loop = loop
+        self.thread = thread
+        self.server = server
+        self.port = port
+        self.health = health_servicer
+        self.names = list(names)
+        self.executors = list(executors)
+
+    def _run(self, coro: Any, timeout: float | None = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+
+        async def mark() -> None:
+            for name in [*self.names, ""]:
+                await self.health.set(name, status)
+
+        self._run(mark())
+
+    def stop(self, grace: float = 5.0) -> None:
+        if not self.loop.is_running():
+            return
+        self.set_serving(False)
+        self._run(self.server.stop(grace), timeout=grace + 10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        for executor in self.executors:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def wait_for_termination(self) -> None:
+        self.thread.join()
+
+
+def create_aio_server(
+    address: str,
+    bindings: Sequence[ServiceBinding],
+    *,
+    max_workers: int = 32,
+    lanes: Sequence[Lane] = (),
+) -> AioServiceServer:
+    """Build, bind and start an asyncio server on a loop thread of its own. Async handlers
+    run on the loop (a stream waiting on its client holds no thread); synchronous ones in
+    a pool of ``max_workers``; a lane's service in its own executor."""
+    from grpc_health.v1 import _async as health_async
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor
+
+    loop = asyncio.new_event_loop()
+    executors = {
+        lane.service: futures.ThreadPoolExecutor(lane.workers, f"lane-{lane.service}") for lane in lanes
+    }
+    api = futures.ThreadPoolExecutor(max_workers, "grpc-api")
+    migration = futures.ThreadPoolExecutor(4, "grpc-sync-streams")
+    started: futures.Future[tuple[grpc.aio.Server, int, Any]] = futures.Future()
+
+    async def build() -> None:
+        server = grpc.aio.server(
+            migration_thread_pool=migration,
+            interceptors=[aio_server_interceptor(), AioErrorMappingInterceptor(executors, api)],
+            options=[("grpc.so_reuseport", 0)],
+        )
+        for binding in bindings:
+            # The generated add_*_to_server functions take either kind of server.
+            binding.add(binding.servicer, server)  # type: ignore[arg-type]
+        health_servicer = health_async.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        names = [b.full_name for b in bindings]
+        reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        port = server.add_insecure_port(address)
+        if port == 0:
+            raise RuntimeError(f"could not bind gRPC server to {address}")
+        await server.start()
+        started.set_result((server, port, health_servicer))
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(build())
+        except BaseException as exc:
+            started.set_exception(exc)
+            return
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, name="grpc-aio", daemon=True)
+    thread.start()
+    server, port, health_servicer = started.result(timeout=30)
+    result = AioServiceServer(
+        loop,
+        thread,
+        server,
+        port,
+        health_servicer,
+        [b.full_name for b in bindings],
+        [api, migration, *executors.values()],
+    )
+    result.set_serving(True)
+    return result

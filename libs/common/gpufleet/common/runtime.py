@@ -11,7 +11,7 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from gpufleet.common.grpcserver import ServiceServer, announce_port, run_until_signalled
+from gpufleet.common.grpcserver import AioServiceServer, ServiceServer, announce_port, run_until_signalled
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import Ticker
 from gpufleet.common.settings import BaseServiceSettings
@@ -34,7 +34,7 @@ class TimerService:
     engine: Engine
     lease: LeaderLease
     ticker: Ticker
-    server: ServiceServer
+    server: ServiceServer | AioServiceServer
     # Clients this service opened itself (not ones a test passed in): closed on stop.
     provider: Closable | None = None
     # What else it owns and closes after the loops stop (the fleet tick's call pool).

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import threading
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, cast
 
@@ -21,8 +22,16 @@ from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name, enum_value, ts
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, TERMINAL_JOB_STATES, AttemptState, JobState
-from gpufleet.common.errors import AlreadyExists, FailedPrecondition, GpufleetError, InvalidArgument, NotFound
+from gpufleet.common.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    GpufleetError,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 from gpufleet.scheduler import validation
+from gpufleet.scheduler.events import EventHub
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import job_to_proto
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
@@ -30,6 +39,11 @@ from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 log = logging.getLogger(__name__)
 
 WATCH_POLL_S = 0.1
+# WatchJob streams open at once, per client connection and in all (per caller identity
+# once the trust issue's certificates name callers).
+MAX_WATCH_STREAMS_PER_CONNECTION = 16
+MAX_WATCH_STREAMS = 1024
+_TERMINAL = frozenset(s.value for s in TERMINAL_JOB_STATES)
 _JOBS = cast(Table, models.Job.__table__)
 _EVENTS = cast(Table, models.JobEvent.__table__)
 
@@ -77,6 +91,13 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         self.clock = clock
         self.engine: Engine = sessions.kw["bind"]
         self._postgres = self.engine.dialect.name == "postgresql"
+        self.hub = EventHub(sessions, WATCH_POLL_S)
+        # Open WatchJob streams; touched only on the server's event loop.
+        self._streams: Counter[str] = Counter()
+        self._streams_total = 0
+
+    def close(self) -> None:
+        self.hub.executor.shutdown(wait=False, cancel_futures=True)
 
     # -- SubmitJob -------------------------------------------------------------------
     def SubmitJob(
@@ -299,33 +320,65 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             return self._render(session, job_id)
 
     # -- WatchJob --------------------------------------------------------------------
-    def WatchJob(
-        self, request: job_service_pb2.WatchJobRequest, context: grpc.ServicerContext
-    ) -> Iterator[job_pb2.JobEvent]:
+    async def WatchJob(
+        self, request: job_service_pb2.WatchJobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[job_pb2.JobEvent]:
+        """A stream holds no thread: it waits on the event loop for the hub to hand it its
+        job's events (one query a poll for every stream), and a client that stops reading
+        only stops its own stream. Streams are capped per connection and in all."""
         job_id = validation.job_id(request.job_id)
+        peer = context.peer()
+        if self._streams_total >= MAX_WATCH_STREAMS:
+            raise ResourceExhausted(f"{MAX_WATCH_STREAMS} WatchJob streams are open; try again later")
+        if self._streams[peer] >= MAX_WATCH_STREAMS_PER_CONNECTION:
+            raise ResourceExhausted(
+                f"this connection already has {MAX_WATCH_STREAMS_PER_CONNECTION} WatchJob streams open"
+            )
+        self._streams[peer] += 1
+        self._streams_total += 1
+        queue = self.hub.watch(job_id)
+        try:
+            loop = asyncio.get_running_loop()
+            past = await loop.run_in_executor(self.hub.executor, self._past_events, job_id)
+            if past is None:
+                raise NotFound(f"no job {job_id!r}", field="job_id")
+            seen = 0
+            batch = past
+            while True:
+                fresh = [e for e in batch if e[0] > seen]
+                if fresh:
+                    snapshot = await loop.run_in_executor(self.hub.executor, self._render_alone, job_id)
+                    for event_id, state, at, message in fresh:
+                        seen = event_id
+                        yield job_pb2.JobEvent(
+                            job=snapshot,
+                            state=enum_value(job_pb2.JobState, "JOB_STATE_", state),
+                            event_time=ts(at),
+                            message=message,
+                        )
+                        if state in _TERMINAL:
+                            return
+                batch = [await queue.get()]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+        finally:
+            self.hub.unwatch(job_id, queue)
+            self._streams[peer] -= 1
+            if not self._streams[peer]:
+                del self._streams[peer]
+            self._streams_total -= 1
+
+    def _past_events(self, job_id: str) -> list[tuple[int, str, datetime, str]] | None:
         with self.sessions() as session:
             if session.get(models.Job, job_id) is None:
-                raise NotFound(f"no job {job_id!r}", field="job_id")
-        last_id = 0
-        idle = threading.Event()
-        while context.is_active():
-            with self.sessions() as session:
-                events = list(
-                    session.execute(
-                        select(models.JobEvent)
-                        .where(models.JobEvent.job_id == job_id, models.JobEvent.id > last_id)
-                        .order_by(models.JobEvent.id)
-                    ).scalars()
-                )
-                snapshot = self._render(session, job_id) if events else None
-            for event in events:
-                last_id = event.id
-                yield job_pb2.JobEvent(
-                    job=snapshot,
-                    state=enum_value(job_pb2.JobState, "JOB_STATE_", event.state),
-                    event_time=ts(event.at),
-                    message=event.message,
-                )
-                if event.state in {s.value for s in TERMINAL_JOB_STATES}:
-                    return
-            idle.wait(WATCH_POLL_S)  # transport polling in real time, not logic
+                return None
+            rows = session.execute(
+                select(models.JobEvent.id, models.JobEvent.state, models.JobEvent.at, models.JobEvent.message)
+                .where(models.JobEvent.job_id == job_id)
+                .order_by(models.JobEvent.id)
+            ).all()
+        return [tuple(r) for r in rows]  # type: ignore[misc]
+
+    def _render_alone(self, job_id: str) -> job_pb2.Job:
+        with self.sessions() as session:
+            return self._render(session, job_id)

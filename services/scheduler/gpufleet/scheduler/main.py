@@ -11,7 +11,7 @@ from gpufleet.common import telemetry
 from gpufleet.common.catalog import load_catalog
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
-from gpufleet.common.grpcserver import ServiceBinding, create_server
+from gpufleet.common.grpcserver import Lane, ServiceBinding, create_aio_server
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import PeriodicTask, Ticker
 from gpufleet.common.runtime import TimerService, serve
@@ -31,6 +31,7 @@ from gpufleet.v1 import (
 )
 
 SERVICE = "scheduler"
+WORKER_SERVICE = worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
 log = logging.getLogger("gpufleet.scheduler")
 
 
@@ -60,12 +61,15 @@ def build(settings: Settings) -> TimerService:
         [PeriodicTask("fleet_tick", settings.tick_s, tick.run)],
         settings.lease_renew_s,
     )
-    server = create_server(
+    jobs = JobService(sessions, clock)
+    # An asyncio server: WatchJob streams wait on its loop and hold no thread; the workers'
+    # reports run on a lane of their own that no other caller can fill.
+    server = create_aio_server(
         settings.listen_address,
         [
             ServiceBinding(
                 job_service_pb2_grpc.add_JobServiceServicer_to_server,
-                JobService(sessions, clock),
+                jobs,
                 job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
             ),
             ServiceBinding(
@@ -79,6 +83,8 @@ def build(settings: Settings) -> TimerService:
                 worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
             ),
         ],
+        max_workers=settings.api_workers,
+        lanes=[Lane(WORKER_SERVICE, settings.worker_lane_workers)],
     )
     return TimerService(
         name=SERVICE,
@@ -88,7 +94,7 @@ def build(settings: Settings) -> TimerService:
         ticker=ticker,
         server=server,
         provider=provisioner,
-        others=(tick,),
+        others=(tick, jobs),
     )
 
 

@@ -39,3 +39,7 @@ class Settings(StoreSettings):
     # failure in a row up to the cap.
     dispatch_backoff_s: float = Field(default=30.0, gt=0)
     dispatch_backoff_max_s: float = Field(default=600.0, gt=0)
+    # Threads for the API's synchronous calls (JobService, FleetService), and the lane of
+    # its own that the workers' reports (WorkerService) run on, which no other caller fills.
+    api_workers: int = Field(default=32, ge=1, le=512)
+    worker_lane_workers: int = Field(default=16, ge=1, le=512)
