@@ -332,3 +332,50 @@ def test_a_stockout_quarantines_the_offering_for_the_configured_ttl(fleet: Fleet
     assert quarantine.expires_at == fleet.clock.now() + timedelta(
         seconds=120
     )  # GPUFLEET_OFFERING_QUARANTINE_TTL_S
+
+
+def test_a_cancelled_jobs_slot_is_free_only_once_the_machine_says_so(fleet: Fleet) -> None:
+    from gpufleet.scheduler.job_service import JobService
+    from gpufleet.scheduler.worker_service import WorkerService
+    from gpufleet.v1 import job_service_pb2, worker_service_pb2
+
+    agent = fleet.agent()
+    machine_id = fleet.machine(agent, slots=1)
+    first = fleet.job(1)
+    lease, tick = fleet.leader("replica-a")
+    assert lease.try_acquire()
+    assert tick.run(fleet.clock.now()).actions["assign"] == 1
+    tick.settle(30)
+    (running,) = fleet.attempts_of(first)
+    jobs, workers = (
+        JobService(fleet.sessions, fleet.clock),
+        WorkerService(fleet.sessions, fleet.clock, fleet.settings),
+    )
+
+    def heartbeat(*attempts: str) -> None:
+        running_now = [worker_service_pb2.RunningAttempt(attempt_id=a, slot=0) for a in attempts]
+        workers.ReportHeartbeat(
+            worker_service_pb2.ReportHeartbeatRequest(machine_id=machine_id, running=running_now), None
+        )
+
+    heartbeat(running.id)
+    jobs.CancelJob(job_service_pb2.CancelJobRequest(job_id=first, reason="changed my mind"), None)
+    assert agent.cancelled == [running.id]
+    second = fleet.job(2)
+
+    # The machine has not said the process is gone: the slot is not given out.
+    fleet.clock.advance(timedelta(seconds=5))
+    assert tick.run(fleet.clock.now()).actions["assign"] == 0
+    heartbeat(running.id)  # still winding down
+    fleet.clock.advance(timedelta(seconds=5))
+    assert tick.run(fleet.clock.now()).actions["assign"] == 0
+    assert fleet.row(models.Job, second).state == "QUEUED"
+
+    heartbeat()  # gone: the slot is free, and the next job goes there
+    fleet.clock.advance(timedelta(seconds=5))
+    assert tick.run(fleet.clock.now()).actions["assign"] == 1
+    tick.settle(30)
+    (attempt,) = fleet.attempts_of(second)
+    assert (attempt.machine_id, attempt.slot) == (machine_id, 0)
+    assert fleet.row(models.Job, second).state == "RUNNING"
+    assert agent.started == [running.id, attempt.id]

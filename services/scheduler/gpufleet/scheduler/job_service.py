@@ -299,7 +299,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             ).all()
             for attempt, machine in live:
                 # A cancelled attempt is charged for the GPU time it held until now.
-                end_attempt(session, attempt, AttemptState.CANCELLED, now, charged=True)
+                end_attempt(session, attempt, AttemptState.CANCELLED, now, charged=True, on_machine=True)
                 if machine.agent_address:
                     to_cancel.append((machine.agent_address, attempt.id))
             job.cancel_requested = True

@@ -31,10 +31,15 @@ def end_attempt(
     slot_seconds: float | None = None,
     charged: bool,
     message: str = "",
+    on_machine: bool = False,
 ) -> None:
     """End ``attempt`` in ``state``: its slot-seconds (measured by the worker, or elapsed
     since it started times the slots it held), its charge when ``charged``, and the job's
-    totals. Every way an attempt ends goes through here so a charge is computed once."""
+    totals. Every way an attempt ends goes through here so a charge is computed once.
+
+    ``on_machine``: the control plane ended it while its process may still run there
+    (a cancel, a time limit, a take-back); its slot stays held until the machine's worker
+    reports it gone — a slot is free only once the machine says so."""
     job = session.get_one(models.Job, attempt.job_id)
     attempt.state = state.value
     attempt.ended_at = now
@@ -42,6 +47,7 @@ def end_attempt(
         slot_seconds = max(0.0, (now - attempt.started_at).total_seconds()) * attempt.slots
     attempt.slot_seconds = slot_seconds
     attempt.charged = charged
+    attempt.holds_slot = on_machine
     attempt.charge_micros = 0
     if message:
         attempt.status_message = message[:2000]

@@ -249,6 +249,9 @@ class Attempt(Base):
     status_message: Mapped[str] = mapped_column(Text, default="")
     # Who owns the attempt's row for writes: the epoch of the leader that created it.
     epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Ended here, but its process may still run on the machine (cancelled, timed out,
+    # taken back): the slot stays held until the machine's worker reports it gone.
+    holds_slot: Mapped[bool] = mapped_column(Boolean, default=False)
 
     __table_args__ = (
         Index(

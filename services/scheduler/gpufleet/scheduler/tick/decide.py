@@ -23,9 +23,7 @@ from gpufleet.scheduler.tick.model import (
     TickPlan,
 )
 
-ARRIVING = frozenset(
-    {MachineState.REQUESTED, MachineState.PROVISIONING, MachineState.BOOTING, MachineState.STARTING}
-)
+ARRIVING = frozenset({MachineState.PROVISIONING, MachineState.BOOTING, MachineState.STARTING})
 # States in which a machine bills, or is about to: counted against the ceiling.
 NOT_RUNNING = frozenset({MachineState.STOPPED, MachineState.DESTROYED})
 

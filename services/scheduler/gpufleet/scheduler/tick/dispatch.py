@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 from uuid import uuid4
 
-from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy import Table, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.attempts import requeue_after_loss, set_jobs_state
@@ -157,7 +157,8 @@ class DispatchController:
                 machines[row.id] = row
             for mid, slot, n in session.execute(
                 select(models.Attempt.machine_id, models.Attempt.slot, models.Attempt.slots).where(
-                    models.Attempt.machine_id.in_(part), models.Attempt.state.in_(_LIVE)
+                    models.Attempt.machine_id.in_(part),
+                    or_(models.Attempt.state.in_(_LIVE), models.Attempt.holds_slot.is_(True)),
                 )
             ):
                 busy.setdefault(mid, set()).update(range(slot, slot + n))
@@ -340,7 +341,9 @@ class DispatchController:
             return False
         job = session.get_one(models.Job, attempt.job_id)
         kind = session.get_one(models.JobKind, job.kind_id)
-        end_attempt(session, attempt, AttemptState.INFRA_ERROR, now, charged=False, message=why)
+        end_attempt(
+            session, attempt, AttemptState.INFRA_ERROR, now, charged=False, message=why, on_machine=True
+        )
         record_failure(
             session,
             now,

@@ -60,6 +60,7 @@ class LimitsController:
                 now,
                 charged=False,
                 message="lease expired: the machine stopped reporting",
+                on_machine=True,
             )
             record_failure(
                 session,
@@ -99,6 +100,7 @@ class LimitsController:
                 now,
                 charged=True,
                 message="past its kind's time limit",
+                on_machine=True,
             )
             record_failure(
                 session,

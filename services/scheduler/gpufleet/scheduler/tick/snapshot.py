@@ -65,6 +65,12 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
         busy[a.machine_id].update(range(a.slot, a.slot + a.slots))
         usage[ws] += max(0.0, (now - a.started_at).total_seconds()) * a.slots
 
+    # Slots of attempts ended here whose process the machine has not reported gone yet.
+    for machine_id, slot, slots in session.execute(
+        select(A.machine_id, A.slot, A.slots).where(A.holds_slot.is_(True))
+    ).all():
+        busy[machine_id].update(range(slot, slot + slots))
+
     since = now - timedelta(seconds=fair_share_window_s)
     for ws, used in session.execute(
         select(models.Job.workspace_id, func.sum(models.Attempt.slot_seconds))

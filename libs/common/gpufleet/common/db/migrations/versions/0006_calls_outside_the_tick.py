@@ -9,6 +9,10 @@ never left PROVISIONING by accident and never started twice.
 ``dispatch_failures`` / ``dispatch_backoff_until``: a machine whose agent keeps failing
 StartJob is not chosen again until its back-off has passed.
 
+``attempts.holds_slot``: an attempt ended by the control plane (cancelled, timed out, taken
+back) keeps its slot until the machine's worker reports it gone, so no job is sent to a
+slot the machine has not freed yet.
+
 ``state_changed_by`` / ``state_reason``: who made the machine's last state change (the
 lifecycle's actor) and why (the net, the ledger row, the operator's words).
 
@@ -61,8 +65,10 @@ COLUMNS = (
 def upgrade() -> None:
     for _name, column in COLUMNS:
         op.add_column("machines", column())
+    op.add_column("attempts", sa.Column("holds_slot", sa.Boolean(), nullable=False, server_default=sa.false()))
 
 
 def downgrade() -> None:
+    op.drop_column("attempts", "holds_slot")
     for name, _column in reversed(COLUMNS):
         op.drop_column("machines", name)
