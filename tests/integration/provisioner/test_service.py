@@ -138,6 +138,15 @@ def rpc_error(call) -> grpc.RpcError:  # type: ignore[no-untyped-def]
     return raised.value
 
 
+def _with(**fields: object) -> machine_pb2.Offering:
+    """SIM_OFFERING with some fields replaced."""
+    offering = machine_pb2.Offering()
+    offering.CopyFrom(SIM_OFFERING)
+    for name, value in fields.items():
+        setattr(offering, name, value)
+    return offering
+
+
 INVALID = [
     ("CreateInstance", pb.CreateInstanceRequest(offering=SIM_OFFERING), "machine_id"),
     ("CreateInstance", pb.CreateInstanceRequest(machine_id="Bad/../Id", offering=SIM_OFFERING), "machine_id"),
@@ -173,6 +182,18 @@ INVALID = [
         ),
         "offering.slots",
     ),
+    *[
+        ("CreateInstance", pb.CreateInstanceRequest(machine_id="m-1", offering=bad), field)
+        for bad, field in [
+            (_with(zone="us-east1-b; rm -rf /"), "offering.zone"),
+            (_with(region="r\u00e9gion"), "offering.region"),
+            (_with(instance_type="../../etc"), "offering.instance_type"),
+            (_with(hourly_price_micros=-1), "offering.hourly_price_micros"),
+            (_with(capacity_type=99), "offering.capacity_type"),
+            (_with(slots=10_000), "offering.slots"),
+            (_with(gpu_count=-2), "offering.gpu_count"),
+        ]
+    ],
     ("StartInstance", pb.StartInstanceRequest(offering=SIM_OFFERING), "machine_id"),
     ("StopInstance", pb.StopInstanceRequest(machine_id="m-1"), "offering"),
     (

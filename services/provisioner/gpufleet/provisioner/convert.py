@@ -33,6 +33,11 @@ def _ts(value: datetime | None) -> Timestamp | None:
 # and the local driver's folder name, so it is checked here once for every driver.
 _MACHINE_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _PROVIDER_INSTANCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}")
+# What a provider names a region, zone, instance type or GPU model with; an offering id is
+# the catalogue's. Printable, short, and never a path or a command.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+MAX_SLOTS = 64
+MAX_GPUS = 16
 
 
 def provider_of(number: int, field: str) -> Provider:
@@ -79,6 +84,7 @@ def offering(request: Any, *, for_create: bool = False) -> Offering:
                 raise InvalidArgument("is required to create an instance", field=f"offering.{name}")
         if msg.slots < 1:
             raise InvalidArgument("must be at least 1", field="offering.slots")
+    _check_offering(msg)
     capacity = (
         CapacityType.SPOT if msg.capacity_type == machine_pb2.CAPACITY_TYPE_SPOT else CapacityType.ON_DEMAND
     )
@@ -94,6 +100,25 @@ def offering(request: Any, *, for_create: bool = False) -> Offering:
         hourly_price_micros=msg.hourly_price_micros,
         offering_id=msg.offering_id,
     )
+
+
+def _check_offering(msg: Any) -> None:
+    """Everything an offering carries is stored and shown: check it before any driver."""
+    for name in ("region", "zone", "instance_type", "gpu_model", "offering_id"):
+        value = getattr(msg, name)
+        if value and not _NAME.fullmatch(value):
+            raise InvalidArgument(
+                "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+                field=f"offering.{name}",
+            )
+    if msg.slots > MAX_SLOTS:
+        raise InvalidArgument(f"at most {MAX_SLOTS}", field="offering.slots")
+    if not 0 <= msg.gpu_count <= MAX_GPUS:
+        raise InvalidArgument(f"must be 0 to {MAX_GPUS}", field="offering.gpu_count")
+    if msg.hourly_price_micros < 0:
+        raise InvalidArgument("must not be negative", field="offering.hourly_price_micros")
+    if msg.capacity_type not in machine_pb2.CapacityType.values():
+        raise InvalidArgument(f"unknown capacity type {msg.capacity_type}", field="offering.capacity_type")
 
 
 def instance_to_proto(info: InstanceInfo) -> Any:
