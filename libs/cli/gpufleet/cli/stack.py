@@ -8,6 +8,7 @@ its settings in the environment, exactly as a deployment would.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -29,6 +30,10 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class ClockMismatch(RuntimeError):
+    """The state dir's clock runs at another speed than the one asked for."""
 
 
 @dataclass
@@ -79,9 +84,32 @@ class Stack:
             capture_output=True,
         )
 
+    def keep_clock(self) -> None:
+        """A scaled clock's origin is kept in the state dir (``clock.json``): restarted on
+        the same state dir, the control plane goes on from the time it had, so it agrees
+        with the local machines still running from before. Another speed on the same state
+        dir would put them out of step, so it is refused."""
+        path = self.config.state_dir / "clock.json"
+        if path.exists():
+            stored = json.loads(path.read_text())
+            if float(stored["speed"]) != self.config.clock_speed:
+                raise ClockMismatch(
+                    f"{self.config.state_dir} was started with --speed {stored['speed']:g}; "
+                    f"start it with that speed, or use a fresh --state-dir"
+                )
+            if self.config.clock_origin is None:
+                self.config.clock_origin = float(stored["origin"])
+            return
+        if self.config.clock_speed == 1.0:
+            return
+        if self.config.clock_origin is None:
+            self.config.clock_origin = time.time()
+        path.write_text(json.dumps({"speed": self.config.clock_speed, "origin": self.config.clock_origin}))
+
     def start(self, on_started: Callable[[str, str], None] | None = None) -> None:
         """Migrate, then start every service and wait until each answers its health check."""
         self.migrate()
+        self.keep_clock()
         env = {**os.environ, **self.common_env()}
         if self.config.clock_speed != 1.0:
             self.config.clock_origin = float(env["GPUFLEET_CLOCK_ORIGIN"])

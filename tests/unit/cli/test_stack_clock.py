@@ -1,0 +1,39 @@
+"""`gpufleet up --speed N` restarted on the same state dir keeps the clock it started with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufleet.cli.stack import ClockMismatch, Stack, StackConfig
+
+
+def stack(state_dir: Path, speed: float) -> Stack:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    ports = {"provisioner": 1, "scheduler": 2}
+    return Stack(StackConfig(state_dir=state_dir, ports=ports, clock_speed=speed))
+
+
+def test_a_restart_at_the_same_speed_keeps_the_first_origin(tmp_path: Path) -> None:
+    first = stack(tmp_path, 60.0)
+    first.keep_clock()
+    origin = first.config.clock_origin
+    assert origin is not None
+    again = stack(tmp_path, 60.0)
+    again.keep_clock()
+    assert again.config.clock_origin == origin
+    assert again.common_env()["GPUFLEET_CLOCK_ORIGIN"] == repr(origin)
+
+
+@pytest.mark.parametrize("speed", [1.0, 30.0])
+def test_another_speed_on_the_same_state_dir_is_refused(tmp_path: Path, speed: float) -> None:
+    stack(tmp_path, 60.0).keep_clock()
+    with pytest.raises(ClockMismatch, match="--speed 60"):
+        stack(tmp_path, speed).keep_clock()
+
+
+def test_real_time_leaves_no_clock_file(tmp_path: Path) -> None:
+    s = stack(tmp_path, 1.0)
+    s.keep_clock()
+    assert s.config.clock_origin is None and not (tmp_path / "clock.json").exists()
