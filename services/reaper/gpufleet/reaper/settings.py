@@ -49,8 +49,10 @@ class Settings(StoreSettings):
     # Grace windows, counted from first_observed_at.
     auto_stop_grace_s: float = Field(default=600.0, ge=0)
     auto_destroy_grace_s: float = Field(default=600.0, ge=0)
-    # A stop or destroy may wait on the provider's long operation.
-    provider_timeout_s: float = Field(default=120.0, gt=0)
+    # A stop or destroy may wait on the provider's long operation: longer than any driver's
+    # own bounded wait (the gcp driver waits up to 120 s for an operation), so the call is
+    # answered rather than cut off with the machine left transitional by accident.
+    provider_timeout_s: float = Field(default=300.0, gt=0)
 
     # Provision deadline: the deadline itself is fixed by the scheduler at request time;
     # this is only the fallback for a row that has none (counted from requested_at).
