@@ -121,7 +121,7 @@ def _check_offering(msg: Any) -> None:
         raise InvalidArgument(f"unknown capacity type {msg.capacity_type}", field="offering.capacity_type")
 
 
-def instance_to_proto(info: InstanceInfo) -> Any:
+def instance_to_proto(info: InstanceInfo) -> provisioner_service_pb2.Instance:
     return provisioner_service_pb2.Instance(
         name=f"instances/{info.provider.value.lower()}/{info.provider_instance_id}",
         machine_id=info.machine_id,

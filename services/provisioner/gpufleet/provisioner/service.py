@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 import grpc
 
@@ -24,6 +23,12 @@ from gpufleet.provisioner.drivers.base import Driver, InstanceInfo, InstanceRef,
 from gpufleet.v1 import provisioner_service_pb2, provisioner_service_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+pb = provisioner_service_pb2
+# The requests that name one instance.
+_InstanceRequest = (
+    pb.StartInstanceRequest | pb.StopInstanceRequest | pb.DestroyInstanceRequest | pb.GetInstanceRequest
+)
 
 _INSTANCES = "instances"
 _OFFERINGS = "offerings"
@@ -59,7 +64,7 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
             )
         return driver
 
-    def _ref(self, request: Any) -> tuple[Driver, InstanceRef]:
+    def _ref(self, request: _InstanceRequest) -> tuple[Driver, InstanceRef]:
         machine_id = convert.machine_id(request.machine_id)
         offering = convert.offering(request)
         ref = InstanceRef(
@@ -69,7 +74,7 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
         )
         return self._driver(offering.provider, "offering.provider"), ref
 
-    def CreateInstance(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def CreateInstance(self, request: pb.CreateInstanceRequest, context: grpc.ServicerContext) -> pb.Instance:
         machine_id = convert.machine_id(request.machine_id)
         offering = convert.offering(request, for_create=True)
         driver = self._driver(offering.provider, "offering.provider")
@@ -88,7 +93,7 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
             info = driver.create(InstanceSpec(machine_id=machine_id, offering=offering))
         return convert.instance_to_proto(info)
 
-    def StartInstance(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def StartInstance(self, request: pb.StartInstanceRequest, context: grpc.ServicerContext) -> pb.Instance:
         driver, ref = self._ref(request)
         log.info(
             "start instance",
@@ -97,7 +102,7 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
         with _provider_trailer(context):
             return convert.instance_to_proto(driver.start(ref))
 
-    def StopInstance(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def StopInstance(self, request: pb.StopInstanceRequest, context: grpc.ServicerContext) -> pb.Instance:
         driver, ref = self._ref(request)
         log.info(
             "stop instance",
@@ -106,7 +111,9 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
         with _provider_trailer(context):
             return convert.instance_to_proto(driver.stop(ref))
 
-    def DestroyInstance(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def DestroyInstance(
+        self, request: pb.DestroyInstanceRequest, context: grpc.ServicerContext
+    ) -> pb.DestroyInstanceResponse:
         driver, ref = self._ref(request)
         with _provider_trailer(context):
             existed = driver.destroy(ref)
@@ -118,12 +125,14 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
         )
         return provisioner_service_pb2.DestroyInstanceResponse(existed=existed)
 
-    def GetInstance(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetInstance(self, request: pb.GetInstanceRequest, context: grpc.ServicerContext) -> pb.Instance:
         driver, ref = self._ref(request)
         with _provider_trailer(context):
             return convert.instance_to_proto(driver.get(ref))
 
-    def ListInstances(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ListInstances(
+        self, request: pb.ListInstancesRequest, context: grpc.ServicerContext
+    ) -> pb.ListInstancesResponse:
         """Every configured provider's instances in (provider, id) order, keyset-paged.
 
         A provider whose list fails is named in ``unreachable`` instead of failing the call,
@@ -156,7 +165,9 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
             unreachable=unreachable,
         )
 
-    def ListOfferings(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ListOfferings(
+        self, request: pb.ListOfferingsRequest, context: grpc.ServicerContext
+    ) -> pb.ListOfferingsResponse:
         """The catalogue's offerings this provisioner can serve (its configured providers),
         pool by pool in order of preference."""
         size = paging.page_size(request.page_size)

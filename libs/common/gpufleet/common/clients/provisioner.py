@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from gpufleet.common import grpcclient
 from gpufleet.common.provider_errors import BY_KIND, METADATA_KEY, ProviderError, Transient
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2, provisioner_service_pb2_grpc
+
+T = TypeVar("T")
 
 
 def _provider_error(err: grpc.RpcError) -> Exception:
@@ -40,7 +44,7 @@ class ProvisionerClient:
     def close(self) -> None:
         self._channel.close()
 
-    def _call(self, method, request, idempotent: bool):  # type: ignore[no-untyped-def]
+    def _call(self, method: Callable[..., T], request: Message, idempotent: bool) -> T:
         return grpcclient.call(
             method,
             request,
@@ -58,7 +62,10 @@ class ProvisionerClient:
         req = provisioner_service_pb2.CreateInstanceRequest(
             request_id=request_id, machine_id=machine_id, offering=offering
         )
-        return self._call(self._stub.CreateInstance, req, idempotent=True)  # type: ignore[no-any-return]
+        instance: provisioner_service_pb2.Instance = self._call(
+            self._stub.CreateInstance, req, idempotent=True
+        )
+        return instance
 
     def start(
         self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str, request_id: str
@@ -69,7 +76,10 @@ class ProvisionerClient:
             offering=offering,
             provider_instance_id=provider_instance_id,
         )
-        return self._call(self._stub.StartInstance, req, idempotent=True)  # type: ignore[no-any-return]
+        instance: provisioner_service_pb2.Instance = self._call(
+            self._stub.StartInstance, req, idempotent=True
+        )
+        return instance
 
     def stop(
         self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str, request_id: str
@@ -80,7 +90,8 @@ class ProvisionerClient:
             offering=offering,
             provider_instance_id=provider_instance_id,
         )
-        return self._call(self._stub.StopInstance, req, idempotent=True)  # type: ignore[no-any-return]
+        instance: provisioner_service_pb2.Instance = self._call(self._stub.StopInstance, req, idempotent=True)
+        return instance
 
     def destroy(
         self, machine_id: str, offering: machine_pb2.Offering, provider_instance_id: str, request_id: str
@@ -92,7 +103,9 @@ class ProvisionerClient:
             offering=offering,
             provider_instance_id=provider_instance_id,
         )
-        resp = self._call(self._stub.DestroyInstance, req, idempotent=True)
+        resp: provisioner_service_pb2.DestroyInstanceResponse = self._call(
+            self._stub.DestroyInstance, req, idempotent=True
+        )
         return bool(resp.existed)
 
     def get(
@@ -101,7 +114,8 @@ class ProvisionerClient:
         req = provisioner_service_pb2.GetInstanceRequest(
             machine_id=machine_id, offering=offering, provider_instance_id=provider_instance_id
         )
-        return self._call(self._stub.GetInstance, req, idempotent=True)  # type: ignore[no-any-return]
+        instance: provisioner_service_pb2.Instance = self._call(self._stub.GetInstance, req, idempotent=True)
+        return instance
 
     def list_all(self, provider: Any = 0) -> tuple[list[provisioner_service_pb2.Instance], list[int]]:
         """Every instance labelled with our deployment, and the providers that could not be listed."""
@@ -115,7 +129,7 @@ class ProvisionerClient:
                     page_size=500, page_token=token, provider=provider
                 ),
                 idempotent=True,
-            )  # type: ignore[arg-type]
+            )
             instances.extend(resp.instances)
             unreachable.extend(p for p in resp.unreachable if p not in unreachable)
             token = resp.next_page_token
