@@ -57,7 +57,17 @@ def test_submit_jobs_machines_and_operator_views_with_json(fleet: Fleet) -> None
 
     machines = json.loads(cli(fleet, "machines", "--json").stdout)
     assert len(machines) == 1 and machines[0]["liveness"]["worker_report_at"]
-    assert "READY" in cli(fleet, "machines").stdout
+    # Its worker's first report moved it to READY, and the record says so.
+    assert (machines[0]["state_changed_by"], machines[0]["state_reason"]) == (
+        "worker",
+        "the worker reported in",
+    )
+    listing = cli(fleet, "machines").stdout
+    assert "READY" in listing and "BY" in listing.splitlines()[0] and "worker" in listing
+    detail = cli(fleet, "machines", machines[0]["machine_id"][:8])
+    assert detail.returncode == 0, detail.stderr
+    assert "by worker: the worker reported in" in detail.stdout and machines[0]["machine_id"] in detail.stdout
+    assert cli(fleet, "machines", "no-such-prefix").returncode == 1
 
     watchdogs = json.loads(cli(fleet, "watchdogs", "--json").stdout)
     assert {"idle_scanner", "auto_stop", "auto_destroy"} <= {w["watchdog_id"] for w in watchdogs}

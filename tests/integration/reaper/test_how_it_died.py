@@ -63,6 +63,8 @@ def test_provisioning_stalls_before_the_machine_ever_registers(plane: Plane) -> 
     assert caught is not None and t0 + timedelta(minutes=20) <= caught <= t0 + timedelta(minutes=21)
     row = plane.row(mid)
     assert (row.state, row.intent) == ("DESTROYED", "DESTROYED")
+    assert row.state_changed_by == "reaper"
+    assert row.state_reason.startswith("destroy done; provision_deadline: ")
     assert plane.instance_status(mid) is None
     assert plane.provider_ops(mid) == ["destroy"]
     assert plane.ledger(mid) == [("provision_timeout", "provision_deadline", "REPLACE_MACHINE")]

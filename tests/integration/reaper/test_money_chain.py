@@ -114,6 +114,8 @@ def test_stop_falls_due_first_then_destroy(chain: Chain) -> None:
         assert (stopped.state, stopped.intent) == ("STOPPED", "STOPPED")
         assert stopped.stop_due_at is None
         assert stopped.destroy_due_at == t0 + TWO_HOURS  # disk kept; destroy still ahead
+        assert stopped.state_changed_by == "reaper"
+        assert stopped.state_reason.startswith("stop done; auto_stop: idle, stop due at ")
         [stop] = chain.provisioner.ops("stop")
         assert (stop.machine_id, stop.provider_instance_id) == (mid, stopped.provider_instance_id)
         assert stop.request_id.startswith(f"stop:{mid}:")
@@ -131,6 +133,8 @@ def test_stop_falls_due_first_then_destroy(chain: Chain) -> None:
             None,
             None,
         )
+        assert gone.state_changed_by == "reaper"
+        assert gone.state_reason.startswith("destroy done; auto_destroy: idle (STOPPED), destroy due at ")
         assert [c.op for c in chain.provisioner.ops()] == ["stop", "destroy"]
 
         samples = agent.sample_calls

@@ -79,6 +79,8 @@ def test_a_preempted_spot_machines_job_goes_back_to_the_queue_uncharged(
     assert attempt_id in row.details
     lost = machine(sweep.sessions, spot)
     assert (lost.state, lost.intent, lost.preemption_count) == (end_state, end_intent, 1)
+    assert lost.state_changed_by == "sweeper"
+    assert lost.state_reason.startswith("inventory_reconcile: spot instance pre-empted by the provider")
     # Spot time this run: from when the platform last saw it start (an hour before the
     # test began) to the reconcile that noticed.
     assert lost.first_observed_at is not None

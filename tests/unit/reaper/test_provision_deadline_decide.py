@@ -40,7 +40,6 @@ CASES: list[tuple[str, MachineSnapshot, object]] = [
         replace(STALLED, state="PROVISIONING", first_observed_at=None),
         DESTROY,
     ),
-    ("still REQUESTED", replace(STALLED, state="REQUESTED", first_observed_at=None), DESTROY),
     ("its agent answered once: boot failure's, not ours", replace(STALLED, probe_ok_at=ago(minutes=5)), None),
     ("its worker reported once", replace(STALLED, worker_report_at=ago(minutes=5)), None),
     ("ready machines are never this net's", replace(STALLED, state="READY"), None),

@@ -84,6 +84,9 @@ CASES: list[tuple[str, MachineSnapshot, ProviderView, object]] = [
         FinishTransition(MachineState.DESTROYED),
     ),
     ("an intent nobody knows", stuck("STOPPING", "PAUSED"), ProviderView("STOPPED"), ALERT),
+    # The lifecycle has no STOPPING -> BOOTING nor DESTROYING -> STOPPED: a human looks.
+    ("stopping, yet meant to run", stuck("STOPPING", "RUNNING"), ProviderView("RUNNING"), ALERT),
+    ("destroying, yet meant to be stopped", stuck("DESTROYING", "STOPPED"), ProviderView("STOPPED"), ALERT),
     ("not long enough", stuck("STOPPING", "STOPPED", minutes=9.9), ProviderView("STOPPED"), None),
     ("not transitional", replace(HEALTHY, state_changed_at=ago(hours=5)), ProviderView("RUNNING"), None),
     (

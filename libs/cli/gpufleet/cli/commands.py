@@ -121,6 +121,8 @@ def jobs(args: argparse.Namespace) -> int:
 
 def machines(args: argparse.Namespace) -> int:
     stub = _fleet_stub(args)
+    if args.machine:
+        return machine(args, stub)
     rows: list[machine_pb2.Machine] = pages(
         stub.ListMachines,
         fleet_service_pb2.ListMachinesRequest(page_size=200, include_destroyed=args.all),
@@ -137,6 +139,7 @@ def machines(args: argparse.Namespace) -> int:
                 "POOL",
                 "OFFERING",
                 "STATE",
+                "BY",
                 "INTENT",
                 "SLOTS",
                 "WORKER",
@@ -152,6 +155,7 @@ def machines(args: argparse.Namespace) -> int:
                     m.pool,
                     m.offering.offering_id or m.offering.instance_type,
                     output.enum_short(machine_pb2.MachineState, m.state, "MACHINE_STATE_"),
+                    m.state_changed_by or "-",
                     output.enum_short(machine_pb2.MachineIntent, m.intent, "MACHINE_INTENT_"),
                     f"{m.slots_busy}/{m.slots_total}",
                     output.when(m.liveness.worker_report_at, now),
@@ -175,6 +179,66 @@ def machines(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def machine(args: argparse.Namespace, stub: fleet_service_pb2_grpc.FleetServiceStub) -> int:
+    """One machine (``GetMachine``), named by its id or a unique prefix of it."""
+    machine_id = args.machine
+    if len(machine_id) < 36:
+        listed = pages(
+            stub.ListMachines,
+            fleet_service_pb2.ListMachinesRequest(page_size=200, include_destroyed=True),
+            "machines",
+        )
+        matches = [m.machine_id for m in listed if m.machine_id.startswith(machine_id)]
+        if len(matches) != 1:
+            what = "no machine" if not matches else f"{len(matches)} machines"
+            print(f"gpufleet: {what} with an id starting {machine_id!r}", file=sys.stderr)
+            return 1
+        machine_id = matches[0]
+    m = grpcclient.call(
+        stub.GetMachine,
+        fleet_service_pb2.GetMachineRequest(machine_id=machine_id),
+        timeout=TIMEOUT_S,
+        idempotent=True,
+    )
+    if args.json:
+        output.print_json(m)
+    else:
+        print(machine_detail(m, datetime.now(UTC)))
+    return 0
+
+
+def machine_detail(m: machine_pb2.Machine, now: datetime) -> str:
+    state = output.enum_short(machine_pb2.MachineState, m.state, "MACHINE_STATE_")
+    intent = output.enum_short(machine_pb2.MachineIntent, m.intent, "MACHINE_INTENT_")
+    changed = f"{output.when(m.state_changed_at, now)} by {m.state_changed_by or '?'}" + (
+        f": {m.state_reason}" if m.state_reason else ""
+    )
+    live = m.liveness
+    return output.fields(
+        [
+            ("machine", m.machine_id),
+            (
+                "pool",
+                f"{m.pool or '-'}, offering {m.offering.offering_id or m.offering.instance_type or '-'}",
+            ),
+            ("state", f"{state}, intent {intent}"),
+            ("changed", changed),
+            ("slots", f"{m.slots_busy}/{m.slots_total} busy"),
+            (
+                "liveness",
+                f"worker {output.when(live.worker_report_at, now)}, "
+                f"probe {output.when(live.probe_ok_at, now)}, "
+                f"provider {output.when(live.provider_seen_at, now)}",
+            ),
+            (
+                "idle timers",
+                f"stop {output.when(m.idle_timers.stop_due_at, now)}, "
+                f"destroy {output.when(m.idle_timers.destroy_due_at, now)}",
+            ),
+        ]
+    )
 
 
 def run_client(func: object, args: argparse.Namespace, address: str | None = None) -> int:

@@ -5,6 +5,7 @@ gpufleet demo               run it on a sped-up clock with a scripted scenario
 gpufleet submit ...         submit a GPU job to a running system
 gpufleet jobs [--json]      list jobs
 gpufleet machines [--json]  list machines with their liveness channels and idle timers
+gpufleet machines ID        one machine: who changed its state last, and why
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from gpufleet.cli import commands, ops
 from gpufleet.cli.demo import run_demo
-from gpufleet.cli.stack import DEFAULT_PORTS, Stack, StackConfig
+from gpufleet.cli.stack import DEFAULT_PORTS, ClockMismatch, Stack, StackConfig
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -37,7 +38,11 @@ def run_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        stack.start(on_started=lambda n, a: print(f"  {n:<12} serving on {a}", flush=True))
+        try:
+            stack.start(on_started=lambda n, a: print(f"  {n:<12} serving on {a}", flush=True))
+        except ClockMismatch as exc:
+            print(f"gpufleet: {exc}", file=sys.stderr)
+            return 2
         print(
             "ready. Try, in another terminal:\n"
             f"  gpufleet submit{flag} --workspace acme-studio --kind short_episode --set duration_s=60\n"
@@ -99,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--state", default=None, help="e.g. queued, running, succeeded")
     jobs.set_defaults(func=lambda a: commands.run_client(commands.jobs, a))
 
-    machines = client("machines", "list machines")
+    machines = client("machines", "list machines, or show one")
+    machines.add_argument("machine", nargs="?", default=None, help="a machine id (or a unique prefix)")
     machines.add_argument("--all", action="store_true", help="include destroyed machines")
     machines.set_defaults(func=lambda a: commands.run_client(commands.machines, a))
 

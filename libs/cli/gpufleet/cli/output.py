@@ -34,6 +34,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def fields(pairs: Sequence[tuple[str, str]]) -> str:
+    """``name  value`` lines, the values aligned: one record's detail view."""
+    width = max((len(name) for name, _ in pairs), default=0)
+    return "\n".join(f"{name.ljust(width)}  {value}".rstrip() for name, value in pairs)
+
+
 def when(ts: Timestamp, now: datetime | None = None) -> str:
     """A timestamp as an age ("3m ago") or "-" when unset."""
     if not ts.seconds and not ts.nanos:

@@ -22,7 +22,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import ColumnElement, update
 from sqlalchemy.orm import Session
 
 from gpufleet.common.db.enums import MachineState
@@ -112,14 +112,19 @@ def transition(
     by: Actor,
     why: str,
     now: datetime,
+    where: Iterable[ColumnElement[bool]] = (),
     **values: Any,
 ) -> bool:
     """Move ``machine_id`` from one of ``from_`` to ``to``, with ``values`` written in the
-    same statement; False when the machine was not in ``from_`` (someone else moved it)."""
+    same statement; False when the machine was not in ``from_`` (someone else moved it).
+
+    ``where`` adds the caller's own conditions to the compare-and-set (still ours, still
+    due, unchanged since the scan): False too when one of them no longer holds.
+    """
     states = check((from_,) if isinstance(from_, MachineState) else from_, to, by)
     result = session.execute(
         update(Machine)
-        .where(Machine.id == machine_id, Machine.state.in_([s.value for s in states]))
+        .where(Machine.id == machine_id, Machine.state.in_([s.value for s in states]), *where)
         .values(
             state=to.value,
             state_changed_at=now,

@@ -107,5 +107,6 @@ class AutoDestroy:
                     ],
                     clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
                     call=self.provider.destroy,
+                    why=f"idle ({machine.state}), destroy due at {machine.destroy_due_at:%Y-%m-%d %H:%M:%S}",
                 )
         return decisions.report

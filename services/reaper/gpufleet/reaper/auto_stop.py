@@ -101,5 +101,6 @@ class AutoStop:
                     ],
                     clear_at_begin=[Machine.stop_due_at],
                     call=self.provider.stop,
+                    why=f"idle, stop due at {machine.stop_due_at:%Y-%m-%d %H:%M:%S}",
                 )
         return decisions.report

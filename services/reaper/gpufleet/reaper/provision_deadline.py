@@ -36,8 +36,8 @@ from gpufleet.reaper.transition import Detection, MachineProvider, TransitionRun
 NAME = "provision_deadline"
 DESTROY = destroy_transition(NAME)
 
-# Requested, being created, or created and not yet heard from.
-PRE_CONTACT_STATES = frozenset({MachineState.REQUESTED, MachineState.PROVISIONING, MachineState.BOOTING})
+# Being created, or created and not yet heard from.
+PRE_CONTACT_STATES = frozenset({MachineState.PROVISIONING, MachineState.BOOTING})
 
 
 @dataclass(frozen=True)

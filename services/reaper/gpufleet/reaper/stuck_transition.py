@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy import ColumnElement, exists, select, update
+from sqlalchemy import ColumnElement, exists, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common import lifecycle
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import TRANSITIONAL_STATES, MachineIntent, MachineState
 from gpufleet.common.db.models import Failure, Machine
@@ -125,6 +126,11 @@ def decide(
             f"{since} with an intent nobody knows ({machine.intent}); provider says {view.status}"
         )
     end, statuses = agrees
+    if not lifecycle.allowed(MachineState(machine.state), end, lifecycle.Actor.REAPER):
+        return AlertStuck(
+            f"{since} with intent {machine.intent}, which the lifecycle cannot finish "
+            f"(no move to {end.value}); provider says {view.status or 'nothing'}; left for a human"
+        )
     if view.status in statuses:
         return FinishTransition(end, view.provider_instance_id, view.agent_address)
     return AlertStuck(
@@ -195,7 +201,7 @@ class StuckTransition:
             if isinstance(decision, Refuse):
                 decisions.refused(machine.machine_id, decision.reason, view.error or "")
             elif isinstance(decision, FinishTransition):
-                if self._finish(machine, decision):
+                if self._finish(machine, decision, view):
                     decisions.acted(machine.machine_id, "finish", f"{machine.state} -> {decision.end.value}")
                 else:
                     decisions.refused(machine.machine_id, RefusalReason.CHANGED_SINCE_SCAN)
@@ -206,9 +212,9 @@ class StuckTransition:
                     decisions.acted(machine.machine_id, "still_stuck", level=logging.DEBUG)
         return decisions.report
 
-    def _finish(self, machine: MachineSnapshot, finish: FinishTransition) -> bool:
+    def _finish(self, machine: MachineSnapshot, finish: FinishTransition, view: ProviderView) -> bool:
         now = self.clock.now()
-        values: dict[str, object] = {"state": finish.end.value, "state_changed_at": now}
+        values: dict[str, object] = {}
         if finish.end is MachineState.BOOTING:
             # Seen running now: its boot window (and first observation) start here.
             values["first_observed_at"] = now
@@ -223,20 +229,22 @@ class StuckTransition:
             values["destroy_due_at"] = None
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
-            result = session.execute(
-                update(Machine)
-                .where(
-                    Machine.id == machine.machine_id,
-                    Machine.state == machine.state,
+            return lifecycle.transition(
+                session,
+                machine.machine_id,
+                MachineState(machine.state),
+                finish.end,
+                by=lifecycle.Actor.REAPER,
+                why=f"{NAME}: the provider says {view.status}, as intent {machine.intent} wants",
+                now=now,
+                where=[
                     Machine.state_changed_at == machine.state_changed_at,
                     Machine.intent == machine.intent,
                     not_destroyed(),
                     *ours(),
-                )
-                .values(**values)
-                .execution_options(synchronize_session=False)
+                ],
+                **values,
             )
-            return bool(getattr(result, "rowcount", 0) == 1)
 
     def _alert(self, machine: MachineSnapshot, alert: AlertStuck) -> bool:
         """One ledger row (and incident) per stuck transition; False when already alerted."""

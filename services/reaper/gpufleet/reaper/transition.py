@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, update
+from sqlalchemy import ColumnElement
 from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
+from gpufleet.common import lifecycle
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineState
 from gpufleet.common.db.models import Machine
@@ -136,13 +137,16 @@ class TransitionRunner:
         clear_at_end: Sequence[TimerColumn] = (),
         call: Callable[[str, machine_pb2.Offering, str, str], object],
         detection: Detection | None = None,
+        why: str = "",
     ) -> bool:
         """Run ``transition``; returns whether the provider call succeeded.
 
         ``call(machine_id, offering, provider_instance_id, request_id)`` is the provider call;
         ``detection``, when given, is appended to the ledger in the claiming transaction.
+        ``why`` (else the detection's details) is recorded on the machine as the reason.
         """
-        if not self._claim(transition, machine, now, guards, clear_at_begin, detection):
+        reason = f"{transition.detector}: {why or (detection.details if detection else transition.operation)}"
+        if not self._claim(transition, machine, now, guards, clear_at_begin, detection, reason):
             decisions.refused(machine.machine_id, RefusalReason.CHANGED_SINCE_SCAN)
             return False
         key = request_id(transition.operation, machine.machine_id, now)
@@ -155,7 +159,7 @@ class TransitionRunner:
             self._record_failure(transition, machine, key, err)
             decisions.acted(machine.machine_id, f"{transition.operation}_failed", str(err))
             return False
-        self._finish(transition, machine, clear_at_end)
+        self._finish(transition, machine, clear_at_end, reason)
         decisions.acted(machine.machine_id, transition.operation)
         return True
 
@@ -167,6 +171,7 @@ class TransitionRunner:
         guards: Sequence[ColumnElement[bool]],
         clear: Sequence[TimerColumn],
         detection: Detection | None,
+        reason: str,
     ) -> bool:
         values: dict[str, object] = {c.key: None for c in clear}
         ran_s = spot_run_seconds(machine, now)
@@ -175,25 +180,19 @@ class TransitionRunner:
             values["spot_seconds"] = Machine.spot_seconds + ran_s
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
-            result = session.execute(
-                update(Machine)
-                .where(
-                    Machine.id == machine.machine_id,
-                    Machine.state == machine.state,
-                    not_destroyed(),
-                    *ours(),
-                    no_live_attempt(),
-                    *guards,
-                )
-                .values(
-                    intent=transition.intent.value,
-                    state=transition.transitional.value,
-                    state_changed_at=now,
-                    **values,
-                )
-                .execution_options(synchronize_session=False)
+            claimed = lifecycle.transition(
+                session,
+                machine.machine_id,
+                MachineState(machine.state),
+                transition.transitional,
+                by=lifecycle.Actor.REAPER,
+                why=reason,
+                now=now,
+                where=[not_destroyed(), *ours(), no_live_attempt(), *guards],
+                intent=transition.intent.value,
+                **values,
             )
-            if getattr(result, "rowcount", 0) != 1:
+            if not claimed:
                 return False
             if detection is not None:
                 record_failure(
@@ -208,17 +207,23 @@ class TransitionRunner:
                 )
             return True
 
-    def _finish(self, transition: Transition, machine: MachineSnapshot, clear: Sequence[TimerColumn]) -> None:
-        values: dict[str, object] = {c.key: None for c in clear}
+    def _finish(
+        self, transition: Transition, machine: MachineSnapshot, clear: Sequence[TimerColumn], reason: str
+    ) -> None:
+        values: dict[str, Any] = {c.key: None for c in clear}
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
-            result = session.execute(
-                update(Machine)
-                .where(Machine.id == machine.machine_id, Machine.state == transition.transitional.value)
-                .values(state=transition.end.value, state_changed_at=self.clock.now(), **values)
-                .execution_options(synchronize_session=False)
+            finished = lifecycle.transition(
+                session,
+                machine.machine_id,
+                transition.transitional,
+                transition.end,
+                by=lifecycle.Actor.REAPER,
+                why=f"{transition.operation} done; {reason}",
+                now=self.clock.now(),
+                **values,
             )
-            if getattr(result, "rowcount", 0) != 1:
+            if not finished:
                 log.warning(
                     "%s of %s succeeded but the machine left %s meanwhile; not overwritten",
                     transition.operation,

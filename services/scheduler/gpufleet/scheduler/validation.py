@@ -48,7 +48,7 @@ def submission(request_id: str, job: job_pb2.Job | None, has_job: bool) -> str:
     for key, value in job.tenant_values.items():
         if not TENANT_KEY.match(key):
             raise InvalidArgument(
-                "keys are identifiers of at most 64 characters", field=f"job.tenant_values[{ascii(key[:64])}]"
+                "keys are identifiers of at most 64 characters", field=f"job.tenant_values[{key[:64]!a}]"
             )
         size = len(value.encode())
         if size > MAX_TENANT_VALUE_BYTES:

@@ -14,7 +14,7 @@ import uuid
 from datetime import datetime, timedelta
 
 import grpc
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.attempts import requeue_after_loss
@@ -103,6 +103,16 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
                     else:
                         cancel.append(attempt.id)
                 cancel.extend(a for a in reported if a not in known)
+            # What the machine no longer runs, it has freed: those slots are free now.
+            session.execute(
+                update(models.Attempt)
+                .where(
+                    models.Attempt.machine_id == machine_id,
+                    models.Attempt.holds_slot.is_(True),
+                    models.Attempt.id.not_in(list(reported) or [""]),
+                )
+                .values(holds_slot=False)
+            )
         resp = worker_service_pb2.ReportHeartbeatResponse(cancel_attempt_ids=cancel)
         resp.lease_expire_time.FromDatetime(lease_until)
         return resp
@@ -126,6 +136,8 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
                 raise FailedPrecondition("attempt runs on another machine", field="machine_id")
             if attempt.state in LIVE_ATTEMPT_STATES:
                 self._finish(session, attempt, request, now)
+            # The machine says the process is gone: its slot is free.
+            attempt.holds_slot = False
             return worker_service_pb2.ReportCompletionResponse(attempt=attempt_to_proto(attempt))
 
     def _finish(

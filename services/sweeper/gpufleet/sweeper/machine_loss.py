@@ -30,6 +30,7 @@ from gpufleet.common.db.enums import CapacityType, MachineIntent, MachineOrigin,
 from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
+from gpufleet.common.lifecycle import Actor, record
 
 log = logging.getLogger(__name__)
 
@@ -136,13 +137,12 @@ def apply_loss(
                 )
             ),
         )
-        machine.state = loss.end_state.value
+        record(machine, loss.end_state, by=Actor.SWEEPER, why=f"{detector}: {why}", now=now)
         machine.intent = (
             MachineIntent.STOPPED.value
             if loss.end_state is MachineState.STOPPED
             else MachineIntent.DESTROYED.value
         )
-        machine.state_changed_at = now
         machine.stop_due_at = None
         if loss.end_state is MachineState.DESTROYED:
             machine.destroy_due_at = None

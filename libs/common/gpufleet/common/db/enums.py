@@ -10,7 +10,8 @@ from enum import StrEnum
 
 
 class MachineState(StrEnum):
-    REQUESTED = "REQUESTED"
+    # No REQUESTED: a machine is recorded straight into PROVISIONING (intent first); the
+    # proto keeps MACHINE_STATE_REQUESTED only for wire compatibility.
     PROVISIONING = "PROVISIONING"
     BOOTING = "BOOTING"
     READY = "READY"
