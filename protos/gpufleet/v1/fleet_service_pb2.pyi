@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from gpufleet.v1 import catalog_pb2 as _catalog_pb2
 from gpufleet.v1 import machine_pb2 as _machine_pb2
 from google.protobuf.internal import containers as _containers
@@ -7,6 +10,16 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetSystemTimeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SystemTime(_message.Message):
+    __slots__ = ("now",)
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    now: _timestamp_pb2.Timestamp
+    def __init__(self, now: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListMachinesRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "pool", "state", "include_destroyed")

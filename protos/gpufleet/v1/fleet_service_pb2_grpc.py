@@ -66,6 +66,11 @@ class FleetServiceStub:
                 request_serializer=gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesRequest.SerializeToString,
                 response_deserializer=gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesResponse.FromString,
                 _registered_method=True)
+        self.GetSystemTime = channel.unary_unary(
+                '/gpufleet.v1.FleetService/GetSystemTime',
+                request_serializer=gpufleet_dot_v1_dot_fleet__service__pb2.GetSystemTimeRequest.SerializeToString,
+                response_deserializer=gpufleet_dot_v1_dot_fleet__service__pb2.SystemTime.FromString,
+                _registered_method=True)
 
 
 class FleetServiceServicer:
@@ -109,6 +114,14 @@ class FleetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSystemTime(self, request, context):
+        """The control plane's own clock: what every age and deadline is counted against (under
+        `gpufleet up --speed N` it runs N times faster than the wall clock).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FleetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +154,11 @@ def add_FleetServiceServicer_to_server(servicer, server):
                     servicer.ListWorkspaces,
                     request_deserializer=gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesRequest.FromString,
                     response_serializer=gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesResponse.SerializeToString,
+            ),
+            'GetSystemTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSystemTime,
+                    request_deserializer=gpufleet_dot_v1_dot_fleet__service__pb2.GetSystemTimeRequest.FromString,
+                    response_serializer=gpufleet_dot_v1_dot_fleet__service__pb2.SystemTime.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -306,6 +324,33 @@ class FleetService:
             '/gpufleet.v1.FleetService/ListWorkspaces',
             gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesRequest.SerializeToString,
             gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSystemTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufleet.v1.FleetService/GetSystemTime',
+            gpufleet_dot_v1_dot_fleet__service__pb2.GetSystemTimeRequest.SerializeToString,
+            gpufleet_dot_v1_dot_fleet__service__pb2.SystemTime.FromString,
             options,
             channel_credentials,
             insecure,

@@ -30,6 +30,21 @@ def _fleet_stub(args: argparse.Namespace) -> fleet_service_pb2_grpc.FleetService
     return fleet_service_pb2_grpc.FleetServiceStub(grpcclient.open_channel(args.scheduler))
 
 
+def system_now(args: argparse.Namespace) -> datetime:
+    """The system's own time (FleetService.GetSystemTime), what ages are counted against;
+    this machine's clock only when the scheduler cannot say (an older one)."""
+    try:
+        reply = grpcclient.call(
+            _fleet_stub(args).GetSystemTime,
+            fleet_service_pb2.GetSystemTimeRequest(),
+            timeout=5.0,
+            idempotent=True,
+        )
+    except GpufleetError:
+        return datetime.now(UTC)
+    return reply.now.ToDatetime(tzinfo=UTC)  # type: ignore[no-any-return]
+
+
 def parse_values(pairs: list[str]) -> dict[str, str]:
     values: dict[str, str] = {}
     for pair in pairs:
@@ -96,7 +111,7 @@ def jobs(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(rows)
         return 0
-    now = datetime.now(UTC)
+    now = system_now(args)
     print(
         output.table(
             ["JOB", "WORKSPACE", "KIND", "STATE", "ATTEMPTS", "SLOT-S", "CHARGE", "CREATED", "MESSAGE"],
@@ -131,7 +146,7 @@ def machines(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(rows)
         return 0
-    now = datetime.now(UTC)
+    now = system_now(args)
     print(
         output.table(
             [
@@ -205,7 +220,7 @@ def machine(args: argparse.Namespace, stub: fleet_service_pb2_grpc.FleetServiceS
     if args.json:
         output.print_json(m)
     else:
-        print(machine_detail(m, datetime.now(UTC)))
+        print(machine_detail(m, system_now(args)))
     return 0
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from gpufleet.cli import output
-from gpufleet.cli.commands import pages, run_client
+from gpufleet.cli.commands import pages, run_client, system_now
 from gpufleet.common import grpcclient
 from gpufleet.v1 import (
     ledger_pb2,
@@ -38,10 +38,10 @@ def _sweeper(args: argparse.Namespace) -> sweeper_service_pb2_grpc.SweeperServic
 
 
 def _now(args: argparse.Namespace) -> datetime:
-    """The time ages are shown against: the system's clock when the caller knows it (the
-    demo's sped-up clock), else this machine's."""
+    """The time ages are shown against: the system's clock — the caller's (the demo's) or
+    the scheduler's own (FleetService.GetSystemTime)."""
     now = getattr(args, "now", None)
-    return now if isinstance(now, datetime) else datetime.now(UTC)
+    return now if isinstance(now, datetime) else system_now(args)
 
 
 def _counts(counts: Any) -> str:

@@ -137,6 +137,15 @@ class FleetService(fleet_service_pb2_grpc.FleetServiceServicer):
             pools=out, next_page_token=paging.encode("pools", pools[-1].id) if more else ""
         )
 
+    def GetSystemTime(
+        self, request: fleet_service_pb2.GetSystemTimeRequest, context: grpc.ServicerContext
+    ) -> fleet_service_pb2.SystemTime:
+        """The control plane's clock, so a client shows ages against the time the system
+        counts them by (not its own wall clock, which `--speed` leaves behind)."""
+        reply = fleet_service_pb2.SystemTime()
+        reply.now.FromDatetime(self.clock.now())
+        return reply
+
     def ListWorkspaces(
         self, request: fleet_service_pb2.ListWorkspacesRequest, context: grpc.ServicerContext
     ) -> fleet_service_pb2.ListWorkspacesResponse:
