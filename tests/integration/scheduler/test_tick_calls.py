@@ -379,3 +379,29 @@ def test_a_cancelled_jobs_slot_is_free_only_once_the_machine_says_so(fleet: Flee
     assert (attempt.machine_id, attempt.slot) == (machine_id, 0)
     assert fleet.row(models.Job, second).state == "RUNNING"
     assert agent.started == [running.id, attempt.id]
+
+
+def test_a_mass_lease_expiry_is_spread_over_ticks_so_no_pass_is_long(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpufleet.scheduler.tick import limits
+
+    monkeypatch.setattr(limits, "PER_TICK", 3)
+    monkeypatch.setattr(limits, "BATCH", 2)
+    agent = fleet.agent()
+    gone = [
+        fleet.attempt(
+            fleet.job(n, "RUNNING"), fleet.machine(agent, slots=1), 0, started_s_ago=60, lease_in_s=-1
+        )
+        for n in range(5)
+    ]
+    lease, tick = fleet.leader("replica-a")
+    assert lease.try_acquire()
+    first = tick.run(fleet.clock.now())
+    assert first.actions["lease_expired"] == 3 and first.refusals["lease_expired_next_tick"] == 2
+    fleet.clock.advance(timedelta(seconds=5))
+    second = tick.run(fleet.clock.now())
+    assert second.actions["lease_expired"] == 2 and not second.refusals
+    assert {fleet.row(models.Attempt, a).state for a in gone} == {"LOST"}
+    tick.settle(30)
+    assert sorted(agent.cancelled) == sorted(gone)  # each one told to stop on its agent

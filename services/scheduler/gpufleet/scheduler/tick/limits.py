@@ -20,6 +20,10 @@ from gpufleet.scheduler.tick.dispatch import DispatchController
 
 log = logging.getLogger(__name__)
 
+# Attempts ended a tick, per kind, and to a transaction.
+PER_TICK = 1000
+BATCH = 200
+
 
 class LimitsController:
     """Ends attempts whose lease ran out (LOST, requeued) or that ran past their kind's
@@ -39,81 +43,91 @@ class LimitsController:
         self.dispatch = dispatch
 
     def apply(self, expired: list[str], over_limit: list[str], now: datetime, report: TickReport) -> None:
-        for attempt_id in expired:
-            self._expire_lease(attempt_id, now, report)
-        for attempt_id in over_limit:
-            self._time_out(attempt_id, now, report)
+        """At most ``PER_TICK`` of each a tick, ``BATCH`` to a transaction, so that a mass
+        expiry (a partition, a long outage of the workers' path) never makes a long pass;
+        the rest are taken by the next ticks."""
+        for ids, end, what in (
+            (expired, self._expire_lease, "lease_expired"),
+            (over_limit, self._time_out, "timed_out"),
+        ):
+            now_ids, later = ids[:PER_TICK], ids[PER_TICK:]
+            if later:
+                report.refusals[f"{what}_next_tick"] += len(later)
+            for i in range(0, len(now_ids), BATCH):
+                cancels: list[tuple[str, str]] = []
+                with self.sessions() as session, session.begin():
+                    self.lease.fence(session)
+                    for attempt_id in now_ids[i : i + BATCH]:
+                        address = end(session, attempt_id, now)
+                        if address is not None:
+                            report.actions[what] += 1
+                            if address:
+                                cancels.append((address, attempt_id))
+                for address, attempt_id in cancels:
+                    # The job runs again elsewhere, or is over: the first process must not
+                    # keep running on an agent that is still reachable.
+                    self.dispatch.cancel(address, attempt_id, what.replace("_", " "))
 
-    def _expire_lease(self, attempt_id: str, now: datetime, report: TickReport) -> None:
-        with self.sessions() as session, session.begin():
-            self.lease.fence(session)
-            attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
-            if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES or attempt.lease_expires_at >= now:
-                return
-            job = session.get_one(models.Job, attempt.job_id)
-            kind = session.get_one(models.JobKind, job.kind_id)
-            machine = session.get_one(models.Machine, attempt.machine_id)
-            end_attempt(
-                session,
-                attempt,
-                AttemptState.LOST,
-                now,
-                charged=False,
-                message="lease expired: the machine stopped reporting",
-                on_machine=True,
-            )
-            record_failure(
-                session,
-                now,
-                FailureClass.LEASE_EXPIRED,
-                "fleet_tick",
-                machine_id=attempt.machine_id,
-                job_id=job.id,
-                attempt_id=attempt.id,
-                details=f"lease ran out at {attempt.lease_expires_at.isoformat()}",
-            )
-            requeue_after_loss(
-                session, job, kind, now, self.settings.lost_retry_backoff_s, "machine lost (lease expired)"
-            )
-            address = machine.agent_address
-        report.actions["lease_expired"] += 1
+    def _expire_lease(self, session: Session, attempt_id: str, now: datetime) -> str | None:
+        """End one attempt LOST; its machine's agent address ("" if none), or None when it
+        was not due after all."""
+        attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
+        if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES or attempt.lease_expires_at >= now:
+            return None
+        job = session.get_one(models.Job, attempt.job_id)
+        kind = session.get_one(models.JobKind, job.kind_id)
+        machine = session.get_one(models.Machine, attempt.machine_id)
+        end_attempt(
+            session,
+            attempt,
+            AttemptState.LOST,
+            now,
+            charged=False,
+            message="lease expired: the machine stopped reporting",
+            on_machine=True,
+        )
+        record_failure(
+            session,
+            now,
+            FailureClass.LEASE_EXPIRED,
+            "fleet_tick",
+            machine_id=attempt.machine_id,
+            job_id=job.id,
+            attempt_id=attempt.id,
+            details=f"lease ran out at {attempt.lease_expires_at.isoformat()}",
+        )
+        requeue_after_loss(
+            session, job, kind, now, self.settings.lost_retry_backoff_s, "machine lost (lease expired)"
+        )
         log.warning(
             "attempt %s lost: lease expired", attempt_id, extra={"fields": {"attempt_id": attempt_id}}
         )
-        # The job runs again elsewhere: the first process must not keep running on an agent
-        # that is still reachable.
-        if address:
-            self.dispatch.cancel(address, attempt_id, "lease expired")
+        return machine.agent_address or ""
 
-    def _time_out(self, attempt_id: str, now: datetime, report: TickReport) -> None:
-        with self.sessions() as session, session.begin():
-            self.lease.fence(session)
-            attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
-            if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES:
-                return
-            job = session.get_one(models.Job, attempt.job_id)
-            machine = session.get_one(models.Machine, attempt.machine_id)
-            end_attempt(
-                session,
-                attempt,
-                AttemptState.TIMED_OUT,
-                now,
-                charged=True,
-                message="past its kind's time limit",
-                on_machine=True,
-            )
-            record_failure(
-                session,
-                now,
-                FailureClass.JOB_TIMED_OUT,
-                "fleet_tick",
-                machine_id=machine.id,
-                job_id=job.id,
-                attempt_id=attempt.id,
-                details="past its kind's time limit",
-            )
-            set_job_state(session, job, JobState.TIMED_OUT, now, "stopped: past its kind's time limit")
-            address = machine.agent_address
-        report.actions["timed_out"] += 1
-        if address:
-            self.dispatch.cancel(address, attempt_id, "time limit")
+    def _time_out(self, session: Session, attempt_id: str, now: datetime) -> str | None:
+        attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
+        if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES:
+            return None
+        job = session.get_one(models.Job, attempt.job_id)
+        machine = session.get_one(models.Machine, attempt.machine_id)
+        end_attempt(
+            session,
+            attempt,
+            AttemptState.TIMED_OUT,
+            now,
+            charged=True,
+            message="past its kind's time limit",
+            on_machine=True,
+        )
+        record_failure(
+            session,
+            now,
+            FailureClass.JOB_TIMED_OUT,
+            "fleet_tick",
+            machine_id=machine.id,
+            job_id=job.id,
+            attempt_id=attempt.id,
+            details="past its kind's time limit",
+        )
+        set_job_state(session, job, JobState.TIMED_OUT, now, "stopped: past its kind's time limit")
+        return machine.agent_address or ""
