@@ -41,6 +41,9 @@ class ScriptedAgent(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
         self.cancelled: list[str] = []
         self._hang = threading.Event()
         self._released = threading.Event()
+        # SampleUtilization held (``freeze()``) until ``thaw()``, as a frozen agent holds it.
+        self._thawed = threading.Event()
+        self._thawed.set()
 
     @property
     def address(self) -> str:
@@ -65,11 +68,18 @@ class ScriptedAgent(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
     def SampleUtilization(
         self, request: agent_service_pb2.SampleUtilizationRequest, context: grpc.ServicerContext
     ) -> agent_service_pb2.SampleUtilizationResponse:
+        self._thawed.wait(60)
         with self.lock:
             self.sample_calls += 1
             if not self.reachable:
                 context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: agent down")
             return self.sample
+
+    def freeze(self) -> None:
+        self._thawed.clear()
+
+    def thaw(self) -> None:
+        self._thawed.set()
 
     def hang(self) -> None:
         self._hang.set()
@@ -215,6 +225,7 @@ def serve_agent() -> Iterator[ScriptedAgent]:
         yield agent
     finally:
         agent.release()
+        agent.thaw()
         agent.server.stop(0)
 
 

@@ -362,3 +362,57 @@ def test_a_stopped_spot_machine_adds_its_running_time_to_its_spot_history(chain:
         ran = (stopped.state_changed_at - observed).total_seconds()
         assert stopped.spot_seconds == pytest.approx(600.0 + ran, abs=1.0)
         assert machine(chain.sessions, on_demand).spot_seconds == 0.0
+
+
+def test_a_pass_never_waits_on_its_slowest_machine(chain: Chain) -> None:
+    """Three frozen agents (their sample hangs) beside three quiet ones: one pass takes the
+    pass deadline, not three agent deadlines; the quiet machines are armed in that pass; a
+    frozen machine changes no timer, and is not sampled again until its call returns."""
+    import time
+
+    from gpufleet.reaper.idle_scanner import GrpcAgentSampler, IdlePolicy, IdleScanner
+
+    with (
+        serve_agent() as f1,
+        serve_agent() as f2,
+        serve_agent() as f3,
+        serve_agent() as quiet,
+    ):
+        quiet.quiet()
+        frozen = [f1, f2, f3]
+        for agent in frozen:
+            agent.freeze()
+        now = chain.clock.now()
+        frozen_ids = [add_machine(chain.sessions, now, agent_address=a.address) for a in frozen]
+        quiet_ids = [add_machine(chain.sessions, now, agent_address=quiet.address) for _ in range(3)]
+        agent_deadline_s = 8.0
+        scanner = IdleScanner(
+            chain.sessions,
+            chain.lease,
+            GrpcAgentSampler(window=timedelta(0), timeout_s=agent_deadline_s),
+            IdlePolicy(stop_after=FIVE_MIN, destroy_after=TWO_HOURS, gpu_busy_percent=5.0),
+            concurrency=4,
+            pass_deadline_s=1.0,
+        )
+        try:
+            assert chain.lease.try_acquire()
+            t0 = time.monotonic()
+            report = scanner.run(now)
+            took = time.monotonic() - t0
+            assert took < agent_deadline_s / 2, f"the pass waited {took:.1f}s on frozen agents"
+            assert report.actions["sample_past_pass_deadline"] >= 1
+            for mid in frozen_ids:
+                assert machine(chain.sessions, mid).stop_due_at is None
+            # The quiet machines were sampled and armed in that same pass.
+            assert all(machine(chain.sessions, mid).stop_due_at for mid in quiet_ids)
+            # The next pass: the frozen machines' calls are still running, so they are not
+            # sampled twice, and the pass does not wait for them either.
+            t0 = time.monotonic()
+            again = scanner.run(chain.clock.now())
+            assert time.monotonic() - t0 < agent_deadline_s / 2
+            assert again.actions["sample_still_running"] == len(frozen_ids)
+            assert all(machine(chain.sessions, mid).stop_due_at is None for mid in frozen_ids)
+        finally:
+            for agent in frozen:
+                agent.thaw()
+            scanner.close()

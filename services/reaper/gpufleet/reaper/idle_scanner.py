@@ -25,9 +25,11 @@ for a running machine (a stopped one is expected not to answer).
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -35,7 +37,7 @@ from typing import Protocol
 from sqlalchemy import Update, func, literal, or_, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.clients.agent import AgentClient
+from gpufleet.common.clients.agent import AgentClient, AgentClients
 from gpufleet.common.db.enums import RUNNING_STATES, MachineState
 from gpufleet.common.db.models import Machine, UTCDateTime
 from gpufleet.common.errors import GpufleetError
@@ -137,11 +139,12 @@ class GrpcAgentSampler:
     def __init__(self, window: timedelta = timedelta(seconds=2), timeout_s: float = 5.0) -> None:
         self.window = window
         self.timeout_s = timeout_s
+        # One channel per agent, reused pass after pass.
+        self.clients = AgentClients(lambda address: AgentClient(address, timeout_s=timeout_s))
 
     def sample(self, address: str) -> UtilisationSample | None:
         try:
-            with AgentClient(address, timeout_s=self.timeout_s) as client:
-                resp = client.sample(self.window)
+            resp = self.clients.get(address).sample(self.window)
         except GpufleetError as err:
             log.info("agent %s gave no sample: %s", address, err)
             return None
@@ -156,7 +159,13 @@ class GrpcAgentSampler:
 
 
 class IdleScanner:
-    """Scan (one query), sample every agent in parallel with no transaction open, apply."""
+    """Scan (one query), sample every agent in parallel with no transaction open, apply.
+
+    A pass never waits on its slowest machine: it waits at most ``pass_deadline_s`` for the
+    samples, and a machine whose sample has not come back by then counts as unreachable for
+    this pass (no sample: no timer change, as for any agent that cannot answer). Its call
+    goes on in the background and the machine is not sampled again until it returns, so
+    one frozen agent holds one worker, never the money chain for the whole fleet."""
 
     name = NAME
 
@@ -167,12 +176,18 @@ class IdleScanner:
         sampler: AgentSampler,
         policy: IdlePolicy,
         concurrency: int = 16,
+        pass_deadline_s: float = 10.0,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
         self.sampler = sampler
         self.policy = policy
         self.concurrency = max(1, concurrency)
+        self.pass_deadline_s = pass_deadline_s
+        self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="idle-sample")
+        self._lock = threading.Lock()
+        self._in_flight: set[str] = set()
+        self._unanswered: set[str] = set()
 
     def scan(self) -> list[MachineSnapshot]:
         with self.sessions() as session:
@@ -198,16 +213,49 @@ class IdleScanner:
         machines = self.scan()
         if not machines:
             return decisions.report
-        samples = self._sample_all(machines)
+        samples = self._sample_all(machines, decisions)
         for machine, sample in zip(machines, samples, strict=True):
             self.apply(machine, decide(now, machine, sample, self.policy), decisions)
         return decisions.report
 
-    def _sample_all(self, machines: Sequence[MachineSnapshot]) -> list[UtilisationSample | None]:
-        addresses = [m.agent_address or "" for m in machines]
-        workers = min(self.concurrency, len(addresses))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="idle-sample") as pool:
-            return list(pool.map(self.sampler.sample, addresses))
+    def _sample_all(
+        self, machines: Sequence[MachineSnapshot], decisions: DecisionLog
+    ) -> list[UtilisationSample | None]:
+        futures: dict[str, Future[UtilisationSample | None]] = {}
+        # Machines that answered last time go first: frozen agents queue behind the fleet,
+        # never the fleet behind them.
+        order = sorted(machines, key=lambda m: m.machine_id in self._unanswered)
+        for m in order:
+            with self._lock:
+                busy = m.machine_id in self._in_flight
+                if not busy:
+                    self._in_flight.add(m.machine_id)
+            if busy:  # its last sample has not come back: unreachable again this pass
+                decisions.acted(m.machine_id, "sample_still_running")
+                continue
+            future = self._pool.submit(self.sampler.sample, m.agent_address or "")
+            future.add_done_callback(functools.partial(self._returned, m.machine_id))
+            futures[m.machine_id] = future
+        wait(list(futures.values()), timeout=self.pass_deadline_s)
+        samples: list[UtilisationSample | None] = []
+        for m in machines:
+            f = futures.get(m.machine_id)
+            sample = f.result() if f is not None and f.done() and f.exception() is None else None
+            if f is not None and not f.done():
+                decisions.acted(m.machine_id, "sample_past_pass_deadline")
+            if sample is None:
+                self._unanswered.add(m.machine_id)
+            else:
+                self._unanswered.discard(m.machine_id)
+            samples.append(sample)
+        return samples
+
+    def _returned(self, machine_id: str, _future: object = None) -> None:
+        with self._lock:
+            self._in_flight.discard(machine_id)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def apply(self, machine: MachineSnapshot, actions: Sequence[IdleAction], decisions: DecisionLog) -> None:
         """One fenced transaction per machine, so one bad row cannot block another's clearing."""

@@ -67,7 +67,12 @@ def build_watchdogs(
     prober = prober or GrpcAgentProber(timeout_s=settings.agent_timeout_s)
     outcomes = settings.outcome_policy()
     idle = IdleScanner(
-        sessions, lease, sampler, settings.idle_policy(), concurrency=settings.idle_sample_concurrency
+        sessions,
+        lease,
+        sampler,
+        settings.idle_policy(),
+        concurrency=settings.idle_sample_concurrency,
+        pass_deadline_s=settings.idle_pass_deadline_s,
     )
     stop = AutoStop(sessions, lease, clock, provider, settings.auto_stop_policy())
     destroy = AutoDestroy(sessions, lease, clock, provider, settings.auto_destroy_policy())

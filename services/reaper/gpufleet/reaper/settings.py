@@ -45,6 +45,9 @@ class Settings(StoreSettings):
     # Real seconds the agent samples for (a GPU's utilisation is measured in real time).
     idle_sample_window_s: float = Field(default=2.0, gt=0)
     idle_sample_concurrency: int = Field(default=16, ge=1)
+    # A pass waits this long for its samples at most: a machine slower than that counts as
+    # unreachable for the pass, and the money chain of every other machine goes on.
+    idle_pass_deadline_s: float = Field(default=10.0, gt=0)
     agent_timeout_s: float = Field(default=5.0, gt=0)
     # Grace windows, counted from first_observed_at.
     auto_stop_grace_s: float = Field(default=600.0, ge=0)
