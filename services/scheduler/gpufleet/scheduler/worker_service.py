@@ -33,6 +33,7 @@ from gpufleet.common.db.enums import (
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.lifecycle import Actor, transition
+from gpufleet.scheduler import validation
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import attempt_to_proto
 from gpufleet.scheduler.settings import Settings
@@ -231,9 +232,10 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         require(request.request_id, "request_id", JOB_ID, "request id")
         machine_id = request.machine_id or str(uuid.uuid5(uuid.NAMESPACE_URL, request.request_id))
         require(machine_id, "machine_id", JOB_ID, "machine id")
-        if not request.agent_address:
-            raise InvalidArgument("is required", field="agent_address")
+        validation.address(request.agent_address, "agent_address")
         require(request.pool, "pool", IDENT, "pool id")
+        if request.workload_class not in machine_pb2.WorkloadClass.values():
+            raise InvalidArgument(f"unknown workload class {request.workload_class}", field="workload_class")
         if request.slots < 1 or request.slots > 64:
             raise InvalidArgument("must be 1-64", field="slots")
         now = self.clock.now()

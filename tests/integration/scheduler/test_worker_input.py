@@ -1,0 +1,67 @@
+"""RegisterMachine validates what it stores: the address the control plane will dial and
+the enum values, each refusal naming its field, nothing stored."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from sqlalchemy import func, select
+
+from gpufleet.common.db import models
+from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from gpufleet.v1 import machine_pb2, worker_service_pb2, worker_service_pb2_grpc
+from tests.support.procs import ServiceProcess
+
+
+def register(**overrides: object) -> worker_service_pb2.RegisterMachineRequest:
+    fields: dict[str, object] = {
+        "request_id": "box-1",
+        "machine_id": "box-1",
+        "agent_address": "127.0.0.1:50060",
+        "pool": "l4",
+        "slots": 2,
+        "workload_class": machine_pb2.WORKLOAD_CLASS_REPORTING,
+    }
+    fields.update(overrides)
+    return worker_service_pb2.RegisterMachineRequest(**fields)  # type: ignore[arg-type]
+
+
+BAD = [
+    (register(agent_address=""), "agent_address"),
+    (register(agent_address="127.0.0.1"), "agent_address"),
+    (register(agent_address="127.0.0.1:0"), "agent_address"),
+    (register(agent_address="127.0.0.1:99999"), "agent_address"),
+    (register(agent_address="/var/run/agent.sock:1"), "agent_address"),
+    (register(agent_address="http://evil:80"), "agent_address"),
+    (register(agent_address="host; rm -rf /:22"), "agent_address"),
+    (register(workload_class=42), "workload_class"),
+    (register(slots=0), "slots"),
+    (register(pool="Not A Pool"), "pool"),
+]
+
+
+@pytest.mark.parametrize(("request_msg", "field"), BAD, ids=[f"{f}-{i}" for i, (_, f) in enumerate(BAD)])
+def test_a_bad_registration_names_its_field_and_stores_nothing(
+    scheduler: ServiceProcess, pg_url: str, request_msg: worker_service_pb2.RegisterMachineRequest, field: str
+) -> None:
+    with grpc.insecure_channel(scheduler.address) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            worker_service_pb2_grpc.WorkerServiceStub(channel).RegisterMachine(request_msg, timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert dict(info.value.trailing_metadata() or ()).get("gpufleet-field") == field  # type: ignore[attr-defined]
+    engine = make_engine(pg_url)
+    try:
+        with make_sessionmaker(engine)() as s:
+            assert s.execute(select(func.count()).select_from(models.Machine)).scalar_one() == 0
+    finally:
+        engine.dispose()
+
+
+def test_a_good_registration_with_a_name_or_ipv6_is_stored(scheduler: ServiceProcess) -> None:
+    with grpc.insecure_channel(scheduler.address) as channel:
+        stub = worker_service_pb2_grpc.WorkerServiceStub(channel)
+        named = stub.RegisterMachine(register(agent_address="gpu-box-1.lab.internal:50060"), timeout=5)
+        v6 = stub.RegisterMachine(
+            register(request_id="box-2", machine_id="box-2", agent_address="[::1]:50060"), timeout=5
+        )
+    assert named.agent_address == "gpu-box-1.lab.internal:50060" and v6.agent_address == "[::1]:50060"
