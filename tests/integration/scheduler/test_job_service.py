@@ -54,6 +54,19 @@ def test_submit_is_idempotent_and_listed(stub: job_service_pb2_grpc.JobServiceSt
     assert count(pg_url, models.Job) == 1
 
 
+def test_a_jobs_resource_name_is_accepted_where_its_id_is(stub: job_service_pb2_grpc.JobServiceStub) -> None:
+    job = stub.SubmitJob(submit_request("by-name"), timeout=5)
+    assert job.name == f"jobs/{job.job_id}"
+    assert stub.GetJob(job_service_pb2.GetJobRequest(job_id=job.name), timeout=5).job_id == job.job_id
+    cancelled = stub.CancelJob(job_service_pb2.CancelJobRequest(job_id=job.name), timeout=5)
+    assert cancelled.state == job_pb2.JOB_STATE_CANCELLED
+    events = list(stub.WatchJob(job_service_pb2.WatchJobRequest(job_id=job.name), timeout=10))
+    assert events[-1].state == job_pb2.JOB_STATE_CANCELLED
+    with pytest.raises(grpc.RpcError) as info:
+        stub.GetJob(job_service_pb2.GetJobRequest(job_id="machines/" + job.job_id), timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+
+
 def test_list_pages_through_every_job(stub: job_service_pb2_grpc.JobServiceStub) -> None:
     ids = [stub.SubmitJob(submit_request(f"r{i}"), timeout=5).job_id for i in range(7)]
     seen: list[str] = []

@@ -57,6 +57,18 @@ def test_a_bad_registration_names_its_field_and_stores_nothing(
         engine.dispose()
 
 
+def test_a_machines_resource_name_is_accepted_where_its_id_is(scheduler: ServiceProcess) -> None:
+    from gpufleet.v1 import fleet_service_pb2, fleet_service_pb2_grpc
+
+    with grpc.insecure_channel(scheduler.address) as channel:
+        box = worker_service_pb2_grpc.WorkerServiceStub(channel).RegisterMachine(register(), timeout=5)
+        fleet = fleet_service_pb2_grpc.FleetServiceStub(channel)
+        assert box.name == "machines/box-1"
+        got = fleet.GetMachine(fleet_service_pb2.GetMachineRequest(machine_id=box.name), timeout=5)
+        cordoned = fleet.CordonMachine(fleet_service_pb2.CordonMachineRequest(machine_id=box.name), timeout=5)
+    assert got.machine_id == "box-1" and cordoned.cordoned
+
+
 def test_a_good_registration_with_a_name_or_ipv6_is_stored(scheduler: ServiceProcess) -> None:
     with grpc.insecure_channel(scheduler.address) as channel:
         stub = worker_service_pb2_grpc.WorkerServiceStub(channel)

@@ -13,7 +13,8 @@ from gpufleet.common.convert import enum_name, machine_to_proto, offering_to_pro
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, MachineState
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from gpufleet.scheduler.validation import IDENT, JOB_ID, require
+from gpufleet.scheduler import validation
+from gpufleet.scheduler.validation import IDENT, require
 from gpufleet.v1 import catalog_pb2, fleet_service_pb2, fleet_service_pb2_grpc, machine_pb2
 
 
@@ -70,7 +71,7 @@ class FleetService(fleet_service_pb2_grpc.FleetServiceServicer):
     def GetMachine(
         self, request: fleet_service_pb2.GetMachineRequest, context: grpc.ServicerContext
     ) -> machine_pb2.Machine:
-        machine_id = require(request.machine_id, "machine_id", JOB_ID, "machine id")
+        machine_id = validation.machine_id(request.machine_id)
         with self.sessions() as session:
             machine = session.get(models.Machine, machine_id)
             if machine is None:
@@ -78,7 +79,7 @@ class FleetService(fleet_service_pb2_grpc.FleetServiceServicer):
             return machine_to_proto(machine, _busy_slots(session, [machine_id]).get(machine_id, 0))
 
     def _set_cordon(self, machine_id: str, cordoned: bool) -> machine_pb2.Machine:
-        require(machine_id, "machine_id", JOB_ID, "machine id")
+        machine_id = validation.machine_id(machine_id)
         with self.sessions() as session, session.begin():
             machine = session.get(models.Machine, machine_id)
             if machine is None:

@@ -52,7 +52,13 @@ def address(value: str, field: str) -> str:
 
 
 def job_id(value: str, field: str = "job_id") -> str:
-    return require(value, field, JOB_ID, "job id")
+    """A job's id, or its resource name (``jobs/<id>``, as the API returns it)."""
+    return require(value.removeprefix("jobs/"), field, JOB_ID, "job id or jobs/<id> name")
+
+
+def machine_id(value: str, field: str = "machine_id") -> str:
+    """A machine's id, or its resource name (``machines/<id>``)."""
+    return require(value.removeprefix("machines/"), field, JOB_ID, "machine id or machines/<id> name")
 
 
 def submission(request_id: str, job: job_pb2.Job | None, has_job: bool) -> str:
