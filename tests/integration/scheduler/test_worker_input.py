@@ -77,3 +77,25 @@ def test_a_good_registration_with_a_name_or_ipv6_is_stored(scheduler: ServicePro
             register(request_id="box-2", machine_id="box-2", agent_address="[::1]:50060"), timeout=5
         )
     assert named.agent_address == "gpu-box-1.lab.internal:50060" and v6.agent_address == "[::1]:50060"
+
+
+def test_a_malformed_request_id_on_an_idempotent_call_is_refused_naming_it(scheduler: ServiceProcess) -> None:
+    from gpufleet.v1 import fleet_service_pb2, fleet_service_pb2_grpc
+
+    with grpc.insecure_channel(scheduler.address) as channel:
+        worker_service_pb2_grpc.WorkerServiceStub(channel).RegisterMachine(register(), timeout=5)
+        fleet = fleet_service_pb2_grpc.FleetServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            fleet.CordonMachine(
+                fleet_service_pb2.CordonMachineRequest(machine_id="box-1", request_id="not ok!"), timeout=5
+            )
+        # Well formed, or absent: cordoning twice answers the machine as it is.
+        first = fleet.CordonMachine(
+            fleet_service_pb2.CordonMachineRequest(machine_id="box-1", request_id="c-1"), timeout=5
+        )
+        again = fleet.CordonMachine(
+            fleet_service_pb2.CordonMachineRequest(machine_id="box-1", request_id="c-1"), timeout=5
+        )
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert dict(info.value.trailing_metadata() or ()).get("gpufleet-field") == "request_id"  # type: ignore[attr-defined]
+    assert first.cordoned and again == first

@@ -20,6 +20,7 @@ from gpufleet.common.convert import dur, enum_name, ts
 from gpufleet.common.db.enums import IncidentState
 from gpufleet.common.db.models import Failure, Incident, Quarantine, WatchdogStat
 from gpufleet.common.errors import InvalidArgument, NotFound
+from gpufleet.common.idempotency import optional_request_id
 from gpufleet.v1 import ledger_pb2, reaper_service_pb2, reaper_service_pb2_grpc
 
 _MAX_FILTER = 64
@@ -172,6 +173,7 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
         self, request: reaper_service_pb2.AcknowledgeIncidentRequest, context: grpc.ServicerContext
     ) -> ledger_pb2.Incident:
         """Idempotent: acknowledging an acknowledged incident returns it unchanged."""
+        optional_request_id(request.request_id)
         if request.incident_id <= 0:
             raise InvalidArgument("must be a positive incident id", field="incident_id")
         who = _short(request.acknowledged_by, "acknowledged_by", 128)
@@ -213,6 +215,7 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
         self, request: reaper_service_pb2.ClearQuarantineRequest, context: grpc.ServicerContext
     ) -> reaper_service_pb2.ClearQuarantineResponse:
         """A human ends a quarantine now; clearing a cleared one succeeds."""
+        optional_request_id(request.request_id)
         if request.quarantine_id <= 0:
             raise InvalidArgument("must be a positive quarantine id", field="quarantine_id")
         with self.sessions() as session, session.begin():

@@ -93,11 +93,13 @@ class FleetService(fleet_service_pb2_grpc.FleetServiceServicer):
     def CordonMachine(
         self, request: fleet_service_pb2.CordonMachineRequest, context: grpc.ServicerContext
     ) -> machine_pb2.Machine:
+        validation.optional_request_id(request.request_id)
         return self._set_cordon(request.machine_id, True)
 
     def UncordonMachine(
         self, request: fleet_service_pb2.UncordonMachineRequest, context: grpc.ServicerContext
     ) -> machine_pb2.Machine:
+        validation.optional_request_id(request.request_id)
         return self._set_cordon(request.machine_id, False)
 
     def ListPools(

@@ -275,6 +275,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     def CancelJob(
         self, request: job_service_pb2.CancelJobRequest, context: grpc.ServicerContext
     ) -> job_pb2.Job:
+        validation.optional_request_id(request.request_id)
         job_id = validation.job_id(request.job_id)
         if len(request.reason) > 1024:
             raise InvalidArgument("at most 1024 characters", field="reason")

@@ -8,9 +8,10 @@ import json
 import re
 
 from gpufleet.common.errors import InvalidArgument
+from gpufleet.common.idempotency import REQUEST_ID
+from gpufleet.common.idempotency import optional_request_id as optional_request_id
 from gpufleet.v1 import job_pb2
 
-REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$")
 IDENT = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
 VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]{0,63}$")
 TENANT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")

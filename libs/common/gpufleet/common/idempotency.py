@@ -1,0 +1,19 @@
+"""The request ids clients send on calls that create, change or destroy, checked in one
+place for every service (DESIGN §8: a ``request_id`` on every such call)."""
+
+from __future__ import annotations
+
+import re
+
+from gpufleet.common.errors import InvalidArgument
+
+REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$")
+WHAT = "request id (1-128 of A-Z a-z 0-9 . _ : -)"
+
+
+def optional_request_id(value: str) -> str:
+    """The request_id of a call that is idempotent by its nature (repeating it answers the
+    state it left): optional, but when given it must be well formed."""
+    if value and not REQUEST_ID.match(value):
+        raise InvalidArgument(f"is not a valid {WHAT}", field="request_id")
+    return value
