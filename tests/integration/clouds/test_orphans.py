@@ -115,4 +115,4 @@ def test_an_orphan_goes_only_after_its_grace_window_and_nothing_else_is_ever_tou
     # The foreign instance was never even listed; the in-flight create matched its row by label.
     assert set(world.orphans()) == {first_id, second_id}
     assert [s.machine_label for s in cloud.live() if s.deployment_label == DEPLOYMENT] == [pending]
-    assert world.failures("machine_lost") == world.failures("preempted") == []
+    assert world.failures("instance_gone") == world.failures("preempted") == []

@@ -46,6 +46,7 @@ EXPECTED = {
     "went_silent": "REPLACE_MACHINE",
     "preempted": "REPLACE_MACHINE",
     "machine_lost": "NOTHING",
+    "instance_gone": "REPLACE_MACHINE",
     "orphan_found": "NOTHING",
     "lease_expired": "NOTHING",
     "stockout": "STOP_HARDWARE_CONFIG",

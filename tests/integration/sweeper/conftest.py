@@ -89,7 +89,7 @@ def wire_sweeper(
     sessions = make_sessionmaker(engine)
     client = ProvisionerClient(provisioner_address, timeout_s=5.0)
     lease = LeaderLease("sweeper", config.instance_name, clock, sessions, ttl_s=config.lease_ttl_s)
-    reconcile = InventoryReconcile(sessions, client, lost_retry_backoff_s=config.lost_retry_backoff_s)
+    reconcile = InventoryReconcile(sessions, client, outcomes=config.outcome_policy())
     orphans = OrphanSweep(
         sessions,
         client,

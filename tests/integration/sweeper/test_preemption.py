@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import update
 
 from gpufleet.common.db.models import Attempt, Job, Machine
+from gpufleet.common.ledger import OutcomePolicy
 from gpufleet.common.provider_errors import Transient
 from gpufleet.provisioner.drivers.base import InstanceRef
 from gpufleet.sweeper.inventory_reconcile import decide
@@ -110,7 +111,7 @@ def test_an_on_demand_instance_that_vanished_is_lost_but_not_a_preemption(sim_sw
     attempt, job = attempt_and_job(sweep, attempt_id)
     assert (attempt.state, attempt.charged, job.state, job.lost_retries_used) == ("LOST", False, "QUEUED", 1)
     [row] = sweep.failures()
-    assert (row.failure_class, row.machine_id) == ("machine_lost", mid)
+    assert (row.failure_class, row.machine_id) == ("instance_gone", mid)
     assert "vanished" in row.details
     gone = machine(sweep.sessions, mid)
     assert (gone.state, gone.intent, gone.preemption_count, gone.spot_seconds) == (
@@ -190,7 +191,7 @@ def test_a_machine_that_changed_since_the_scan_is_left_alone(sim_sweep: Sweep) -
         s.execute(update(Machine).where(Machine.id == mid).values(intent="STOPPED", state="STOPPING"))
     assert sweep.lease.try_acquire()
     assert (
-        apply_loss(sweep.sessions, sweep.lease, now, loss, detector="test", lost_retry_backoff_s=30) is None
+        apply_loss(sweep.sessions, sweep.lease, now, loss, detector="test", outcomes=OutcomePolicy()) is None
     )
     kept = machine(sweep.sessions, mid)
     assert (kept.state, kept.intent, kept.preemption_count) == ("STOPPING", "STOPPED", 0)

@@ -45,7 +45,11 @@ class FailureClass(StrEnum):
     PROVISION_TIMEOUT = "provision_timeout"
     BOOT_FAILED = "boot_failed"
     WENT_SILENT = "went_silent"
+    # The lost detector's mark: unreachable, but still there; nothing moves (DESIGN §4).
     MACHINE_LOST = "machine_lost"
+    # The provider no longer runs an instance we wanted running (vanished, or stopped by
+    # someone else): its work is gone, as after a pre-emption.
+    INSTANCE_GONE = "instance_gone"
     ORPHAN_FOUND = "orphan_found"
     PREEMPTED = "preempted"
     STOCKOUT = "stockout"
@@ -65,6 +69,7 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     FailureClass.BOOT_FAILED: LedgerOutcome.REPLACE_MACHINE,
     FailureClass.WENT_SILENT: LedgerOutcome.REPLACE_MACHINE,
     FailureClass.MACHINE_LOST: LedgerOutcome.NOTHING,
+    FailureClass.INSTANCE_GONE: LedgerOutcome.REPLACE_MACHINE,
     FailureClass.ORPHAN_FOUND: LedgerOutcome.NOTHING,
     FailureClass.PREEMPTED: LedgerOutcome.REPLACE_MACHINE,
     FailureClass.STOCKOUT: LedgerOutcome.STOP_HARDWARE_CONFIG,
@@ -137,7 +142,85 @@ def record_failure(
     With ``apply=True`` the routed outcome also takes effect (:func:`apply_outcome`), in
     the caller's transaction.
     """
-    outcome = route(failure_class)
+    if apply:
+        row, _ = record_and_apply(
+            session,
+            now,
+            failure_class,
+            detector,
+            machine_id=machine_id,
+            job_id=job_id,
+            attempt_id=attempt_id,
+            details=details,
+            incident_key=incident_key,
+            policy=policy,
+            target=target,
+        )
+        return row
+    row = _append(session, now, failure_class, detector, machine_id, job_id, attempt_id, details)
+    if wants_incident(failure_class):
+        _alert(session, now, row, incident_key)
+    session.flush()
+    return row
+
+
+def record_and_apply(
+    session: Session,
+    now: datetime,
+    failure_class: str,
+    detector: str,
+    *,
+    machine_id: str | None = None,
+    job_id: str | None = None,
+    attempt_id: str | None = None,
+    details: str = "",
+    incident_key: str | None = None,
+    policy: OutcomePolicy | None = None,
+    target: OutcomeTarget | None = None,
+) -> tuple[Failure, AppliedOutcome]:
+    """:func:`record_failure` with its outcome applied, returning what the outcome did
+    (the attempts it ended, the quarantine, the incident) for the caller's log.
+
+    A ``REPLACE_MACHINE`` row names the attempts it ended and where their jobs went: they
+    are ended first, in the same transaction, so the append-only row can say so."""
+    policy = policy or OutcomePolicy()
+    lost: list[LostAttempt] = []
+    replace = route(failure_class) is LedgerOutcome.REPLACE_MACHINE and machine_id is not None
+    if replace:
+        assert machine_id is not None
+        lost = _replace(session, now, machine_id, failure_class, detector, policy)
+        ended = ", ".join(f"{a.attempt_id} (job {a.job_id} -> {a.job_state})" for a in lost)
+        details = f"{details}; attempts ended lost, uncharged: {ended or 'none'}"
+    row = _append(session, now, failure_class, detector, machine_id, job_id, attempt_id, details)
+    applied = apply_outcome(
+        session, now, row, policy=policy, target=target, incident_key=incident_key, replaced=replace
+    )
+    applied.lost_attempts = lost
+    return row, applied
+
+
+def _replace(
+    session: Session, now: datetime, machine_id: str, failure_class: str, detector: str, policy: OutcomePolicy
+) -> list[LostAttempt]:
+    return end_live_attempts_lost(
+        session,
+        machine_id,
+        now,
+        why=f"machine replaced ({failure_class}, by {detector})",
+        lost_retry_backoff_s=policy.lost_retry_backoff_s,
+    )
+
+
+def _append(
+    session: Session,
+    now: datetime,
+    failure_class: str,
+    detector: str,
+    machine_id: str | None,
+    job_id: str | None,
+    attempt_id: str | None,
+    details: str,
+) -> Failure:
     row = Failure(
         at=now,
         machine_id=machine_id,
@@ -146,14 +229,9 @@ def record_failure(
         failure_class=failure_class,
         detector=detector,
         details=details,
-        outcome=outcome.value,
+        outcome=route(failure_class).value,
     )
     session.add(row)
-    session.flush()
-    if apply:
-        apply_outcome(session, now, row, policy=policy, target=target, incident_key=incident_key)
-    elif wants_incident(failure_class):
-        _alert(session, now, row, incident_key)
     session.flush()
     return row
 
@@ -166,12 +244,14 @@ def apply_outcome(
     policy: OutcomePolicy | None = None,
     target: OutcomeTarget | None = None,
     incident_key: str | None = None,
+    replaced: bool = False,
 ) -> AppliedOutcome:
     """Make ``failure``'s routed outcome take effect, inside the caller's transaction.
 
     Idempotent where it matters: a quarantine already in force for the same offering (or
     provider/region) is reused, an incident with the same ``incident_key`` is not opened
-    twice, and only live attempts are ended.
+    twice, and only live attempts are ended (``replaced``: they were, just before the row
+    was written).
     """
     policy = policy or OutcomePolicy()
     target = target or OutcomeTarget()
@@ -179,13 +259,10 @@ def apply_outcome(
     applied = AppliedOutcome(outcome)
     machine = session.get(Machine, failure.machine_id) if failure.machine_id else None
     if outcome is LedgerOutcome.REPLACE_MACHINE and machine is not None:
-        applied.lost_attempts = end_live_attempts_lost(
-            session,
-            machine.id,
-            now,
-            why=f"machine replaced ({failure.failure_class}, by {failure.detector})",
-            lost_retry_backoff_s=policy.lost_retry_backoff_s,
-        )
+        if not replaced:
+            applied.lost_attempts = _replace(
+                session, now, machine.id, failure.failure_class, failure.detector, policy
+            )
     elif outcome is LedgerOutcome.STOP_HARDWARE_CONFIG:
         offering_id = target.offering_id or (machine.offering_id if machine is not None else None)
         if offering_id:

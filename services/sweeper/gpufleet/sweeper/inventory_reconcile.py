@@ -39,6 +39,7 @@ from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineOrigi
 from gpufleet.common.db.models import Machine, UTCDateTime
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.ledger import OutcomePolicy
 from gpufleet.common.provider_errors import InstanceNotFound
 from gpufleet.sweeper.listing import ListedInstance, Provisioner, provider_name
 from gpufleet.sweeper.machine_loss import LossKind, MachineLoss, apply_loss, classify_loss
@@ -144,11 +145,11 @@ class InventoryReconcile:
     name = NAME
 
     def __init__(
-        self, sessions: sessionmaker[Session], provider: Provisioner, *, lost_retry_backoff_s: float = 30.0
+        self, sessions: sessionmaker[Session], provider: Provisioner, *, outcomes: OutcomePolicy | None = None
     ) -> None:
         self.sessions = sessions
         self.provider = provider
-        self.lost_retry_backoff_s = lost_retry_backoff_s
+        self.outcomes = outcomes or OutcomePolicy()
 
     def scan(self) -> list[ReconcileMachine]:
         """One query: machines we provisioned, manage and want running, not destroyed."""
@@ -265,7 +266,7 @@ class InventoryReconcile:
                 now,
                 confirmed,
                 detector=NAME,
-                lost_retry_backoff_s=self.lost_retry_backoff_s,
+                outcomes=self.outcomes,
             )
             if outcome is None:
                 result.report.refusals["CHANGED_SINCE_SCAN"] += 1

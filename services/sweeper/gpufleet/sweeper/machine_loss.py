@@ -4,9 +4,11 @@
 machine whose intent is RUNNING. :func:`apply_loss` writes one conclusion in one fenced
 transaction:
 
-- its live attempts end ``LOST``, uncharged, and their jobs go back to the queue on the
-  patient budget (:mod:`gpufleet.common.attempts`, shared with the scheduler);
-- a ledger row: ``preempted`` for a spot instance, ``machine_lost`` otherwise;
+- a ledger row: ``preempted`` for a spot instance, ``instance_gone`` otherwise; both
+  route to ``REPLACE_MACHINE``, and the ledger applies it in the same transaction
+  (:func:`gpufleet.common.ledger.record_and_apply`): the live attempts end ``LOST``,
+  uncharged, and their jobs go back to the queue on the patient budget, exactly as when a
+  reaper net replaces a machine;
 - a pre-emption grows the machine's history — ``preemption_count`` and the spot time it
   ran (``spot_seconds``, from when this platform last saw it start) — which the scale
   step reads as its expected cost;
@@ -25,11 +27,11 @@ from enum import StrEnum
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.attempts import LostAttempt, end_live_attempts_lost
+from gpufleet.common.attempts import LostAttempt
 from gpufleet.common.db.enums import CapacityType, MachineIntent, MachineOrigin, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.ledger import FailureClass, record_failure
+from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_and_apply
 from gpufleet.common.lifecycle import Actor, record
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ class MachineLoss:
 
     @property
     def failure_class(self) -> FailureClass:
-        return FailureClass.PREEMPTED if self.kind is LossKind.PREEMPTED else FailureClass.MACHINE_LOST
+        return FailureClass.PREEMPTED if self.kind is LossKind.PREEMPTED else FailureClass.INSTANCE_GONE
 
 
 def classify_loss(capacity_type: str, provider_status: str) -> tuple[LossKind, MachineState] | None:
@@ -99,7 +101,7 @@ def apply_loss(
     loss: MachineLoss,
     *,
     detector: str,
-    lost_retry_backoff_s: float,
+    outcomes: OutcomePolicy,
 ) -> list[LostAttempt] | None:
     """Write one loss (see the module docstring); None when the machine changed since the
     scan and nothing was written."""
@@ -111,17 +113,13 @@ def apply_loss(
         if machine is None or not _still_applies(machine, loss):
             return None
         why = _why(loss)
-        lost = end_live_attempts_lost(
-            session, machine.id, now, why=why, lost_retry_backoff_s=lost_retry_backoff_s
-        )
         ran_s = 0.0
         if loss.kind is LossKind.PREEMPTED:
             if machine.first_observed_at is not None:
                 ran_s = max(0.0, (now - machine.first_observed_at).total_seconds())
             machine.preemption_count += 1
             machine.spot_seconds += ran_s
-        attempts = ", ".join(f"{a.attempt_id} (job {a.job_id} -> {a.job_state})" for a in lost) or "none"
-        record_failure(
+        _, applied = record_and_apply(
             session,
             now,
             loss.failure_class,
@@ -129,14 +127,16 @@ def apply_loss(
             machine_id=machine.id,
             details=(
                 f"{why}; instance {machine.provider_instance_id or '?'} at {machine.provider}; "
-                f"machine {loss.state} -> {loss.end_state.value}; attempts ended lost, uncharged: {attempts}"
+                f"machine {loss.state} -> {loss.end_state.value}"
                 + (
                     f"; pre-emption {machine.preemption_count}, ran {ran_s:.0f}s of spot time this run"
                     if loss.kind is LossKind.PREEMPTED
                     else ""
                 )
             ),
+            policy=outcomes,
         )
+        lost = applied.lost_attempts
         record(machine, loss.end_state, by=Actor.SWEEPER, why=f"{detector}: {why}", now=now)
         machine.intent = (
             MachineIntent.STOPPED.value
@@ -147,10 +147,10 @@ def apply_loss(
         if loss.end_state is MachineState.DESTROYED:
             machine.destroy_due_at = None
     log.warning(
-        "machine %s lost: %s; %d attempts requeued",
+        "machine %s lost: %s; attempts ended lost, uncharged: %s",
         loss.machine_id,
         why,
-        len(lost),
+        ", ".join(f"{a.attempt_id} (job {a.job_id} -> {a.job_state})" for a in lost) or "none",
         extra={"fields": {"machine_id": loss.machine_id, "kind": loss.kind.value, "attempts": len(lost)}},
     )
     return lost

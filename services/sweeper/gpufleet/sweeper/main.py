@@ -88,7 +88,7 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
         owned = ProvisionerClient(settings.provisioner_address, timeout_s=settings.provider_timeout_s)
         provider = owned
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
-    reconcile = InventoryReconcile(sessions, provider, lost_retry_backoff_s=settings.lost_retry_backoff_s)
+    reconcile = InventoryReconcile(sessions, provider, outcomes=settings.outcome_policy())
     orphans = OrphanSweep(
         sessions,
         provider,

@@ -22,8 +22,6 @@ class Settings(StoreSettings):
     orphan_grace_s: float = Field(default=1800.0, ge=0)
     # Orphan sweeps in a row that could not list a provider before an incident opens.
     unlisted_rounds_before_incident: int = Field(default=3, ge=1)
-    # The first back-off of a job requeued after its machine was lost (doubles each loss);
-    # the same name and default as the scheduler's, so one setting serves both.
     # Listing every instance at every provider may page through many results.
     provider_timeout_s: float = Field(default=60.0, gt=0)
 
