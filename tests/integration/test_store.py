@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.errors import Fenced
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import record_failure
+from gpufleet.common.loops import PeriodicTask, Ticker, TickReport
 
 
 def test_ledger_refuses_update_and_delete(db_url: str) -> None:
@@ -71,3 +73,43 @@ def test_a_connection_killed_while_idle_is_replaced_before_anyone_uses_it(
         assert second != first
     finally:
         engine.dispose()
+
+
+def test_a_leader_keeps_its_lease_through_a_pass_longer_than_the_lease(db_url: str) -> None:
+    """A live leader whose pass outlasts the lease (a net waiting out bounded provider
+    calls) is not replaced mid-pass: the ticker renews while the task runs. A standby
+    that tries during the pass is refused; one that tries after a real pause wins."""
+    clock = ManualClock()
+    sessions = make_sessionmaker(make_engine(db_url))
+    a = LeaderLease("reaper", "a", clock, sessions, ttl_s=15)
+    b = LeaderLease("reaper", "b", clock, sessions, ttl_s=15)
+    standby: list[bool] = []
+
+    def renewed_since(before: datetime) -> bool:
+        with sessions() as s:
+            expires = s.execute(text("SELECT expires_at FROM leader_leases WHERE name = 'reaper'")).scalar()
+        if isinstance(expires, str):  # SQLite keeps the text
+            expires = datetime.fromisoformat(expires)
+        return expires.replace(tzinfo=UTC) > before + timedelta(seconds=10)
+
+    def long_pass(now: datetime) -> TickReport:
+        for _ in range(8):  # 40 s of clock time, the lease is 15 s
+            clock.advance(timedelta(seconds=5))
+            moved = clock.now()
+            deadline = time.monotonic() + 10
+            while not renewed_since(moved) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            standby.append(b.try_acquire())
+        with sessions() as s, s.begin():
+            a.fence(s)  # still the leader: its writes go through
+        return TickReport()
+
+    ticker = Ticker("reaper", clock, sessions, a, [PeriodicTask("long_pass", 60, long_pass)], renew_s=5)
+    assert a.try_acquire()
+    ticker.run_due()
+    assert standby == [False] * 8 and a.is_leader
+    # Without a running task nobody renews: a paused leader still loses its lease.
+    clock.advance(timedelta(seconds=16))
+    assert b.try_acquire() is True
+    with pytest.raises(Fenced), sessions() as s, s.begin():
+        a.fence(s)

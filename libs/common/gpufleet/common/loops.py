@@ -1,17 +1,20 @@
 """Periodic work for timer-driven services, run only by the leader.
 
 A :class:`Ticker` runs named tasks each at its own cadence on the injected clock, renews
-the leader lease between them, and records each run in ``watchdog_stats`` so operators
+the leader lease between them — and, while a task runs, from a keeper thread, so a pass
+longer than the lease (a reaper net waiting out a provider's bounded stop) does not hand
+leadership to a standby mid-pass — and records each run in ``watchdog_stats`` so operators
 can see every watchdog's cadence, last run and counts. A task returns a
 :class:`TickReport` of what it did and what it refused, by gate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -91,7 +94,10 @@ class Ticker:
                 continue
             if not self.lease.is_leader:
                 return
-            with self._tracer.start_as_current_span(f"{self.service}.{task.name}.tick") as span:
+            with (
+                self._tracer.start_as_current_span(f"{self.service}.{task.name}.tick") as span,
+                self._lease_kept(task.name),
+            ):
                 try:
                     report = task.run(now)
                 except Fenced as exc:
@@ -105,6 +111,37 @@ class Ticker:
                 span.set_attribute("gpufleet.refusals", sum(report.refusals.values()))
             task.next_at = now + timedelta(seconds=task.cadence_s)
             self._record(task, now, report)
+
+    @contextlib.contextmanager
+    def _lease_kept(self, task: str) -> Iterator[None]:
+        """Renew the lease every ``renew_s`` while a task runs.
+
+        The lease stays what it is for: a replica that is paused (SIGSTOP, a long GC, a
+        VM migration) pauses this thread too, its lease runs out and its next write is
+        fenced. What it no longer conflates is a live leader whose pass is slow (every
+        call in a pass has its own bounded deadline) with a dead one. A renewal that
+        finds another holder stops renewing; the task's next fenced write is refused."""
+        done = threading.Event()
+        # Waited in real seconds on the event itself, so the task's end stops the keeper at
+        # once (and the lease is never renewed after the ticker has released it).
+        every = self.clock.real_seconds(self.renew_s)
+
+        def keep() -> None:
+            while not done.wait(every):
+                try:
+                    if not self.lease.try_acquire():
+                        log.warning("lost the %s lease while %s ran", self.service, task)
+                        return
+                except Exception:
+                    log.exception("leader lease renewal during %s failed", task)
+
+        keeper = threading.Thread(target=keep, name=f"{self.service}-lease-keeper", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            done.set()
+            keeper.join()
 
     def _record(self, task: PeriodicTask, now: datetime, report: TickReport) -> None:
         with self.sessions() as session, session.begin():
