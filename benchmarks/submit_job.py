@@ -1,14 +1,16 @@
-"""SubmitJob throughput with 16 concurrent callers, on PostgreSQL and SQLite, against a
-bare grpcio echo server with the same message sizes, measured in the same run.
+"""SubmitJob throughput with 16 concurrent callers, on PostgreSQL and SQLite, against a bare
+grpcio echo server with the same message sizes, measured in the same run.
 
-Run it as ``.venv/bin/python benchmarks/submit_job.py`` (not a test: it prints figures).
-It starts a throwaway PostgreSQL, then for each store a real scheduler process
-(``python -m gpufleet.scheduler``, the default catalogue, no provisioner) and drives it
-over gRPC on loopback from 4 client processes of 4 threads each, every call a new
-``request_id``. The baseline is an echo server in its own process — a grpcio server whose
-one method answers with stored bytes of the size of SubmitJob's answer — driven by the
-same clients. It prints jobs/s, p50 and p99 latency, the server's CPU per call (from
-``/proc``), and the ratio to the echo.
+Run it as ``.venv/bin/python benchmarks/submit_job.py`` (not a test: it prints figures). It
+starts a throwaway PostgreSQL, then for each store a real scheduler process (``python -m
+gpufleet.scheduler``, the default catalogue, no provisioner) and drives it over gRPC on
+loopback from 4 client processes of 4 threads each — every caller its own channel and
+connection, every call a new ``request_id``. PostgreSQL is measured with one API process and
+with ``--api-processes`` (default 2: ``GPUFLEET_API_PROCESSES``, extra processes sharing the
+port, see ``gpufleet.scheduler.api_processes``). The baseline is an echo server in its own
+process — a grpcio server whose one method answers with stored bytes of the size of
+SubmitJob's answer — driven by the same clients. It prints jobs/s, p50 and p99 latency, the
+server's CPU per call (from ``/proc``), and the ratio to the echo.
 
 Goal: >= 1,000 jobs/s and >= 0.3 x the echo.
 """
@@ -80,18 +82,27 @@ def _echo_process(answer: bytes, ports: Any, stop: Any) -> None:
 
 
 def _caller_process(address: str, echo: bool, tag: str, seconds: float, threads: int, out: Any) -> None:
-    channel = grpc.insecure_channel(address)
-    grpc.channel_ready_future(channel).result(timeout=30)
+    # One connection per caller (a local subchannel pool each), as 16 separate clients
+    # would have: with several API processes the kernel spreads connections, not calls.
+    channels = [
+        grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+        for _ in range(threads)
+    ]
+    for channel in channels:
+        grpc.channel_ready_future(channel).result(timeout=30)
     if echo:
-        call = channel.unary_unary(ECHO_METHOD, request_serializer=None, response_deserializer=None)
+        calls = [
+            c.unary_unary(ECHO_METHOD, request_serializer=None, response_deserializer=None) for c in channels
+        ]
     else:
-        call = job_service_pb2_grpc.JobServiceStub(channel).SubmitJob
+        calls = [job_service_pb2_grpc.JobServiceStub(c).SubmitJob for c in channels]
     latencies: list[float] = []
     errors: list[str] = []
     lock = threading.Lock()
     start = threading.Barrier(threads)
 
     def run(index: int) -> None:
+        call = calls[index]
         mine: list[float] = []
         n = 0
         start.wait()
@@ -115,13 +126,33 @@ def _caller_process(address: str, echo: bool, tag: str, seconds: float, threads:
         w.start()
     for w in workers:
         w.join()
-    channel.close()
+    for channel in channels:
+        channel.close()
     out.put((latencies, errors[:5], len(errors)))
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU of ``pid`` and its child processes (the extra API processes), user + system."""
+    pids = [pid]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int(_stat(int(entry.name))[1]) == pid:
+                    pids.append(int(entry.name))
+            except (OSError, IndexError):
+                continue
+    total = 0
+    for p in pids:
+        try:
+            fields = _stat(p)
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -177,6 +208,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="how long each case is driven")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    parser.add_argument(
+        "--api-processes", type=int, default=2, help="API processes for the second PostgreSQL case"
+    )
     args = parser.parse_args()
     answer = job_pb2.Job(
         name="jobs/00000000-0000-0000-0000-000000000000",
@@ -204,11 +238,11 @@ def main() -> None:
         print(f"echo: {results[-1].per_s:,.0f} calls/s", flush=True)
         with tempfile.TemporaryDirectory(prefix="gf-submit-") as tmp:
             server.psql("CREATE DATABASE submit_bench")
-            stores = {
-                "postgresql": server.url("submit_bench"),
-                "sqlite": f"sqlite:///{Path(tmp) / 'gpufleet.sqlite'}",
-            }
-            for name, url in stores.items():
+            pg, lite = server.url("submit_bench"), f"sqlite:///{Path(tmp) / 'gpufleet.sqlite'}"
+            cases = [("postgresql", pg, 1), ("sqlite", lite, 1)]
+            if args.api_processes > 1:
+                cases.insert(1, (f"pg-x{args.api_processes}", pg, args.api_processes))
+            for name, url, processes in cases:
                 upgrade(url)
                 svc: ServiceProcess = start_service(
                     "scheduler",
@@ -218,6 +252,7 @@ def main() -> None:
                         "GPUFLEET_PROVISIONER_ADDRESS": "127.0.0.1:9",
                         "GPUFLEET_MAX_RUNNING_MACHINES": "0",
                         "GPUFLEET_LOG_LEVEL": "WARNING",
+                        "GPUFLEET_API_PROCESSES": str(processes),
                     },
                 )
                 try:

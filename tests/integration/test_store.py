@@ -11,10 +11,12 @@ from sqlalchemy.exc import DBAPIError
 
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
-from gpufleet.common.errors import Fenced
+from gpufleet.common.db.statements import StatementPool
+from gpufleet.common.errors import Fenced, Unavailable
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import record_failure
 from gpufleet.common.loops import PeriodicTask, Ticker, TickReport
+from tests.support.postgres import free_port
 
 
 def test_ledger_refuses_update_and_delete(db_url: str) -> None:
@@ -113,3 +115,30 @@ def test_a_leader_keeps_its_lease_through_a_pass_longer_than_the_lease(db_url: s
     assert b.try_acquire() is True
     with pytest.raises(Fenced), sessions() as s, s.begin():
         a.fence(s)
+
+
+def test_the_statement_pool_survives_a_dropped_connection_and_says_unavailable_when_down(
+    pg_url: str,
+) -> None:
+    """SubmitJob's lean path: a connection the server dropped is replaced and the statement
+    runs once more; a database that is not there is UNAVAILABLE, not an internal error."""
+    engine = make_engine(pg_url)
+    pool = StatementPool(engine, max_size=2)
+    try:
+        sql = pool.compile(text("SELECT pg_backend_pid(), :n + 1"))
+        first_pid, two = pool.fetch_one(sql, {"n": 1}) or (None, None)
+        assert two == 2
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first_pid})
+        second_pid, three = pool.fetch_one(sql, {"n": 2}) or (None, None)
+        assert (three, second_pid != first_pid) == (3, True)
+    finally:
+        pool.close()
+        engine.dispose()
+    nowhere = make_engine(f"postgresql://postgres@127.0.0.1:{free_port()}/none")
+    pool = StatementPool(nowhere, timeout_s=1)
+    try:
+        with pytest.raises(Unavailable):
+            pool.fetch_one(pool.compile(text("SELECT 1")), {})
+    finally:
+        pool.close()

@@ -372,10 +372,15 @@ def create_aio_server(
     *,
     max_workers: int = 32,
     lanes: Sequence[Lane] = (),
+    reuse_port: bool = False,
 ) -> AioServiceServer:
     """Build, bind and start an asyncio server on a loop thread of its own. Async handlers
     run on the loop (a stream waiting on its client holds no thread); synchronous ones in
-    a pool of ``max_workers``; a lane's service in its own executor."""
+    a pool of ``max_workers``; a lane's service in its own executor.
+
+    ``reuse_port`` lets other processes of the same service bind the same port (the
+    scheduler's API processes); off, a second server on a taken port fails to start
+    rather than silently sharing its traffic."""
     from grpc_health.v1 import _async as health_async
     from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
@@ -391,7 +396,7 @@ def create_aio_server(
         server = grpc.aio.server(
             migration_thread_pool=migration,
             interceptors=[aio_server_interceptor(), AioErrorMappingInterceptor(executors, api)],
-            options=[("grpc.so_reuseport", 0)],
+            options=[("grpc.so_reuseport", 1 if reuse_port else 0)],
         )
         for binding in bindings:
             # The generated add_*_to_server functions take either kind of server.

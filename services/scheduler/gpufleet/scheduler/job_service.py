@@ -12,8 +12,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import grpc
-from sqlalchemy import Connection, Engine, Table, bindparam, insert, select, text
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Connection, Engine, Table, bindparam, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import paging
@@ -22,6 +21,7 @@ from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name, enum_value, ts
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, TERMINAL_JOB_STATES, AttemptState, JobState
+from gpufleet.common.db.statements import SqliteWriter, StatementPool
 from gpufleet.common.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -73,10 +73,20 @@ _SUBMIT_PG = text(
     " INSERT INTO job_events (job_id, state, at, message)"
     " SELECT id, 'QUEUED', created_at, 'submitted' FROM j RETURNING job_id"
 )
-_INSERT_JOB_SQLITE = (
-    sqlite_insert(_JOBS).on_conflict_do_nothing(index_elements=["request_id"]).returning(_JOBS.c.id)
+# On SQLite, three statements in one write transaction on the kept writer connection.
+_CATALOGUE_OK_SQLITE = (
+    "SELECT 1 FROM workspaces w, pools p, job_kinds k"
+    " WHERE w.id = :workspace_id AND w.active AND p.id = :pool_id AND k.id = :kind_id"
+    " AND k.slots <= p.slots_per_machine"
 )
-_INSERT_EVENT = insert(_EVENTS)
+_INSERT_JOB_SQLITE = (
+    f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ("
+    + ", ".join(f":{c.strip()}" for c in _JOB_COLUMNS.split(","))
+    + ") ON CONFLICT (request_id) DO NOTHING RETURNING id"
+)
+_INSERT_EVENT_SQLITE = (
+    "INSERT INTO job_events (job_id, state, at, message) VALUES (:job_id, :state, :at, :message)"
+)
 _W, _P, _K = models.Workspace, models.Pool, models.JobKind
 _CATALOGUE = select(
     select(_W.active).where(_W.id == bindparam("w")).scalar_subquery(),
@@ -91,6 +101,12 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         self.clock = clock
         self.engine: Engine = sessions.kw["bind"]
         self._postgres = self.engine.dialect.name == "postgresql"
+        # SubmitJob's one statement, prepared on connections of its own (see StatementPool).
+        self._statements = StatementPool(self.engine, max_size=16) if self._postgres else None
+        self._submit_sql = self._statements.compile(_SUBMIT_PG) if self._statements else ""
+        self._sqlite = SqliteWriter(self.engine) if not self._postgres else None
+        self._job_binds = self._sqlite.processors(_JOBS) if self._sqlite else {}
+        self._event_binds = self._sqlite.processors(_EVENTS) if self._sqlite else {}
         self.hub = EventHub(sessions, WATCH_POLL_S)
         # Open WatchJob streams; touched only on the server's event loop.
         self._streams: Counter[str] = Counter()
@@ -98,17 +114,23 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
 
     def close(self) -> None:
         self.hub.executor.shutdown(wait=False, cancel_futures=True)
+        if self._statements is not None:
+            self._statements.close()
+        if self._sqlite is not None:
+            self._sqlite.close()
 
     # -- SubmitJob -------------------------------------------------------------------
     def SubmitJob(
         self, request: job_service_pb2.SubmitJobRequest, context: grpc.ServicerContext
     ) -> job_pb2.Job:
-        """Validation in Python, then one short transaction of three statements: the
-        catalogue check (workspace, pool and kind in one query), the job's insert that
-        is idempotent by ``request_id`` (``ON CONFLICT DO NOTHING``), and its first event.
-        No ORM object graph: profiled, the old path spent its milliseconds in six
-        statements and the ORM's flush. A repeated ``request_id`` reads the stored job
-        and answers as the first call did (or refuses other content)."""
+        """Validation in Python, then one short transaction: the catalogue check
+        (workspace, pool and kind in one query), the job's insert that is idempotent by
+        ``request_id`` (``ON CONFLICT DO NOTHING``), and its first event — on PostgreSQL
+        one prepared statement (a data-modifying CTE) in autocommit, on SQLite three
+        statements in one write transaction. No ORM object graph: profiled, the old path
+        spent its milliseconds in six statements and the ORM's flush. A repeated
+        ``request_id`` reads the stored job and answers as the first call did (or refuses
+        other content)."""
         content_hash = validation.submission(request.request_id, request.job, request.HasField("job"))
         spec = request.job
         now = self.clock.now()
@@ -134,7 +156,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             "cancel_requested": False,
             "paid_wait_incident": False,
         }
-        inserted = self._submit_postgres(row) if self._postgres else self._submit_sqlite(row, spec)
+        inserted = self._submit_postgres(row) if self._postgres else self._submit_sqlite(row)
         if not inserted:
             # The catalogue refused it (say which part), or the request_id is known:
             # answer as the first call did.
@@ -153,24 +175,25 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         return job_to_proto(models.Job(**row))
 
     def _submit_postgres(self, row: dict[str, Any]) -> bool:
-        """One statement, in autocommit: one round trip. False when it inserted nothing —
-        a catalogue miss or a known request_id, which the caller tells apart."""
+        """One prepared statement, in autocommit: one round trip. False when it inserted
+        nothing — a catalogue miss or a known request_id, which the caller tells apart."""
+        assert self._statements is not None
         params = dict(row, tenant_values=json.dumps(row["tenant_values"]))
-        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            return conn.execute(_SUBMIT_PG, params).first() is not None
+        return self._statements.fetch_one(self._submit_sql, params) is not None
 
-    def _submit_sqlite(self, row: dict[str, Any], spec: job_pb2.Job) -> bool:
-        """SQLite has no data-modifying CTE; it is in-process, so three statements in one
-        short write transaction cost no round trips."""
-        with self.sessions() as session, session.begin():
-            conn = session.connection()
-            self._check_catalogue(conn, spec)
-            if conn.execute(_INSERT_JOB_SQLITE, row).scalar_one_or_none() is None:
+    def _submit_sqlite(self, row: dict[str, Any]) -> bool:
+        """Three statements in one short write transaction (SQLite is in-process: no
+        round trips), on the kept writer connection. False as for PostgreSQL."""
+        assert self._sqlite is not None
+        job = {k: self._job_binds[k](v) if k in self._job_binds else v for k, v in row.items()}
+        event = {"job_id": row["id"], "state": row["state"], "at": row["created_at"], "message": "submitted"}
+        event = {k: self._event_binds[k](v) if k in self._event_binds else v for k, v in event.items()}
+        with self._sqlite.transaction() as conn:
+            if conn.execute(_CATALOGUE_OK_SQLITE, job).fetchone() is None:
                 return False
-            conn.execute(
-                _INSERT_EVENT,
-                {"job_id": row["id"], "state": row["state"], "at": row["created_at"], "message": "submitted"},
-            )
+            if conn.execute(_INSERT_JOB_SQLITE, job).fetchone() is None:
+                return False
+            conn.execute(_INSERT_EVENT_SQLITE, event)
             return True
 
     @staticmethod

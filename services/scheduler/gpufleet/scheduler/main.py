@@ -4,17 +4,30 @@ leader's fleet tick."""
 from __future__ import annotations
 
 import logging
+import sys
+import threading
+from collections.abc import Sequence
 
 from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import telemetry
 from gpufleet.common.catalog import load_catalog
 from gpufleet.common.clients.provisioner import ProvisionerClient
+from gpufleet.common.clock import Clock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
-from gpufleet.common.grpcserver import Lane, ServiceBinding, create_aio_server
+from gpufleet.common.grpcserver import (
+    AioServiceServer,
+    Lane,
+    ServiceBinding,
+    announce_port,
+    create_aio_server,
+    run_until_signalled,
+)
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import PeriodicTask, Ticker
-from gpufleet.common.runtime import TimerService, serve
+from gpufleet.common.runtime import Closable, TimerService, serve
+from gpufleet.scheduler.api_processes import API_ONLY_FLAG, ApiProcesses, die_with_parent
 from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.fleet_service import FleetService
 from gpufleet.scheduler.job_service import JobService
@@ -35,8 +48,40 @@ WORKER_SERVICE = worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"]
 log = logging.getLogger("gpufleet.scheduler")
 
 
+def _server(
+    settings: Settings, sessions: sessionmaker[Session], clock: Clock, jobs: JobService
+) -> AioServiceServer:
+    """The API: JobService, FleetService and WorkerService on an asyncio server. WatchJob
+    streams wait on its loop and hold no thread; the workers' reports run on a lane of
+    their own that no other caller can fill."""
+    return create_aio_server(
+        settings.listen_address,
+        [
+            ServiceBinding(
+                job_service_pb2_grpc.add_JobServiceServicer_to_server,
+                jobs,
+                job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+            ),
+            ServiceBinding(
+                fleet_service_pb2_grpc.add_FleetServiceServicer_to_server,
+                FleetService(sessions, clock),
+                fleet_service_pb2.DESCRIPTOR.services_by_name["FleetService"].full_name,
+            ),
+            ServiceBinding(
+                worker_service_pb2_grpc.add_WorkerServiceServicer_to_server,
+                WorkerService(sessions, clock, settings),
+                worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+            ),
+        ],
+        max_workers=settings.api_workers,
+        lanes=[Lane(WORKER_SERVICE, settings.worker_lane_workers)],
+        reuse_port=settings.api_processes > 1 or settings.api_only,
+    )
+
+
 def build(settings: Settings) -> TimerService:
-    """Wire the scheduler: its three gRPC services and the leader's fleet tick."""
+    """Wire the scheduler: its three gRPC services, the leader's fleet tick, and the extra
+    API processes it is configured with."""
     clock = settings.make_clock()
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
@@ -62,30 +107,17 @@ def build(settings: Settings) -> TimerService:
         settings.lease_renew_s,
     )
     jobs = JobService(sessions, clock)
-    # An asyncio server: WatchJob streams wait on its loop and hold no thread; the workers'
-    # reports run on a lane of their own that no other caller can fill.
-    server = create_aio_server(
-        settings.listen_address,
-        [
-            ServiceBinding(
-                job_service_pb2_grpc.add_JobServiceServicer_to_server,
-                jobs,
-                job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
-            ),
-            ServiceBinding(
-                fleet_service_pb2_grpc.add_FleetServiceServicer_to_server,
-                FleetService(sessions, clock),
-                fleet_service_pb2.DESCRIPTOR.services_by_name["FleetService"].full_name,
-            ),
-            ServiceBinding(
-                worker_service_pb2_grpc.add_WorkerServiceServicer_to_server,
-                WorkerService(sessions, clock, settings),
-                worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
-            ),
-        ],
-        max_workers=settings.api_workers,
-        lanes=[Lane(WORKER_SERVICE, settings.worker_lane_workers)],
-    )
+    server = _server(settings, sessions, clock, jobs)
+    others: list[Closable] = [tick, jobs]
+    if settings.api_processes > 1:
+        host = settings.listen_address.rsplit(":", 1)[0]
+        extra = ApiProcesses(settings.api_processes - 1, host, server.port)
+        try:
+            extra.start()
+        except BaseException:
+            server.stop(0)
+            raise
+        others.insert(0, extra)
     return TimerService(
         name=SERVICE,
         settings=settings,
@@ -94,18 +126,47 @@ def build(settings: Settings) -> TimerService:
         ticker=ticker,
         server=server,
         provider=provisioner,
-        others=(tick, jobs),
+        others=tuple(others),
     )
 
 
-def main() -> int:
-    settings = Settings()
+def serve_api_only(settings: Settings) -> int:
+    """One of the extra API processes: the API and nothing else (no lease, no tick, no
+    catalogue sync), until SIGTERM or the scheduler that started it dies."""
+    if not die_with_parent():
+        log.warning("the scheduler that started this API process is gone; not serving")
+        return 0
+    engine = make_engine(settings.database_url)
+    sessions = make_sessionmaker(engine)
+    jobs = JobService(sessions, settings.make_clock())
+    server = _server(settings, sessions, settings.make_clock(), jobs)
+    announce_port(server.port, settings.port_file)
+    try:
+        run_until_signalled(server, threading.Event())
+    finally:
+        jobs.close()
+        engine.dispose()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    unknown = [a for a in args if a != API_ONLY_FLAG]
+    if unknown:
+        print(
+            f"usage: python -m gpufleet.scheduler [{API_ONLY_FLAG}]; unknown: {' '.join(unknown)}",
+            file=sys.stderr,
+        )
+        return 2
+    settings = Settings(api_only=API_ONLY_FLAG in args)
     telemetry.configure(
         SERVICE,
         otlp_endpoint=settings.otlp_endpoint,
         level=settings.log_level,
         log_format=settings.log_format,
     )
+    if settings.api_only:
+        return serve_api_only(settings)
     return serve(build(settings), settings.port_file)
 
 

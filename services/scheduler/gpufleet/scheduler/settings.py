@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gpufleet.common.settings import StoreSettings
 
@@ -43,3 +43,17 @@ class Settings(StoreSettings):
     # its own that the workers' reports (WorkerService) run on, which no other caller fills.
     api_workers: int = Field(default=32, ge=1, le=512)
     worker_lane_workers: int = Field(default=16, ge=1, le=512)
+    # Processes serving the API on the listen port (PostgreSQL only); the first also runs
+    # the fleet tick. See gpufleet.scheduler.api_processes for why and how.
+    api_processes: int = Field(default=1, ge=1, le=64)
+    # Set by the first process on the ones it starts (python -m gpufleet.scheduler --api-only).
+    api_only: bool = False
+
+    @model_validator(mode="after")
+    def _api_processes_need_postgres(self) -> Settings:
+        if self.api_processes > 1 and not self.database_url.startswith("postgresql"):
+            raise ValueError(
+                "api_processes > 1 needs PostgreSQL: SQLite has one writer at a time, and its "
+                "writers queue best inside one process"
+            )
+        return self

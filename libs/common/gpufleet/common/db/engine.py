@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -43,6 +44,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         # so threads contending for the file waited hundreds of milliseconds each. The
         # busy timeout still orders this process against the others sharing the file.
         writer = threading.Lock()
+        _WRITERS[engine] = writer
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn: Any) -> None:
@@ -80,6 +82,14 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
 
 PING_IDLE_S = 10.0
+# Each SQLite engine's writer lock, for the writers that go around the engine
+# (gpufleet.common.db.statements.SqliteWriter): one queue for every writer of a process.
+_WRITERS: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
+
+
+def writer_lock(engine: Engine) -> threading.Lock:
+    """The lock this process's writers of a SQLite engine queue on (see make_engine)."""
+    return _WRITERS[engine]
 
 
 def _ping_when_idle(engine: Engine) -> None:

@@ -1,0 +1,122 @@
+"""A lean path for hot single-transaction writes: no ORM, no Core execution.
+
+On PostgreSQL, :class:`StatementPool`: one statement, prepared, in autocommit.
+
+Why: SubmitJob is one statement (a data-modifying CTE), and profiled, running it through
+SQLAlchemy's engine cost about 0.21-0.24 ms of CPU a call (pool checkout and return
+events, isolation-level set and reset, the result's metadata) against 0.08 ms for the
+same statement on a psycopg connection of this pool, prepared once per connection and in
+autocommit — about an eighth of all the CPU a SubmitJob costs the server. Everything else
+in gpufleet stays on SQLAlchemy; this is for statements that are the whole transaction.
+
+The pool is psycopg's own (``psycopg_pool``). A connection the server dropped (a restart,
+a failover) fails its statement with ``OperationalError``; the pool discards it on return
+and the statement is tried once more on another connection, so callers must make their
+statements safe to repeat (SubmitJob's is idempotent by ``request_id``). A database that
+stays down is ``UNAVAILABLE`` to the caller, never ``INTERNAL``.
+
+On SQLite, :class:`SqliteWriter`: one connection of the engine's pool kept for these
+writes (the same pragmas), used under the engine's own writer lock — so these writers
+queue in one line with every other writer of the process, as SQLite has one writer at a
+time anyway — and values converted by the columns' own SQLAlchemy types, so what is
+stored is exactly what the ORM would store and reads back the same. Profiled, SubmitJob's
+three statements cost 0.05 ms this way against 0.44 ms through a session, and under 16
+concurrent callers the session path spent over a millisecond more a call contending for
+the engine's pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+from sqlalchemy import Engine, Table, TextClause
+
+from gpufleet.common.db.engine import writer_lock
+from gpufleet.common.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+
+class StatementPool:
+    """Autocommit psycopg connections for single-statement transactions."""
+
+    def __init__(self, engine: Engine, *, max_size: int = 8, timeout_s: float = 30.0) -> None:
+        if engine.dialect.name != "postgresql":
+            raise ValueError("StatementPool is for PostgreSQL")
+        self._dialect = engine.dialect
+        self._timeout_s = timeout_s
+        conninfo = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": True, "prepare_threshold": 0},
+            open=False,
+            name="gpufleet-statements",
+        )
+        self._pool.open(wait=False)
+
+    def compile(self, statement: TextClause) -> str:
+        """The statement in psycopg's parameter style (``%(name)s``), compiled once."""
+        return str(statement.compile(dialect=self._dialect))
+
+    def fetch_one(self, sql: str, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """Run ``sql`` (from :meth:`compile`) as its own transaction; its first row."""
+        for attempt in (1, 2):
+            try:
+                with self._pool.connection(timeout=self._timeout_s) as conn:
+                    return conn.execute(sql, params).fetchone()
+            except psycopg.OperationalError as err:
+                if attempt == 2:
+                    raise Unavailable(f"database unavailable: {err}") from err
+                log.info("statement failed on a dropped connection; retrying on another: %s", err)
+            except PoolTimeout as err:
+                raise Unavailable(f"no database connection within {self._timeout_s:.0f}s") from err
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class SqliteWriter:
+    """Write transactions on one kept SQLite connection, in the engine's writer queue."""
+
+    def __init__(self, engine: Engine) -> None:
+        if engine.dialect.name != "sqlite":
+            raise ValueError("SqliteWriter is for SQLite")
+        self._dialect = engine.dialect
+        self._lock = writer_lock(engine)
+        self._kept = engine.raw_connection()
+        conn = self._kept.driver_connection
+        assert isinstance(conn, sqlite3.Connection)
+        self._conn = conn
+
+    def processors(self, table: Table) -> dict[str, Callable[[Any], Any]]:
+        """Each column's bind conversion (datetimes to SQLite's text, JSON to text, ...)."""
+        found: dict[str, Callable[[Any], Any]] = {}
+        for column in table.columns:
+            process = column.type.dialect_impl(self._dialect).bind_processor(self._dialect)
+            if process is not None:
+                found[column.key] = process
+        return found
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on any error), lock held."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._kept.close()
