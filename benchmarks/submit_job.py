@@ -7,10 +7,12 @@ gpufleet.scheduler``, the default catalogue, no provisioner) and drives it over 
 loopback from 4 client processes of 4 threads each — every caller its own channel and
 connection, every call a new ``request_id``. PostgreSQL is measured with one API process and
 with ``--api-processes`` (default 2: ``GPUFLEET_API_PROCESSES``, extra processes sharing the
-port, see ``gpufleet.scheduler.api_processes``). The baseline is an echo server in its own
-process — a grpcio server whose one method answers with stored bytes of the size of
-SubmitJob's answer — driven by the same clients. It prints jobs/s, p50 and p99 latency, the
-server's CPU per call (from ``/proc``), and the ratio to the echo.
+port, see ``gpufleet.scheduler.api_processes``), and once more with every span recorded
+(``pg-traced``: with no collector configured, spans are not recorded by default). The
+baseline is an echo server in its own process — a grpcio server whose one method answers
+with stored bytes of the size of SubmitJob's answer — driven by the same clients. It prints
+jobs/s, p50 and p99 latency, the server's CPU per call (from ``/proc``), and the ratio to
+the echo.
 
 Goal: >= 1,000 jobs/s and >= 0.3 x the echo.
 """
@@ -239,10 +241,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="gf-submit-") as tmp:
             server.psql("CREATE DATABASE submit_bench")
             pg, lite = server.url("submit_bench"), f"sqlite:///{Path(tmp) / 'gpufleet.sqlite'}"
-            cases = [("postgresql", pg, 1), ("sqlite", lite, 1)]
+            # name, store, API processes, spans recorded (no collector here: by default
+            # they are not; "pg-traced" records every one, as a deployment with a
+            # collector and no sampling would)
+            cases = [("postgresql", pg, 1, False), ("pg-traced", pg, 1, True), ("sqlite", lite, 1, False)]
             if args.api_processes > 1:
-                cases.insert(1, (f"pg-x{args.api_processes}", pg, args.api_processes))
-            for name, url, processes in cases:
+                cases.insert(2, (f"pg-x{args.api_processes}", pg, args.api_processes, False))
+            for name, url, processes, traced in cases:
                 upgrade(url)
                 svc: ServiceProcess = start_service(
                     "scheduler",
@@ -253,6 +258,7 @@ def main() -> None:
                         "GPUFLEET_MAX_RUNNING_MACHINES": "0",
                         "GPUFLEET_LOG_LEVEL": "WARNING",
                         "GPUFLEET_API_PROCESSES": str(processes),
+                        **({"OTEL_TRACES_SAMPLER": "always_on"} if traced else {}),
                     },
                 )
                 try:

@@ -255,6 +255,10 @@ class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mi
     ) -> None:
         self.lanes = lanes
         self.default = default
+        # The wrapped handler of each method, built on its first call: the servicer's
+        # handler is the same object every call, and rebuilding the wrappers per call
+        # cost about 3 % of a SubmitJob.
+        self._wrapped: dict[str, tuple[Any, Any]] = {}
 
     async def intercept_service(
         self,
@@ -265,6 +269,14 @@ class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mi
         if handler is None:
             return None
         method: str = handler_call_details.method  # type: ignore[attr-defined]
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, method: str, handler: Any) -> Any:
         service = method.split("/")[1] if method.count("/") == 2 else ""
         lane = self.lanes.get(service, self.default)
         if handler.unary_unary:

@@ -8,6 +8,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, cast
 
@@ -16,7 +17,7 @@ from sqlalchemy import Connection, Engine, Table, bindparam, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import paging
-from gpufleet.common.clients.agent import AgentClient
+from gpufleet.common.clients.agent import AgentClients
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name, enum_value, ts
 from gpufleet.common.db import models
@@ -33,7 +34,7 @@ from gpufleet.common.errors import (
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.events import EventHub
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
-from gpufleet.scheduler.render import job_to_proto
+from gpufleet.scheduler.render import job_from_row, job_to_proto
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -108,12 +109,17 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         self._job_binds = self._sqlite.processors(_JOBS) if self._sqlite else {}
         self._event_binds = self._sqlite.processors(_EVENTS) if self._sqlite else {}
         self.hub = EventHub(sessions, WATCH_POLL_S)
+        # CancelJob's word to the agents: reused channels, on threads of their own.
+        self._agents = AgentClients()
+        self._notify = ThreadPoolExecutor(4, thread_name_prefix="cancel-notify")
         # Open WatchJob streams; touched only on the server's event loop.
         self._streams: Counter[str] = Counter()
         self._streams_total = 0
 
     def close(self) -> None:
         self.hub.executor.shutdown(wait=False, cancel_futures=True)
+        self._notify.shutdown(wait=False, cancel_futures=True)
+        self._agents.close()
         if self._statements is not None:
             self._statements.close()
         if self._sqlite is not None:
@@ -172,7 +178,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             spec.workspace,
             extra={"fields": {"job_id": job_id, "workspace": spec.workspace}},
         )
-        return job_to_proto(models.Job(**row))
+        return job_from_row(row)
 
     def _submit_postgres(self, row: dict[str, Any]) -> bool:
         """One prepared statement, in autocommit: one round trip. False when it inserted
@@ -328,20 +334,23 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                     to_cancel.append((machine.agent_address, attempt.id))
             job.cancel_requested = True
             set_job_state(session, job, JobState.CANCELLED, now, message)
-        # After commit: tell the machines (best effort; the next heartbeat repeats it).
+        # After commit: tell the machines, off the API's threads (best effort; the next
+        # heartbeat repeats it), so a hung agent holds no API thread for its deadline.
         for address, attempt_id in to_cancel:
-            try:
-                with AgentClient(address) as agent:
-                    agent.cancel_job(attempt_id, "job cancelled")
-            except GpufleetError as exc:
-                log.warning(
-                    "cancel of attempt %s on %s not delivered (%s); the worker's next heartbeat will be told",
-                    attempt_id,
-                    address,
-                    exc,
-                )
+            self._notify.submit(self._tell_agent, address, attempt_id)
         with self.sessions() as session:
             return self._render(session, job_id)
+
+    def _tell_agent(self, address: str, attempt_id: str) -> None:
+        try:
+            self._agents.get(address).cancel_job(attempt_id, "job cancelled")
+        except GpufleetError as exc:
+            log.warning(
+                "cancel of attempt %s on %s not delivered (%s); the worker's next heartbeat will be told",
+                attempt_id,
+                address,
+                exc,
+            )
 
     # -- WatchJob --------------------------------------------------------------------
     async def WatchJob(
