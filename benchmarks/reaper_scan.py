@@ -85,6 +85,12 @@ def _machine(i: int, **values: Any) -> dict[str, Any]:
         spot_seconds=0.0,
         start_failures=0,
         backoff_until=None,
+        pending_call=None,
+        pending_call_at=None,
+        dispatch_failures=0,
+        dispatch_backoff_until=None,
+        state_changed_by="",
+        state_reason="",
     )
     row.update(values)
     return row
