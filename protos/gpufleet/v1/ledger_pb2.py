@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18gpufleet/v1/ledger.proto\x12\x0bgpufleet.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfd\x01\n\x0bLedgerEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nmachine_id\x18\x04 \x01(\t\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x12\n\nattempt_id\x18\x06 \x01(\t\x12\x15\n\rfailure_class\x18\x07 \x01(\t\x12\x10\n\x08\x64\x65tector\x18\x08 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\t \x01(\t\x12+\n\x07outcome\x18\n \x01(\x0e\x32\x1a.gpufleet.v1.LedgerOutcome\"\xa4\x02\n\x08Incident\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bincident_id\x18\x02 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rfailure_class\x18\x04 \x01(\t\x12\x12\n\nmachine_id\x18\x05 \x01(\t\x12\x0e\n\x06job_id\x18\x06 \x01(\t\x12\x0f\n\x07summary\x18\x07 \x01(\t\x12)\n\x05state\x18\x08 \x01(\x0e\x32\x1a.gpufleet.v1.IncidentState\x12\x34\n\x10\x61\x63knowledge_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x61\x63knowledged_by\x18\n \x01(\t\"\xf8\x02\n\x08Watchdog\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bwatchdog_id\x18\x02 \x01(\t\x12\x0f\n\x07service\x18\x03 \x01(\t\x12*\n\x07\x63\x61\x64\x65nce\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x31\n\rlast_run_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04runs\x18\x06 \x01(\x03\x12\x33\n\x07\x61\x63tions\x18\x07 \x03(\x0b\x32\".gpufleet.v1.Watchdog.ActionsEntry\x12\x35\n\x08refusals\x18\x08 \x03(\x0b\x32#.gpufleet.v1.Watchdog.RefusalsEntry\x1a.\n\x0c\x41\x63tionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a/\n\rRefusalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x85\x02\n\nQuarantine\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rquarantine_id\x18\x02 \x01(\x03\x12)\n\x04kind\x18\x03 \x01(\x0e\x32\x1b.gpufleet.v1.QuarantineKind\x12\x13\n\x0boffering_id\x18\x04 \x01(\t\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\x0e\n\x06region\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x65xpire_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xa2\x02\n\rLedgerOutcome\x12\x1e\n\x1aLEDGER_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16LEDGER_OUTCOME_NOTHING\x10\x01\x12%\n!LEDGER_OUTCOME_RETRY_SAME_MACHINE\x10\x02\x12\x1b\n\x17LEDGER_OUTCOME_FAIL_JOB\x10\x03\x12\"\n\x1eLEDGER_OUTCOME_REPLACE_MACHINE\x10\x04\x12\'\n#LEDGER_OUTCOME_STOP_HARDWARE_CONFIG\x10\x05\x12$\n LEDGER_OUTCOME_HALT_PROVISIONING\x10\x06\x12\x1e\n\x1aLEDGER_OUTCOME_ALERT_HUMAN\x10\x07*i\n\rIncidentState\x12\x1e\n\x1aINCIDENT_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13INCIDENT_STATE_OPEN\x10\x01\x12\x1f\n\x1bINCIDENT_STATE_ACKNOWLEDGED\x10\x02*t\n\x0eQuarantineKind\x12\x1f\n\x1bQUARANTINE_KIND_UNSPECIFIED\x10\x00\x12\x1c\n\x18QUARANTINE_KIND_OFFERING\x10\x01\x12#\n\x1fQUARANTINE_KIND_PROVIDER_REGION\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18gpufleet/v1/ledger.proto\x12\x0bgpufleet.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfd\x01\n\x0bLedgerEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nmachine_id\x18\x04 \x01(\t\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x12\n\nattempt_id\x18\x06 \x01(\t\x12\x15\n\rfailure_class\x18\x07 \x01(\t\x12\x10\n\x08\x64\x65tector\x18\x08 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\t \x01(\t\x12+\n\x07outcome\x18\n \x01(\x0e\x32\x1a.gpufleet.v1.LedgerOutcome\"\xd6\x02\n\x08Incident\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bincident_id\x18\x02 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rfailure_class\x18\x04 \x01(\t\x12\x12\n\nmachine_id\x18\x05 \x01(\t\x12\x0e\n\x06job_id\x18\x06 \x01(\t\x12\x0f\n\x07summary\x18\x07 \x01(\t\x12)\n\x05state\x18\x08 \x01(\x0e\x32\x1a.gpufleet.v1.IncidentState\x12\x34\n\x10\x61\x63knowledge_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x61\x63knowledged_by\x18\n \x01(\t\x12\x30\n\x0cresolve_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xf8\x02\n\x08Watchdog\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bwatchdog_id\x18\x02 \x01(\t\x12\x0f\n\x07service\x18\x03 \x01(\t\x12*\n\x07\x63\x61\x64\x65nce\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x31\n\rlast_run_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04runs\x18\x06 \x01(\x03\x12\x33\n\x07\x61\x63tions\x18\x07 \x03(\x0b\x32\".gpufleet.v1.Watchdog.ActionsEntry\x12\x35\n\x08refusals\x18\x08 \x03(\x0b\x32#.gpufleet.v1.Watchdog.RefusalsEntry\x1a.\n\x0c\x41\x63tionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a/\n\rRefusalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x85\x02\n\nQuarantine\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rquarantine_id\x18\x02 \x01(\x03\x12)\n\x04kind\x18\x03 \x01(\x0e\x32\x1b.gpufleet.v1.QuarantineKind\x12\x13\n\x0boffering_id\x18\x04 \x01(\t\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\x0e\n\x06region\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x65xpire_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xa2\x02\n\rLedgerOutcome\x12\x1e\n\x1aLEDGER_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16LEDGER_OUTCOME_NOTHING\x10\x01\x12%\n!LEDGER_OUTCOME_RETRY_SAME_MACHINE\x10\x02\x12\x1b\n\x17LEDGER_OUTCOME_FAIL_JOB\x10\x03\x12\"\n\x1eLEDGER_OUTCOME_REPLACE_MACHINE\x10\x04\x12\'\n#LEDGER_OUTCOME_STOP_HARDWARE_CONFIG\x10\x05\x12$\n LEDGER_OUTCOME_HALT_PROVISIONING\x10\x06\x12\x1e\n\x1aLEDGER_OUTCOME_ALERT_HUMAN\x10\x07*\x86\x01\n\rIncidentState\x12\x1e\n\x1aINCIDENT_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13INCIDENT_STATE_OPEN\x10\x01\x12\x1f\n\x1bINCIDENT_STATE_ACKNOWLEDGED\x10\x02\x12\x1b\n\x17INCIDENT_STATE_RESOLVED\x10\x03*t\n\x0eQuarantineKind\x12\x1f\n\x1bQUARANTINE_KIND_UNSPECIFIED\x10\x00\x12\x1c\n\x18QUARANTINE_KIND_OFFERING\x10\x01\x12#\n\x1fQUARANTINE_KIND_PROVIDER_REGION\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,22 +37,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHDOG_ACTIONSENTRY']._serialized_options = b'8\001'
   _globals['_WATCHDOG_REFUSALSENTRY']._loaded_options = None
   _globals['_WATCHDOG_REFUSALSENTRY']._serialized_options = b'8\001'
-  _globals['_LEDGEROUTCOME']._serialized_start=1301
-  _globals['_LEDGEROUTCOME']._serialized_end=1591
-  _globals['_INCIDENTSTATE']._serialized_start=1593
-  _globals['_INCIDENTSTATE']._serialized_end=1698
-  _globals['_QUARANTINEKIND']._serialized_start=1700
-  _globals['_QUARANTINEKIND']._serialized_end=1816
+  _globals['_LEDGEROUTCOME']._serialized_start=1351
+  _globals['_LEDGEROUTCOME']._serialized_end=1641
+  _globals['_INCIDENTSTATE']._serialized_start=1644
+  _globals['_INCIDENTSTATE']._serialized_end=1778
+  _globals['_QUARANTINEKIND']._serialized_start=1780
+  _globals['_QUARANTINEKIND']._serialized_end=1896
   _globals['_LEDGERENTRY']._serialized_start=107
   _globals['_LEDGERENTRY']._serialized_end=360
   _globals['_INCIDENT']._serialized_start=363
-  _globals['_INCIDENT']._serialized_end=655
-  _globals['_WATCHDOG']._serialized_start=658
-  _globals['_WATCHDOG']._serialized_end=1034
-  _globals['_WATCHDOG_ACTIONSENTRY']._serialized_start=939
-  _globals['_WATCHDOG_ACTIONSENTRY']._serialized_end=985
-  _globals['_WATCHDOG_REFUSALSENTRY']._serialized_start=987
-  _globals['_WATCHDOG_REFUSALSENTRY']._serialized_end=1034
-  _globals['_QUARANTINE']._serialized_start=1037
-  _globals['_QUARANTINE']._serialized_end=1298
+  _globals['_INCIDENT']._serialized_end=705
+  _globals['_WATCHDOG']._serialized_start=708
+  _globals['_WATCHDOG']._serialized_end=1084
+  _globals['_WATCHDOG_ACTIONSENTRY']._serialized_start=989
+  _globals['_WATCHDOG_ACTIONSENTRY']._serialized_end=1035
+  _globals['_WATCHDOG_REFUSALSENTRY']._serialized_start=1037
+  _globals['_WATCHDOG_REFUSALSENTRY']._serialized_end=1084
+  _globals['_QUARANTINE']._serialized_start=1087
+  _globals['_QUARANTINE']._serialized_end=1348
 # @@protoc_insertion_point(module_scope)

@@ -27,6 +27,7 @@ class IncidentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INCIDENT_STATE_UNSPECIFIED: _ClassVar[IncidentState]
     INCIDENT_STATE_OPEN: _ClassVar[IncidentState]
     INCIDENT_STATE_ACKNOWLEDGED: _ClassVar[IncidentState]
+    INCIDENT_STATE_RESOLVED: _ClassVar[IncidentState]
 
 class QuarantineKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -44,6 +45,7 @@ LEDGER_OUTCOME_ALERT_HUMAN: LedgerOutcome
 INCIDENT_STATE_UNSPECIFIED: IncidentState
 INCIDENT_STATE_OPEN: IncidentState
 INCIDENT_STATE_ACKNOWLEDGED: IncidentState
+INCIDENT_STATE_RESOLVED: IncidentState
 QUARANTINE_KIND_UNSPECIFIED: QuarantineKind
 QUARANTINE_KIND_OFFERING: QuarantineKind
 QUARANTINE_KIND_PROVIDER_REGION: QuarantineKind
@@ -73,7 +75,7 @@ class LedgerEntry(_message.Message):
     def __init__(self, name: _Optional[str] = ..., entry_id: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., machine_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., failure_class: _Optional[str] = ..., detector: _Optional[str] = ..., details: _Optional[str] = ..., outcome: _Optional[_Union[LedgerOutcome, str]] = ...) -> None: ...
 
 class Incident(_message.Message):
-    __slots__ = ("name", "incident_id", "create_time", "failure_class", "machine_id", "job_id", "summary", "state", "acknowledge_time", "acknowledged_by")
+    __slots__ = ("name", "incident_id", "create_time", "failure_class", "machine_id", "job_id", "summary", "state", "acknowledge_time", "acknowledged_by", "resolve_time")
     NAME_FIELD_NUMBER: _ClassVar[int]
     INCIDENT_ID_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +86,7 @@ class Incident(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     ACKNOWLEDGE_TIME_FIELD_NUMBER: _ClassVar[int]
     ACKNOWLEDGED_BY_FIELD_NUMBER: _ClassVar[int]
+    RESOLVE_TIME_FIELD_NUMBER: _ClassVar[int]
     name: str
     incident_id: int
     create_time: _timestamp_pb2.Timestamp
@@ -94,7 +97,8 @@ class Incident(_message.Message):
     state: IncidentState
     acknowledge_time: _timestamp_pb2.Timestamp
     acknowledged_by: str
-    def __init__(self, name: _Optional[str] = ..., incident_id: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_class: _Optional[str] = ..., machine_id: _Optional[str] = ..., job_id: _Optional[str] = ..., summary: _Optional[str] = ..., state: _Optional[_Union[IncidentState, str]] = ..., acknowledge_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., acknowledged_by: _Optional[str] = ...) -> None: ...
+    resolve_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., incident_id: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_class: _Optional[str] = ..., machine_id: _Optional[str] = ..., job_id: _Optional[str] = ..., summary: _Optional[str] = ..., state: _Optional[_Union[IncidentState, str]] = ..., acknowledge_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., acknowledged_by: _Optional[str] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Watchdog(_message.Message):
     __slots__ = ("name", "watchdog_id", "service", "cadence", "last_run_time", "runs", "actions", "refusals")

@@ -62,6 +62,10 @@ class FailureClass(StrEnum):
     JOB_INFRA_ERROR = "job_infra_error"
     JOB_TIMED_OUT = "job_timed_out"
     LEASE_EXPIRED = "lease_expired"
+    # The scheduler's request-level watchdogs.
+    QUEUE_WAIT_TIMEOUT = "queue_wait_timeout"
+    DISPATCH_STUCK = "dispatch_stuck"
+    PAID_WAIT = "paid_wait"
 
 
 ROUTES: dict[FailureClass, LedgerOutcome] = {
@@ -82,6 +86,11 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     FailureClass.JOB_INFRA_ERROR: LedgerOutcome.RETRY_SAME_MACHINE,
     FailureClass.JOB_TIMED_OUT: LedgerOutcome.FAIL_JOB,
     FailureClass.LEASE_EXPIRED: LedgerOutcome.NOTHING,
+    # The watchdog fails the job where it records the row (the scheduler owns jobs).
+    FailureClass.QUEUE_WAIT_TIMEOUT: LedgerOutcome.FAIL_JOB,
+    # The reset is the whole act; the row is its record.
+    FailureClass.DISPATCH_STUCK: LedgerOutcome.NOTHING,
+    FailureClass.PAID_WAIT: LedgerOutcome.ALERT_HUMAN,
 }
 
 # Classes that open an incident whatever they route to: a human should hear of them.

@@ -87,6 +87,7 @@ def incident_to_proto(row: Incident) -> ledger_pb2.Incident:
         state=_enum_or_unspecified(ledger_pb2.IncidentState, "INCIDENT_STATE_", row.state),
         acknowledge_time=ts(row.acknowledged_at),
         acknowledged_by=row.acknowledged_by or "",
+        resolve_time=ts(row.resolved_at),
     )
 
 
@@ -181,8 +182,10 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
             row = session.get(Incident, request.incident_id, with_for_update=True)
             if row is None:
                 raise NotFound(f"no incident {request.incident_id}", field="incident_id")
-            if row.state != IncidentState.ACKNOWLEDGED.value:
-                row.state = IncidentState.ACKNOWLEDGED.value
+            if row.acknowledged_at is None:
+                # A resolved incident stays resolved; it still records who read it.
+                if row.state == IncidentState.OPEN.value:
+                    row.state = IncidentState.ACKNOWLEDGED.value
                 row.acknowledged_at = self.clock.now()
                 row.acknowledged_by = who or None
             return incident_to_proto(row)

@@ -33,6 +33,12 @@ from gpufleet.scheduler.fleet_service import FleetService
 from gpufleet.scheduler.job_service import JobService
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
+from gpufleet.scheduler.watchdogs.paid_wait import NAME as PAID_WAIT
+from gpufleet.scheduler.watchdogs.paid_wait import PaidWaitIncident
+from gpufleet.scheduler.watchdogs.queue_wait import NAME as QUEUE_WAIT
+from gpufleet.scheduler.watchdogs.queue_wait import QueueWaitTimeout
+from gpufleet.scheduler.watchdogs.stuck_dispatch import NAME as STUCK_DISPATCH
+from gpufleet.scheduler.watchdogs.stuck_dispatch import StuckDispatchReset
 from gpufleet.scheduler.worker_service import WorkerService
 from gpufleet.v1 import (
     fleet_service_pb2,
@@ -103,7 +109,20 @@ def build(settings: Settings) -> TimerService:
         clock,
         sessions,
         lease,
-        [PeriodicTask("fleet_tick", settings.tick_s, tick.run)],
+        [
+            PeriodicTask("fleet_tick", settings.tick_s, tick.run),
+            PeriodicTask(QUEUE_WAIT, settings.queue_wait_every_s, QueueWaitTimeout(sessions, lease).run),
+            PeriodicTask(
+                STUCK_DISPATCH,
+                settings.stuck_dispatch_every_s,
+                StuckDispatchReset(sessions, lease, settings.stuck_dispatch_policy()).run,
+            ),
+            PeriodicTask(
+                PAID_WAIT,
+                settings.paid_wait_every_s,
+                PaidWaitIncident(sessions, lease, settings.paid_wait_policy()).run,
+            ),
+        ],
         settings.lease_renew_s,
     )
     jobs = JobService(sessions, clock)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from pydantic import Field, model_validator
 
 from gpufleet.common.settings import StoreSettings
+from gpufleet.scheduler.watchdogs.paid_wait import PaidWaitPolicy
+from gpufleet.scheduler.watchdogs.stuck_dispatch import StuckDispatchPolicy
 
 
 class Settings(StoreSettings):
@@ -46,11 +50,26 @@ class Settings(StoreSettings):
     # 32 on PostgreSQL and SQLite, with a lower p99 (fewer threads contending for the GIL).
     api_workers: int = Field(default=8, ge=1, le=512)
     worker_lane_workers: int = Field(default=16, ge=1, le=512)
+    # The request-level watchdogs (DESIGN §4): cadences and thresholds, seconds of clock time.
+    queue_wait_every_s: float = Field(default=60.0, gt=0)
+    stuck_dispatch_every_s: float = Field(default=60.0, gt=0)
+    # A job DISPATCHING this long with no live attempt goes back to the queue (well past the
+    # dispatch deadline, which owns the case where an attempt is still starting).
+    stuck_dispatch_after_s: float = Field(default=300.0, gt=0)
+    paid_wait_every_s: float = Field(default=60.0, gt=0)
+    # A paid plan's job waiting this long for a GPU opens one incident.
+    paid_wait_after_s: float = Field(default=1800.0, gt=0)
     # Processes serving the API on the listen port (PostgreSQL only); the first also runs
     # the fleet tick. See gpufleet.scheduler.api_processes for why and how.
     api_processes: int = Field(default=1, ge=1, le=64)
     # Set by the first process on the ones it starts (python -m gpufleet.scheduler --api-only).
     api_only: bool = False
+
+    def stuck_dispatch_policy(self) -> StuckDispatchPolicy:
+        return StuckDispatchPolicy(after=timedelta(seconds=self.stuck_dispatch_after_s))
+
+    def paid_wait_policy(self) -> PaidWaitPolicy:
+        return PaidWaitPolicy(after=timedelta(seconds=self.paid_wait_after_s))
 
     @model_validator(mode="after")
     def _api_processes_need_postgres(self) -> Settings:

@@ -98,6 +98,8 @@ class LedgerOutcome(StrEnum):
 class IncidentState(StrEnum):
     OPEN = "OPEN"
     ACKNOWLEDGED = "ACKNOWLEDGED"
+    # Over: what it was about has passed (a paid job's wait ended).
+    RESOLVED = "RESOLVED"
 
 
 class QuarantineKind(StrEnum):

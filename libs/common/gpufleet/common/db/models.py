@@ -310,6 +310,7 @@ class Incident(Base):
     state: Mapped[str] = mapped_column(String(16), default="OPEN")
     acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     acknowledged_by: Mapped[str | None] = mapped_column(String(128))
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Opens at most one incident per key (e.g. one paid-wait incident per job).
     dedupe_key: Mapped[str | None] = mapped_column(String(200), unique=True)
 
