@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpufleet.scheduler.watchdogs import paid_wait, queue_wait, stuck_dispatch
+from gpufleet.scheduler.watchdogs import no_consumer, paid_wait, queue_wait, stuck_dispatch
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -91,3 +91,57 @@ def test_stuck_dispatch_resets_only_a_dispatch_nothing_is_doing(
     decision = stuck_dispatch.decide(NOW, [job], stuck_dispatch.StuckDispatchPolicy())
     assert [j.job_id for j in decision.reset] == (["j"] if resets else [])
     assert decision.refusals == ({refusal: 1} if refusal else {})
+
+
+SIM = no_consumer.OfferingSupply("sim-l4", "SIM", "sim-1")
+Pool = no_consumer.PoolSupply
+AWS = no_consumer.OfferingSupply("aws-l4", "AWS", "us-east-1")
+
+
+@pytest.mark.parametrize(
+    ("pool", "served", "halted", "fleet_ceiling", "fails_with", "refusal"),
+    [
+        # A pool with one usable offering is served (the near miss beside an unrun one).
+        (Pool("p", 4, 0, (AWS, SIM)), {"sim-l4"}, set(), 8, None, "HAS_USABLE_OFFERING"),
+        (Pool("p", 4, 0, (AWS,)), {"sim-l4"}, set(), 8, "AWS, which the provisioner", None),
+        (
+            no_consumer.PoolSupply("p", 4, 0, (SIM,)),
+            {"sim-l4"},
+            {("SIM", "sim-1")},
+            8,
+            "sim-1 is halted",
+            None,
+        ),
+        (Pool("p", 0, 0, (SIM,)), {"sim-l4"}, set(), 8, "ceiling is 0", None),
+        (Pool("p", 4, 0, (SIM,)), {"sim-l4"}, set(), 0, "MAX_RUNNING_MACHINES", None),
+        (Pool("p", 4, 0, ()), {"sim-l4"}, set(), 8, "has no offering", None),
+        # A machine of its own (running, stopped or registered) serves it whatever else holds.
+        (Pool("p", 0, 1, (AWS,)), {"sim-l4"}, set(), 0, None, "HAS_MACHINE"),
+        # Until the provisioner's offerings are read, nothing is concluded.
+        (Pool("p", 4, 0, (AWS,)), None, set(), 8, None, "PROVIDERS_UNKNOWN"),
+    ],
+)
+def test_no_consumer_fails_a_pool_nothing_can_serve_and_names_why(
+    pool: no_consumer.PoolSupply,
+    served: set[str] | None,
+    halted: set[tuple[str, str]],
+    fleet_ceiling: int,
+    fails_with: str | None,
+    refusal: str | None,
+) -> None:
+    decision = no_consumer.decide(
+        {"p": ["j1", "j2"]},
+        {"p": pool},
+        None if served is None else frozenset(served),
+        frozenset(halted),
+        fleet_ceiling,
+    )
+    if fails_with is None:
+        assert decision.fail == {} and decision.refusals == {refusal: 2}
+    else:
+        assert set(decision.fail) == {"j1", "j2"} and fails_with in decision.fail["j1"]
+
+
+def test_no_consumer_fails_a_job_whose_pool_is_not_in_the_catalogue() -> None:
+    decision = no_consumer.decide({"gone": ["j"]}, {}, frozenset(), frozenset(), 8)
+    assert decision.fail == {"j": "the pool is not in the catalogue"}

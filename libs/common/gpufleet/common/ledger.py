@@ -56,6 +56,9 @@ class FailureClass(StrEnum):
     QUOTA_EXCEEDED = "quota_exceeded"
     AUTH_FAILED = "auth_failed"
     PROVIDER_CALL_FAILED = "provider_call_failed"
+    # The provisioner does not run this provider (or region): nothing can be created there
+    # until an operator configures it.
+    PROVIDER_NOT_SERVED = "provider_not_served"
     TRANSITION_STUCK = "transition_stuck"
     SLOT_NOT_CLOSED = "slot_could_not_be_closed"
     JOB_FAILED = "job_failed"
@@ -64,6 +67,7 @@ class FailureClass(StrEnum):
     LEASE_EXPIRED = "lease_expired"
     # The scheduler's request-level watchdogs.
     QUEUE_WAIT_TIMEOUT = "queue_wait_timeout"
+    NO_CONSUMER = "no_consumer"
     DISPATCH_STUCK = "dispatch_stuck"
     PAID_WAIT = "paid_wait"
 
@@ -80,6 +84,7 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     FailureClass.QUOTA_EXCEEDED: LedgerOutcome.HALT_PROVISIONING,
     FailureClass.AUTH_FAILED: LedgerOutcome.HALT_PROVISIONING,
     FailureClass.PROVIDER_CALL_FAILED: LedgerOutcome.ALERT_HUMAN,
+    FailureClass.PROVIDER_NOT_SERVED: LedgerOutcome.HALT_PROVISIONING,
     FailureClass.TRANSITION_STUCK: LedgerOutcome.ALERT_HUMAN,
     FailureClass.SLOT_NOT_CLOSED: LedgerOutcome.RETRY_SAME_MACHINE,
     FailureClass.JOB_FAILED: LedgerOutcome.FAIL_JOB,
@@ -88,13 +93,21 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     FailureClass.LEASE_EXPIRED: LedgerOutcome.NOTHING,
     # The watchdog fails the job where it records the row (the scheduler owns jobs).
     FailureClass.QUEUE_WAIT_TIMEOUT: LedgerOutcome.FAIL_JOB,
+    FailureClass.NO_CONSUMER: LedgerOutcome.FAIL_JOB,
     # The reset is the whole act; the row is its record.
     FailureClass.DISPATCH_STUCK: LedgerOutcome.NOTHING,
     FailureClass.PAID_WAIT: LedgerOutcome.ALERT_HUMAN,
 }
 
 # Classes that open an incident whatever they route to: a human should hear of them.
-INCIDENT_CLASSES = frozenset({FailureClass.STOCKOUT, FailureClass.QUOTA_EXCEEDED, FailureClass.AUTH_FAILED})
+INCIDENT_CLASSES = frozenset(
+    {
+        FailureClass.STOCKOUT,
+        FailureClass.QUOTA_EXCEEDED,
+        FailureClass.AUTH_FAILED,
+        FailureClass.PROVIDER_NOT_SERVED,
+    }
+)
 
 
 @dataclass(frozen=True)

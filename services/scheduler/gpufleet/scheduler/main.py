@@ -33,6 +33,9 @@ from gpufleet.scheduler.fleet_service import FleetService
 from gpufleet.scheduler.job_service import JobService
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
+from gpufleet.scheduler.tick.served import ServedOfferings
+from gpufleet.scheduler.watchdogs.no_consumer import NAME as NO_CONSUMER
+from gpufleet.scheduler.watchdogs.no_consumer import NoConsumerDetector
 from gpufleet.scheduler.watchdogs.paid_wait import NAME as PAID_WAIT
 from gpufleet.scheduler.watchdogs.paid_wait import PaidWaitIncident
 from gpufleet.scheduler.watchdogs.queue_wait import NAME as QUEUE_WAIT
@@ -103,13 +106,20 @@ def build(settings: Settings) -> TimerService:
         settings.provisioner_address, timeout_s=max(settings.provider_call_timeout_s, settings.rpc_timeout_s)
     )
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, settings.lease_ttl_s)
-    tick = FleetTick(sessions, clock, lease, provisioner, settings)
+    served = ServedOfferings()
+    tick = FleetTick(sessions, clock, lease, provisioner, settings, served=served)
+    # Its own client with a short deadline: reading the offerings is quick, and the ticker
+    # that runs the fleet tick must not wait out a provider call's long one on it.
+    offerings_client = ProvisionerClient(settings.provisioner_address, timeout_s=settings.rpc_timeout_s / 2)
+    no_consumer = NoConsumerDetector(sessions, lease, offerings_client, served, settings.max_running_machines)
     ticker = Ticker(
         SERVICE,
         clock,
         sessions,
         lease,
         [
+            # First: what the provisioner serves is known before the first tick scales.
+            PeriodicTask(NO_CONSUMER, settings.no_consumer_every_s, no_consumer.run),
             PeriodicTask("fleet_tick", settings.tick_s, tick.run),
             PeriodicTask(QUEUE_WAIT, settings.queue_wait_every_s, QueueWaitTimeout(sessions, lease).run),
             PeriodicTask(
@@ -127,7 +137,7 @@ def build(settings: Settings) -> TimerService:
     )
     jobs = JobService(sessions, clock)
     server = _server(settings, sessions, clock, jobs)
-    others: list[Closable] = [tick, jobs]
+    others: list[Closable] = [tick, jobs, offerings_client]
     if settings.api_processes > 1:
         host = settings.listen_address.rsplit(":", 1)[0]
         extra = ApiProcesses(settings.api_processes - 1, host, server.port)

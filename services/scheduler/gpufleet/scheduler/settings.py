@@ -52,6 +52,7 @@ class Settings(StoreSettings):
     worker_lane_workers: int = Field(default=16, ge=1, le=512)
     # The request-level watchdogs (DESIGN §4): cadences and thresholds, seconds of clock time.
     queue_wait_every_s: float = Field(default=60.0, gt=0)
+    no_consumer_every_s: float = Field(default=60.0, gt=0)
     stuck_dispatch_every_s: float = Field(default=60.0, gt=0)
     # A job DISPATCHING this long with no live attempt goes back to the queue (well past the
     # dispatch deadline, which owns the case where an attempt is still starting).

@@ -135,3 +135,19 @@ class ProvisionerClient:
             token = resp.next_page_token
             if not token:
                 return instances, unreachable
+
+    def served_offering_ids(self) -> set[str]:
+        """The ids of every catalogue offering this provisioner can serve (its configured
+        providers): what the scheduler may create from."""
+        served: set[str] = set()
+        token = ""
+        while True:
+            resp = self._call(
+                self._stub.ListOfferings,
+                provisioner_service_pb2.ListOfferingsRequest(page_size=500, page_token=token),
+                idempotent=True,
+            )
+            served.update(o.offering_id for o in resp.offerings)
+            token = resp.next_page_token
+            if not token:
+                return served

@@ -218,6 +218,8 @@ def _machines_needed(jobs: list[JobView], slots_per_machine: int) -> int:
 def _usable(offering: OfferingView, snapshot: FleetSnapshot) -> bool:
     if offering.id in snapshot.quarantined_offerings:
         return False
+    if snapshot.served_offerings is not None and offering.id not in snapshot.served_offerings:
+        return False  # no driver for its provider here: a create could only be refused
     return (offering.provider, offering.region) not in snapshot.halted_regions
 
 

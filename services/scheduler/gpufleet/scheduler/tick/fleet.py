@@ -12,6 +12,7 @@ limits and assignment happen every tick.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from datetime import datetime
 
@@ -30,6 +31,7 @@ from gpufleet.scheduler.tick.dispatch import DispatchController
 from gpufleet.scheduler.tick.limits import LimitsController
 from gpufleet.scheduler.tick.model import Policy
 from gpufleet.scheduler.tick.scale import Outcomes, ScaleController
+from gpufleet.scheduler.tick.served import ServedOfferings
 from gpufleet.scheduler.tick.snapshot import load_snapshot
 
 _tracer = tracer("gpufleet.scheduler")
@@ -46,8 +48,10 @@ class FleetTick:
         provisioner: ProvisionerClient,
         settings: Settings,
         agent_factory: Callable[[str], AgentClient] = AgentClient,
+        served: ServedOfferings | None = None,
     ) -> None:
         self.sessions = sessions
+        self.served = served or ServedOfferings()
         self.settings = settings
         self.policy = Policy(
             max_running_machines=settings.max_running_machines,
@@ -67,6 +71,7 @@ class FleetTick:
         self.outcomes.drain_into(report)
         with _tracer.start_as_current_span("fleet_tick.snapshot"), self.sessions() as session:
             snapshot = load_snapshot(session, now, self.settings.fair_share_window_s)
+        snapshot = dataclasses.replace(snapshot, served_offerings=self.served.get())
         with _tracer.start_as_current_span("fleet_tick.decide"):
             plan = decide(snapshot, self.policy)
         with _tracer.start_as_current_span("fleet_tick.limits"):

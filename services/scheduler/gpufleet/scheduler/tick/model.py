@@ -95,6 +95,9 @@ class FleetSnapshot:
     live_attempts: list[AttemptView]
     quarantined_offerings: frozenset[str] = frozenset()
     halted_regions: frozenset[tuple[str, str]] = frozenset()
+    # The offerings the provisioner serves (its configured providers), as the no-consumer
+    # detector last read them; None until it has: nothing is filtered then.
+    served_offerings: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

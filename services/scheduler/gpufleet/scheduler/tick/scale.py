@@ -31,7 +31,7 @@ from gpufleet.common.clock import Clock
 from gpufleet.common.convert import offering_of_machine
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import MachineIntent, MachineOrigin, MachineState, WorkloadClass
-from gpufleet.common.errors import GpufleetError
+from gpufleet.common.errors import FailedPrecondition, GpufleetError, InvalidArgument
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.common.lifecycle import Actor, record, transition
@@ -48,8 +48,12 @@ START = "start"
 
 
 def is_definitive(exc: GpufleetError) -> bool:
-    """The provider refused outright: nothing was created or started."""
-    return isinstance(exc, InsufficientCapacity | QuotaExceeded | AuthFailed)
+    """The provider refused outright, or the provisioner did before calling one (a
+    provider or region it does not run, a request it finds invalid): nothing was created
+    or started, so nothing may count as capacity on its way."""
+    return isinstance(
+        exc, InsufficientCapacity | QuotaExceeded | AuthFailed | FailedPrecondition | InvalidArgument
+    )
 
 
 def refusal_class(exc: GpufleetError) -> FailureClass:
@@ -59,6 +63,8 @@ def refusal_class(exc: GpufleetError) -> FailureClass:
         return FailureClass.QUOTA_EXCEEDED
     if isinstance(exc, AuthFailed):
         return FailureClass.AUTH_FAILED
+    if isinstance(exc, FailedPrecondition):  # the provisioner runs no driver for it
+        return FailureClass.PROVIDER_NOT_SERVED
     return FailureClass.PROVIDER_CALL_FAILED
 
 

@@ -194,19 +194,7 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
         )
         for o in session.execute(select(models.Offering)).scalars()
     ]
-    active_q = session.execute(
-        select(models.Quarantine).where(
-            models.Quarantine.cleared_at.is_(None),
-            or_(models.Quarantine.expires_at.is_(None), models.Quarantine.expires_at > now),
-        )
-    ).scalars()
-    quarantined: set[str] = set()
-    halted: set[tuple[str, str]] = set()
-    for q in active_q:
-        if q.kind == QuarantineKind.OFFERING.value and q.offering_id:
-            quarantined.add(q.offering_id)
-        elif q.kind == QuarantineKind.PROVIDER_REGION.value and q.provider:
-            halted.add((q.provider, q.region or ""))
+    quarantined, halted = active_quarantines(session, now)
     return FleetSnapshot(
         now=now,
         queued=queued,
@@ -216,6 +204,24 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
         pools=pools,
         offerings=offerings,
         live_attempts=live,
-        quarantined_offerings=frozenset(quarantined),
-        halted_regions=frozenset(halted),
+        quarantined_offerings=quarantined,
+        halted_regions=halted,
     )
+
+
+def active_quarantines(session: Session, now: datetime) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+    """The offerings quarantined and the (provider, region) pairs halted right now."""
+    active = session.execute(
+        select(models.Quarantine).where(
+            models.Quarantine.cleared_at.is_(None),
+            or_(models.Quarantine.expires_at.is_(None), models.Quarantine.expires_at > now),
+        )
+    ).scalars()
+    quarantined: set[str] = set()
+    halted: set[tuple[str, str]] = set()
+    for q in active:
+        if q.kind == QuarantineKind.OFFERING.value and q.offering_id:
+            quarantined.add(q.offering_id)
+        elif q.kind == QuarantineKind.PROVIDER_REGION.value and q.provider:
+            halted.add((q.provider, q.region or ""))
+    return frozenset(quarantined), frozenset(halted)
