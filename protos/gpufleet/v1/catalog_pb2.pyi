@@ -84,3 +84,19 @@ class JobKind(_message.Message):
     memory_limit_bytes: int
     pids_limit: int
     def __init__(self, name: _Optional[str] = ..., kind_id: _Optional[str] = ..., slots: _Optional[int] = ..., time_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., runs_writer_code: _Optional[bool] = ..., queue_wait_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_budget: _Optional[int] = ..., lost_retry_budget: _Optional[int] = ..., resumes_from_checkpoint: _Optional[bool] = ..., memory_limit_bytes: _Optional[int] = ..., pids_limit: _Optional[int] = ...) -> None: ...
+
+class ListWorkspacesRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListWorkspacesResponse(_message.Message):
+    __slots__ = ("workspaces", "next_page_token")
+    WORKSPACES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    workspaces: _containers.RepeatedCompositeFieldContainer[Workspace]
+    next_page_token: str
+    def __init__(self, workspaces: _Optional[_Iterable[_Union[Workspace, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

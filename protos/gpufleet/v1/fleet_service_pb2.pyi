@@ -80,19 +80,3 @@ class ListPoolsResponse(_message.Message):
     pools: _containers.RepeatedCompositeFieldContainer[_catalog_pb2.Pool]
     next_page_token: str
     def __init__(self, pools: _Optional[_Iterable[_Union[_catalog_pb2.Pool, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
-
-class ListWorkspacesRequest(_message.Message):
-    __slots__ = ("page_size", "page_token")
-    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
-    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    page_size: int
-    page_token: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
-
-class ListWorkspacesResponse(_message.Message):
-    __slots__ = ("workspaces", "next_page_token")
-    WORKSPACES_FIELD_NUMBER: _ClassVar[int]
-    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    workspaces: _containers.RepeatedCompositeFieldContainer[_catalog_pb2.Workspace]
-    next_page_token: str
-    def __init__(self, workspaces: _Optional[_Iterable[_Union[_catalog_pb2.Workspace, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from gpufleet.v1 import catalog_pb2 as gpufleet_dot_v1_dot_catalog__pb2
 from gpufleet.v1 import fleet_service_pb2 as gpufleet_dot_v1_dot_fleet__service__pb2
 from gpufleet.v1 import machine_pb2 as gpufleet_dot_v1_dot_machine__pb2
 
@@ -63,8 +64,8 @@ class FleetServiceStub:
                 _registered_method=True)
         self.ListWorkspaces = channel.unary_unary(
                 '/gpufleet.v1.FleetService/ListWorkspaces',
-                request_serializer=gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesRequest.SerializeToString,
-                response_deserializer=gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesResponse.FromString,
+                request_serializer=gpufleet_dot_v1_dot_catalog__pb2.ListWorkspacesRequest.SerializeToString,
+                response_deserializer=gpufleet_dot_v1_dot_catalog__pb2.ListWorkspacesResponse.FromString,
                 _registered_method=True)
         self.GetSystemTime = channel.unary_unary(
                 '/gpufleet.v1.FleetService/GetSystemTime',
@@ -152,8 +153,8 @@ def add_FleetServiceServicer_to_server(servicer, server):
             ),
             'ListWorkspaces': grpc.unary_unary_rpc_method_handler(
                     servicer.ListWorkspaces,
-                    request_deserializer=gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesRequest.FromString,
-                    response_serializer=gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesResponse.SerializeToString,
+                    request_deserializer=gpufleet_dot_v1_dot_catalog__pb2.ListWorkspacesRequest.FromString,
+                    response_serializer=gpufleet_dot_v1_dot_catalog__pb2.ListWorkspacesResponse.SerializeToString,
             ),
             'GetSystemTime': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSystemTime,
@@ -322,8 +323,8 @@ class FleetService:
             request,
             target,
             '/gpufleet.v1.FleetService/ListWorkspaces',
-            gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesRequest.SerializeToString,
-            gpufleet_dot_v1_dot_fleet__service__pb2.ListWorkspacesResponse.FromString,
+            gpufleet_dot_v1_dot_catalog__pb2.ListWorkspacesRequest.SerializeToString,
+            gpufleet_dot_v1_dot_catalog__pb2.ListWorkspacesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,3 +17,12 @@ def optional_request_id(value: str) -> str:
     if value and not REQUEST_ID.match(value):
         raise InvalidArgument(f"is not a valid {WHAT}", field="request_id")
     return value
+
+
+def required_request_id(value: str) -> str:
+    """The request_id of a call that is idempotent only by it (a create): required."""
+    if not value:
+        raise InvalidArgument("is required", field="request_id")
+    if not REQUEST_ID.match(value):
+        raise InvalidArgument(f"is not a valid {WHAT}", field="request_id")
+    return value

@@ -1,7 +1,10 @@
 """Writes the configured catalogue into the store so the fleet tick can join against it.
 
 Rows are upserted, never deleted: a job or machine may still name a plan, pool or kind
-that left the configuration.
+that left the configuration. Workspaces are the exception to the upsert: the catalogue
+file only seeds them (a workspace it names is created if missing), because once created
+they belong to WorkspaceService — a restart must not undo a plan change or a pause made
+through the API.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ def sync_catalog(session: Session, catalog: Catalog) -> None:
         )
     session.flush()
     for ws in catalog.workspaces:
-        session.merge(models.Workspace(id=ws.id, plan_id=ws.plan, active=ws.active))
+        if session.get(models.Workspace, ws.id) is None:
+            session.add(models.Workspace(id=ws.id, plan_id=ws.plan, active=ws.active))
     for kind in catalog.kinds:
         session.merge(
             models.JobKind(

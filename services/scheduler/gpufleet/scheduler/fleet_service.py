@@ -150,8 +150,8 @@ class FleetService(fleet_service_pb2_grpc.FleetServiceServicer):
         return reply
 
     def ListWorkspaces(
-        self, request: fleet_service_pb2.ListWorkspacesRequest, context: grpc.ServicerContext
-    ) -> fleet_service_pb2.ListWorkspacesResponse:
+        self, request: catalog_pb2.ListWorkspacesRequest, context: grpc.ServicerContext
+    ) -> catalog_pb2.ListWorkspacesResponse:
         size = paging.page_size(request.page_size)
         after = paging.decode("workspaces", request.page_token) or ""
         with self.sessions() as session:
@@ -165,7 +165,7 @@ class FleetService(fleet_service_pb2_grpc.FleetServiceServicer):
             )
         more = len(rows) > size
         rows = rows[:size]
-        return fleet_service_pb2.ListWorkspacesResponse(
+        return catalog_pb2.ListWorkspacesResponse(
             workspaces=[
                 catalog_pb2.Workspace(
                     name=f"workspaces/{w.id}", workspace_id=w.id, plan=w.plan_id, active=w.active

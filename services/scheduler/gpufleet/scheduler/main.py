@@ -1,5 +1,5 @@
-"""``python -m gpufleet.scheduler``: JobService, FleetService and WorkerService, plus the
-leader's fleet tick."""
+"""``python -m gpufleet.scheduler``: JobService, WorkspaceService, FleetService and
+WorkerService, plus the leader's fleet tick and the request-level watchdogs."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ from gpufleet.scheduler.watchdogs.queue_wait import QueueWaitTimeout
 from gpufleet.scheduler.watchdogs.stuck_dispatch import NAME as STUCK_DISPATCH
 from gpufleet.scheduler.watchdogs.stuck_dispatch import StuckDispatchReset
 from gpufleet.scheduler.worker_service import WorkerService
+from gpufleet.scheduler.workspace_service import WorkspaceService
 from gpufleet.v1 import (
     fleet_service_pb2,
     fleet_service_pb2_grpc,
@@ -50,6 +51,8 @@ from gpufleet.v1 import (
     job_service_pb2_grpc,
     worker_service_pb2,
     worker_service_pb2_grpc,
+    workspace_service_pb2,
+    workspace_service_pb2_grpc,
 )
 
 SERVICE = "scheduler"
@@ -75,6 +78,11 @@ def _server(
                 fleet_service_pb2_grpc.add_FleetServiceServicer_to_server,
                 FleetService(sessions, clock),
                 fleet_service_pb2.DESCRIPTOR.services_by_name["FleetService"].full_name,
+            ),
+            ServiceBinding(
+                workspace_service_pb2_grpc.add_WorkspaceServiceServicer_to_server,
+                WorkspaceService(sessions, clock),
+                workspace_service_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].full_name,
             ),
             ServiceBinding(
                 worker_service_pb2_grpc.add_WorkerServiceServicer_to_server,

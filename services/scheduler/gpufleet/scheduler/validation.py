@@ -8,8 +8,8 @@ import json
 import re
 
 from gpufleet.common.errors import InvalidArgument
-from gpufleet.common.idempotency import REQUEST_ID
 from gpufleet.common.idempotency import optional_request_id as optional_request_id
+from gpufleet.common.idempotency import required_request_id
 from gpufleet.v1 import job_pb2
 
 IDENT = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
@@ -64,7 +64,7 @@ def machine_id(value: str, field: str = "machine_id") -> str:
 
 def submission(request_id: str, job: job_pb2.Job | None, has_job: bool) -> str:
     """Checks a SubmitJob request's shape; returns the content hash for idempotency."""
-    require(request_id, "request_id", REQUEST_ID, "request id (1-128 of A-Z a-z 0-9 . _ : -)")
+    required_request_id(request_id)
     if not has_job or job is None:
         raise InvalidArgument("is required", field="job")
     require(job.workspace, "job.workspace", IDENT, "workspace id")

@@ -68,6 +68,12 @@ class Workspace(Base):
     id: Mapped[str] = mapped_column(Id, primary_key=True)
     plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id"))
     active: Mapped[bool] = mapped_column(Boolean, default=True)
+    # WorkspaceService.CreateWorkspace's idempotency key and the content it carried (a
+    # workspace seeded from the catalogue file has none).
+    request_id: Mapped[str | None] = mapped_column(String(128), unique=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class Pool(Base):
