@@ -71,6 +71,21 @@ def test_submit_jobs_machines_and_operator_views_with_json(fleet: Fleet) -> None
 
     watchdogs = json.loads(cli(fleet, "watchdogs", "--json").stdout)
     assert {"idle_scanner", "auto_stop", "auto_destroy"} <= {w["watchdog_id"] for w in watchdogs}
+    request_level = {"queue_wait_timeout", "no_consumer", "stuck_dispatch_reset", "paid_wait_incident"}
+    assert request_level <= {w["watchdog_id"] for w in watchdogs}
+
+    # The backend's view: workspaces, and a usage read that agrees with the job's charge.
+    spaces = json.loads(cli(fleet, "workspaces", "--json").stdout)
+    assert {"acme-studio", "indie-creator"} <= {w["workspace_id"] for w in spaces}
+    assert "indie-creator" in cli(fleet, "workspaces").stdout
+    charged = int(json.loads(cli(fleet, "jobs", "--json").stdout)[0]["charge_micros"])
+    used = cli(fleet, "usage", "--workspace", "indie-creator", "--since", "1d", "--json")
+    assert used.returncode == 0, used.stderr
+    report = json.loads(used.stdout)
+    assert int(report["total"]["charge_micros"]) == charged > 0
+    assert [k["kind"] for k in report["by_kind"]] == ["clip"]
+    table = cli(fleet, "usage", "--workspace", "indie-creator", "--since", "1d").stdout
+    assert "clip" in table and "total" in table and "GPU-HOURS" in table
     assert json.loads(cli(fleet, "ledger", "--json").stdout) == []
     assert cli(fleet, "incidents").returncode == 0
     assert not Path("/tmp/pwned").exists()
@@ -81,6 +96,10 @@ def test_bad_input_and_no_system_give_one_clear_line(fleet: Fleet) -> None:
     bad = cli(fleet, "submit", "--workspace", "nobody")
     assert bad.returncode == 1
     assert "job.workspace" in bad.stderr and "Traceback" not in bad.stderr
+    since = cli(fleet, "usage", "--workspace", "acme-studio", "--since", "last tuesday")
+    assert since.returncode != 0 and "--since" in since.stderr and "Traceback" not in since.stderr
+    nobody = cli(fleet, "usage", "--workspace", "nobody", "--since", "1d")
+    assert nobody.returncode == 1 and "workspace_id" in nobody.stderr
     down = subprocess.run(
         [*GPUFLEET, "jobs", "--scheduler", "127.0.0.1:9"], capture_output=True, text=True, timeout=60
     )

@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from gpufleet.cli import commands, ops
+from gpufleet.cli import commands, ops, workspaces
 from gpufleet.cli.demo import run_demo
 from gpufleet.cli.stack import DEFAULT_PORTS, ClockMismatch, Stack, StackConfig
 
@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     machines.set_defaults(func=lambda a: commands.run_client(commands.machines, a))
 
     ops.add_parsers(sub, client)
+    workspaces.add_parsers(client)
     return parser
 
 
