@@ -60,21 +60,9 @@ def add_attempt(
         if s.get(Workspace, "w") is None:
             s.add(Workspace(id="w", plan_id="p"))
             s.flush()
-        job_id = str(uuid.uuid4())
-        s.add(
-            Job(
-                id=job_id,
-                request_id=job_id,
-                request_hash="h",
-                workspace_id="w",
-                pool_id="pool",
-                kind_id="clip",
-                pipeline_version="1",
-                state="RUNNING",
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        job = job_row(now, workspace_id="w", pool_id="pool", pipeline_version="1", state="RUNNING")
+        job_id = job.id
+        s.add(job)
         s.flush()
         attempt_id = str(uuid.uuid4())
         s.add(
@@ -89,6 +77,33 @@ def add_attempt(
             )
         )
     return attempt_id
+
+
+def job_row(now: datetime, **overrides: Any) -> Job:
+    """A job (QUEUED, submitted ``now``) of the default catalogue's acme-studio, l4, clip."""
+    job_id = overrides.pop("id", None) or str(uuid.uuid4())
+    values: dict[str, Any] = dict(
+        id=job_id,
+        request_id=job_id,
+        request_hash="h",
+        workspace_id="acme-studio",
+        pool_id="l4",
+        kind_id="clip",
+        pipeline_version="v1",
+        tenant_values={},
+        state="QUEUED",
+        created_at=now,
+        updated_at=now,
+    )
+    values.update(overrides)
+    return Job(**values)
+
+
+def add_job(sessions: sessionmaker[Session], now: datetime, **overrides: Any) -> str:
+    with sessions() as s, s.begin():
+        row = job_row(now, **overrides)
+        s.add(row)
+    return row.id
 
 
 def machine(sessions: sessionmaker[Session], machine_id: str) -> Machine:

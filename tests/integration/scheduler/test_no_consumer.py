@@ -24,6 +24,7 @@ from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
 from gpufleet.scheduler.tick.served import ServedOfferings
 from gpufleet.scheduler.watchdogs.no_consumer import NoConsumerDetector
+from tests.support.fleet_rows import add_job
 from tests.support.sim_provisioner import serve_provisioner
 
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
@@ -74,25 +75,11 @@ class World:
         )
 
     def jobs(self, pool: str, n: int) -> list[str]:
-        ids = [f"{pool}-{i}" for i in range(n)]
-        with self.sessions() as s, s.begin():
-            for job_id in ids:
-                s.add(
-                    models.Job(
-                        id=job_id,
-                        request_id=job_id,
-                        request_hash="h",
-                        workspace_id="ws",
-                        pool_id=pool,
-                        kind_id="short",
-                        pipeline_version="v1",
-                        tenant_values={},
-                        state="QUEUED",
-                        created_at=self.clock.now(),
-                        updated_at=self.clock.now(),
-                    )
-                )
-        return ids
+        now = self.clock.now()
+        return [
+            add_job(self.sessions, now, id=f"{pool}-{i}", workspace_id="ws", pool_id=pool, kind_id="short")
+            for i in range(n)
+        ]
 
     def machines(self) -> list[models.Machine]:
         with self.sessions() as s:

@@ -13,7 +13,7 @@ from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.tick.snapshot import load_snapshot
-from tests.support.fleet_rows import add_machine
+from tests.support.fleet_rows import add_machine, job_row
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -26,21 +26,7 @@ def test_a_paused_workspaces_queue_waits_and_its_running_jobs_go_on(db_url: str)
     machine = add_machine(sessions, NOW, pool_id="l4", worker_report_at=NOW)
     with sessions() as s, s.begin():
         for job_id, state in (("queued", "QUEUED"), ("running", "RUNNING")):
-            s.add(
-                models.Job(
-                    id=job_id,
-                    request_id=job_id,
-                    request_hash="h",
-                    workspace_id="indie-creator",
-                    pool_id="l4",
-                    kind_id="clip",
-                    pipeline_version="v1",
-                    tenant_values={},
-                    state=state,
-                    created_at=NOW - timedelta(minutes=5),
-                    updated_at=NOW - timedelta(minutes=5),
-                )
-            )
+            s.add(job_row(NOW - timedelta(minutes=5), id=job_id, workspace_id="indie-creator", state=state))
         s.flush()
         s.add(
             models.Attempt(

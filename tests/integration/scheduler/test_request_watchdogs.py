@@ -5,7 +5,6 @@ and what it leaves alone, run by the scheduler's own Ticker so they show in
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,7 +23,7 @@ from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.watchdogs.paid_wait import PaidWaitIncident, PaidWaitPolicy
 from gpufleet.scheduler.watchdogs.queue_wait import QueueWaitTimeout
 from gpufleet.scheduler.watchdogs.stuck_dispatch import StuckDispatchPolicy, StuckDispatchReset
-from tests.support.fleet_rows import add_machine
+from tests.support.fleet_rows import add_job, add_machine
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -35,27 +34,8 @@ class Store:
     clock: ManualClock
     lease: LeaderLease
 
-    def job(
-        self, state: str = "QUEUED", *, kind: str = "clip", workspace: str = "acme-studio", **values: object
-    ) -> str:
-        job_id = str(uuid.uuid4())
-        row: dict[str, object] = dict(
-            id=job_id,
-            request_id=f"r-{job_id}",
-            request_hash="h",
-            workspace_id="acme-studio",
-            pool_id="l4",
-            kind_id=kind,
-            pipeline_version="v1",
-            tenant_values={},
-            state=state,
-            created_at=NOW,
-            updated_at=NOW,
-        )
-        row.update(values)
-        with self.sessions() as s, s.begin():
-            s.add(models.Job(**row))
-        return job_id
+    def job(self, state: str = "QUEUED", **values: object) -> str:
+        return add_job(self.sessions, NOW, state=state, **values)
 
     def get(self, job_id: str) -> models.Job:
         with self.sessions() as s:

@@ -23,7 +23,7 @@ from gpufleet.v1 import (
     workspace_service_pb2,
     workspace_service_pb2_grpc,
 )
-from tests.support.fleet_rows import add_machine
+from tests.support.fleet_rows import add_machine, job_row
 from tests.support.procs import ServiceProcess, start_service
 
 Stub = workspace_service_pb2_grpc.WorkspaceServiceStub
@@ -231,21 +231,7 @@ def test_usage_equals_the_charged_attempts_by_kind_and_day(stub: Stub, pg_url: s
     with sessions() as s, s.begin():
         for n, (kind, ended, slot_s, slots, charged, charge) in enumerate(rows):
             job_id = f"usage-job-{n}"
-            s.add(
-                models.Job(
-                    id=job_id,
-                    request_id=job_id,
-                    request_hash="h",
-                    workspace_id="acme-studio",
-                    pool_id="l4",
-                    kind_id=kind,
-                    pipeline_version="v1",
-                    tenant_values={},
-                    state="SUCCEEDED",
-                    created_at=ended - timedelta(hours=3),
-                    updated_at=ended,
-                )
-            )
+            s.add(job_row(ended - timedelta(hours=3), id=job_id, kind_id=kind, state="SUCCEEDED"))
             s.flush()
             s.add(
                 models.Attempt(

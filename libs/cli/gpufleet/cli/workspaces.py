@@ -67,15 +67,12 @@ def _stamp(moment: datetime) -> Timestamp:
 def usage(args: argparse.Namespace) -> int:
     now = system_now(args)
     since = parse_moment(args.since, now, "--since")
-    until = parse_moment(args.until, now, "--until") if args.until else now
-    report = grpcclient.call(
-        _stub(args).GetUsage,
-        workspace_service_pb2.GetUsageRequest(
-            workspace_id=args.workspace, start_time=_stamp(since), end_time=_stamp(until)
-        ),
-        timeout=TIMEOUT_S,
-        idempotent=True,
-    )
+    request = workspace_service_pb2.GetUsageRequest(workspace_id=args.workspace, start_time=_stamp(since))
+    until = now
+    if args.until:  # else the system's own now, an attempt that ended this moment included
+        until = parse_moment(args.until, now, "--until")
+        request.end_time.CopyFrom(_stamp(until))
+    report = grpcclient.call(_stub(args).GetUsage, request, timeout=TIMEOUT_S, idempotent=True)
     if args.json:
         output.print_json(report)
         return 0

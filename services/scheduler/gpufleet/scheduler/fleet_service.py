@@ -15,6 +15,7 @@ from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, MachineState
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.validation import IDENT, require
+from gpufleet.scheduler.workspace_service import list_workspaces
 from gpufleet.v1 import catalog_pb2, fleet_service_pb2, fleet_service_pb2_grpc, machine_pb2
 
 
@@ -152,25 +153,4 @@ class FleetService(fleet_service_pb2_grpc.FleetServiceServicer):
     def ListWorkspaces(
         self, request: catalog_pb2.ListWorkspacesRequest, context: grpc.ServicerContext
     ) -> catalog_pb2.ListWorkspacesResponse:
-        size = paging.page_size(request.page_size)
-        after = paging.decode("workspaces", request.page_token) or ""
-        with self.sessions() as session:
-            rows = list(
-                session.execute(
-                    select(models.Workspace)
-                    .where(models.Workspace.id > str(after))
-                    .order_by(models.Workspace.id)
-                    .limit(size + 1)
-                ).scalars()
-            )
-        more = len(rows) > size
-        rows = rows[:size]
-        return catalog_pb2.ListWorkspacesResponse(
-            workspaces=[
-                catalog_pb2.Workspace(
-                    name=f"workspaces/{w.id}", workspace_id=w.id, plan=w.plan_id, active=w.active
-                )
-                for w in rows
-            ],
-            next_page_token=paging.encode("workspaces", rows[-1].id) if more else "",
-        )
+        return list_workspaces(self.sessions, request)

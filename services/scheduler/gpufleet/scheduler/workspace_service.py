@@ -54,6 +54,29 @@ def _plan(session: Session, plan: str, field: str) -> str:
     return plan
 
 
+def list_workspaces(
+    sessions: sessionmaker[Session], request: catalog_pb2.ListWorkspacesRequest
+) -> catalog_pb2.ListWorkspacesResponse:
+    """By id, paged: the backend's WorkspaceService and the operators' FleetService."""
+    size = paging.page_size(request.page_size)
+    after = paging.decode_str("workspaces", request.page_token) or ""
+    with sessions() as session:
+        rows = list(
+            session.execute(
+                select(models.Workspace)
+                .where(models.Workspace.id > after)
+                .order_by(models.Workspace.id)
+                .limit(size + 1)
+            ).scalars()
+        )
+    more = len(rows) > size
+    rows = rows[:size]
+    return catalog_pb2.ListWorkspacesResponse(
+        workspaces=[workspace_to_proto(w) for w in rows],
+        next_page_token=paging.encode("workspaces", rows[-1].id) if more else "",
+    )
+
+
 @dataclass
 class _Figures:
     slot_seconds: float = 0.0
@@ -148,23 +171,7 @@ class WorkspaceService(workspace_service_pb2_grpc.WorkspaceServiceServicer):  # 
     def ListWorkspaces(
         self, request: catalog_pb2.ListWorkspacesRequest, context: grpc.ServicerContext
     ) -> catalog_pb2.ListWorkspacesResponse:
-        size = paging.page_size(request.page_size)
-        after = paging.decode_str("workspaces", request.page_token) or ""
-        with self.sessions() as session:
-            rows = list(
-                session.execute(
-                    select(models.Workspace)
-                    .where(models.Workspace.id > after)
-                    .order_by(models.Workspace.id)
-                    .limit(size + 1)
-                ).scalars()
-            )
-        more = len(rows) > size
-        rows = rows[:size]
-        return catalog_pb2.ListWorkspacesResponse(
-            workspaces=[workspace_to_proto(w) for w in rows],
-            next_page_token=paging.encode("workspaces", rows[-1].id) if more else "",
-        )
+        return list_workspaces(self.sessions, request)
 
     def UpdateWorkspace(
         self, request: workspace_service_pb2.UpdateWorkspaceRequest, context: grpc.ServicerContext
@@ -199,7 +206,11 @@ class WorkspaceService(workspace_service_pb2_grpc.WorkspaceServiceServicer):  # 
         if not request.HasField("start_time"):
             raise InvalidArgument("is required", field="start_time")
         start = _time(request.start_time, "start_time")
-        end = _time(request.end_time, "end_time") if request.HasField("end_time") else self.clock.now()
+        # Unset: up to now, an attempt that ended this very moment included.
+        if request.HasField("end_time"):
+            end = _time(request.end_time, "end_time")
+        else:
+            end = self.clock.now() + timedelta(microseconds=1)
         if end <= start:
             raise InvalidArgument("must be after start_time", field="end_time")
         if end - start > MAX_USAGE_SPAN:

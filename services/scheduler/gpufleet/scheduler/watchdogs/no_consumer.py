@@ -15,7 +15,7 @@ evidence that nothing can serve.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -63,7 +63,7 @@ class PoolSupply:
 class NoConsumerDecision:
     # job id -> why nothing can serve it
     fail: dict[str, str] = field(default_factory=dict)
-    refusals: dict[str, int] = field(default_factory=dict)
+    refusals: Counter[str] = field(default_factory=Counter)
 
 
 def why_unserved(
@@ -109,17 +109,16 @@ def decide(
     """``queued``: pool id -> its queued job ids. Every job of a pool nothing can serve fails."""
     decision = NoConsumerDecision()
 
-    def refuse(reason: str, n: int) -> None:
-        decision.refusals[reason] = decision.refusals.get(reason, 0) + n
-
     for pool_id, jobs in queued.items():
         if served is None:
-            refuse("PROVIDERS_UNKNOWN", len(jobs))
+            decision.refusals["PROVIDERS_UNKNOWN"] += len(jobs)
             continue
         pool = pools.get(pool_id)
         why = why_unserved(pool, served, halted, max_running_machines)
         if why is None:
-            refuse("HAS_MACHINE" if pool is not None and pool.machines else "HAS_USABLE_OFFERING", len(jobs))
+            decision.refusals[
+                "HAS_MACHINE" if pool is not None and pool.machines else "HAS_USABLE_OFFERING"
+            ] += len(jobs)
             continue
         for job_id in jobs:
             decision.fail[job_id] = why

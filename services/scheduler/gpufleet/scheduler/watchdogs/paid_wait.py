@@ -9,8 +9,9 @@ again after a lost attempt does not page twice.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
@@ -44,23 +45,20 @@ class PaidWaitPolicy:
 @dataclass
 class PaidWaitDecision:
     open: list[WaitingJob]
-    refusals: dict[str, int]
+    refusals: Counter[str] = field(default_factory=Counter)
 
 
 def decide(now: datetime, jobs: Sequence[WaitingJob], policy: PaidWaitPolicy) -> PaidWaitDecision:
     """Which waiting jobs open an incident; the rest counted by the gate that refused them."""
-    decision = PaidWaitDecision([], {})
-
-    def refuse(reason: str) -> None:
-        decision.refusals[reason] = decision.refusals.get(reason, 0) + 1
+    decision = PaidWaitDecision([])
 
     for job in jobs:
         if job.rate_micros <= 0:
-            refuse("FREE_PLAN")
+            decision.refusals["FREE_PLAN"] += 1
         elif job.already_opened:
-            refuse("ALREADY_OPENED")
+            decision.refusals["ALREADY_OPENED"] += 1
         elif now - job.waiting_since <= policy.after:
-            refuse("NOT_WAITING_LONG_ENOUGH")
+            decision.refusals["NOT_WAITING_LONG_ENOUGH"] += 1
         else:
             decision.open.append(job)
     return decision

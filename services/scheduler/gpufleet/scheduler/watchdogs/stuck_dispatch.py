@@ -13,8 +13,9 @@ and any back-off is cleared. A job whose attempt is still live is refused
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -47,22 +48,19 @@ class StuckDispatchPolicy:
 @dataclass
 class StuckDispatchDecision:
     reset: list[DispatchingJob]
-    refusals: dict[str, int]
+    refusals: Counter[str] = field(default_factory=Counter)
 
 
 def decide(
     now: datetime, jobs: Sequence[DispatchingJob], policy: StuckDispatchPolicy
 ) -> StuckDispatchDecision:
-    decision = StuckDispatchDecision([], {})
-
-    def refuse(reason: str) -> None:
-        decision.refusals[reason] = decision.refusals.get(reason, 0) + 1
+    decision = StuckDispatchDecision([])
 
     for job in jobs:
         if job.live_attempts:
-            refuse("ATTEMPT_IN_FLIGHT")
+            decision.refusals["ATTEMPT_IN_FLIGHT"] += 1
         elif now - job.dispatching_since <= policy.after:
-            refuse("INSIDE_BOUND")
+            decision.refusals["INSIDE_BOUND"] += 1
         else:
             decision.reset.append(job)
     return decision
