@@ -175,8 +175,9 @@ def serve_api_only(settings: Settings) -> int:
         return 0
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
-    jobs = JobService(sessions, settings.make_clock())
-    server = _server(settings, sessions, settings.make_clock(), jobs)
+    clock = settings.make_clock()
+    jobs = JobService(sessions, clock)
+    server = _server(settings, sessions, clock, jobs)
     announce_port(server.port, settings.port_file)
     try:
         run_until_signalled(server, threading.Event())

@@ -25,6 +25,11 @@ def queued_since() -> ColumnElement[datetime]:
     return case((models.Job.attempt_count > 0, models.Job.updated_at), else_=models.Job.created_at)
 
 
+def waiting_since(job: models.Job) -> datetime:
+    """:func:`queued_since` for a loaded row (the apply step's re-check)."""
+    return job.updated_at if job.attempt_count > 0 else job.created_at
+
+
 def batches(items: Sequence[T], size: int = PER_TRANSACTION) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]

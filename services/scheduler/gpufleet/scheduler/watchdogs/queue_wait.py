@@ -22,7 +22,7 @@ from gpufleet.common.db.enums import JobState
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
-from gpufleet.scheduler.watchdogs.common import MAX_PER_RUN, batches, queued_since
+from gpufleet.scheduler.watchdogs.common import MAX_PER_RUN, batches, queued_since, waiting_since
 
 NAME = "queue_wait_timeout"
 
@@ -97,7 +97,7 @@ class QueueWaitTimeout:
         job = session.get(models.Job, expire.job.job_id, with_for_update=True)
         if job is None or job.state != JobState.QUEUED.value:
             return False  # dispatched, cancelled or ended since the scan
-        if (job.updated_at if job.attempt_count > 0 else job.created_at) != expire.job.waiting_since:
+        if waiting_since(job) != expire.job.waiting_since:
             return False  # its wait began again since the scan
         set_job_state(session, job, JobState.FAILED, now, expire.message)
         record_failure(
