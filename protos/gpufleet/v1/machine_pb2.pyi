@@ -147,7 +147,7 @@ class IdleTimers(_message.Message):
     def __init__(self, stop_due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., destroy_due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Machine(_message.Message):
-    __slots__ = ("name", "machine_id", "pool", "offering", "origin", "managed", "workload_class", "state", "intent", "lost", "cordoned", "provider_instance_id", "agent_address", "liveness", "idle_timers", "requested_at", "provision_deadline_at", "first_observed_at", "state_changed_at", "slots_total", "slots_busy", "preemption_count", "spot_hours", "state_changed_by", "state_reason")
+    __slots__ = ("name", "machine_id", "pool", "offering", "origin", "managed", "workload_class", "state", "intent", "lost", "cordoned", "provider_instance_id", "agent_address", "liveness", "idle_timers", "requested_at", "provision_deadline_at", "first_observed_at", "state_changed_at", "slots_total", "slots_busy", "preemption_count", "spot_hours", "state_changed_by", "state_reason", "earmarked_for_job", "earmarked_at")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +173,8 @@ class Machine(_message.Message):
     SPOT_HOURS_FIELD_NUMBER: _ClassVar[int]
     STATE_CHANGED_BY_FIELD_NUMBER: _ClassVar[int]
     STATE_REASON_FIELD_NUMBER: _ClassVar[int]
+    EARMARKED_FOR_JOB_FIELD_NUMBER: _ClassVar[int]
+    EARMARKED_AT_FIELD_NUMBER: _ClassVar[int]
     name: str
     machine_id: str
     pool: str
@@ -198,4 +200,6 @@ class Machine(_message.Message):
     spot_hours: float
     state_changed_by: str
     state_reason: str
-    def __init__(self, name: _Optional[str] = ..., machine_id: _Optional[str] = ..., pool: _Optional[str] = ..., offering: _Optional[_Union[Offering, _Mapping]] = ..., origin: _Optional[_Union[MachineOrigin, str]] = ..., managed: _Optional[bool] = ..., workload_class: _Optional[_Union[WorkloadClass, str]] = ..., state: _Optional[_Union[MachineState, str]] = ..., intent: _Optional[_Union[MachineIntent, str]] = ..., lost: _Optional[bool] = ..., cordoned: _Optional[bool] = ..., provider_instance_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., liveness: _Optional[_Union[Liveness, _Mapping]] = ..., idle_timers: _Optional[_Union[IdleTimers, _Mapping]] = ..., requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., provision_deadline_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_observed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state_changed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slots_total: _Optional[int] = ..., slots_busy: _Optional[int] = ..., preemption_count: _Optional[int] = ..., spot_hours: _Optional[float] = ..., state_changed_by: _Optional[str] = ..., state_reason: _Optional[str] = ...) -> None: ...
+    earmarked_for_job: str
+    earmarked_at: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., machine_id: _Optional[str] = ..., pool: _Optional[str] = ..., offering: _Optional[_Union[Offering, _Mapping]] = ..., origin: _Optional[_Union[MachineOrigin, str]] = ..., managed: _Optional[bool] = ..., workload_class: _Optional[_Union[WorkloadClass, str]] = ..., state: _Optional[_Union[MachineState, str]] = ..., intent: _Optional[_Union[MachineIntent, str]] = ..., lost: _Optional[bool] = ..., cordoned: _Optional[bool] = ..., provider_instance_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., liveness: _Optional[_Union[Liveness, _Mapping]] = ..., idle_timers: _Optional[_Union[IdleTimers, _Mapping]] = ..., requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., provision_deadline_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_observed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state_changed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slots_total: _Optional[int] = ..., slots_busy: _Optional[int] = ..., preemption_count: _Optional[int] = ..., spot_hours: _Optional[float] = ..., state_changed_by: _Optional[str] = ..., state_reason: _Optional[str] = ..., earmarked_for_job: _Optional[str] = ..., earmarked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -187,7 +187,8 @@ def test_film_needs_a_whole_free_machine() -> None:
     snap = snapshot(queued=[job("film", whole=True)], machines=[machine("half", busy=frozenset({0}))])
     plan = decide(snap, POLICY)
     assert plan.assignments == []
-    assert plan.scale == [CreateMachine(offering_id="cheap", pool_id="l4")]
+    # The machine created for it is earmarked: no short may take it.
+    assert plan.scale == [CreateMachine(offering_id="cheap", pool_id="l4", for_job="film")]
 
 
 def test_scale_prefers_a_stopped_machine_then_the_cheapest_offering() -> None:

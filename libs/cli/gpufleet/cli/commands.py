@@ -162,6 +162,7 @@ def machines(args: argparse.Namespace) -> int:
                 "PROVIDER",
                 "STOP DUE",
                 "DESTROY DUE",
+                "FOR FILM",
                 "FLAGS",
             ],
             [
@@ -178,6 +179,7 @@ def machines(args: argparse.Namespace) -> int:
                     output.when(m.liveness.provider_seen_at, now),
                     output.when(m.idle_timers.stop_due_at, now),
                     output.when(m.idle_timers.destroy_due_at, now),
+                    m.earmarked_for_job[:8] or "-",
                     ",".join(
                         f
                         for f, on in (
@@ -241,6 +243,12 @@ def machine_detail(m: machine_pb2.Machine, now: datetime) -> str:
             ("state", f"{state}, intent {intent}"),
             ("changed", changed),
             ("slots", f"{m.slots_busy}/{m.slots_total} busy"),
+            (
+                "held for",
+                f"film {m.earmarked_for_job} since {output.when(m.earmarked_at, now)}"
+                if m.earmarked_for_job
+                else "-",
+            ),
             (
                 "liveness",
                 f"worker {output.when(live.worker_report_at, now)}, "

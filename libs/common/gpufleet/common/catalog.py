@@ -65,6 +65,9 @@ class KindSpec(BaseModel):
     retry_budget: int = Field(default=2, ge=0)
     lost_retry_budget: int = Field(default=5, ge=0)
     resumes_from_checkpoint: bool = False
+    # How long a job of this kind usually runs; unset: its time limit. The film drain
+    # picks the machine whose jobs end soonest by it.
+    expected_duration_s: float | None = Field(default=None, gt=0)
     # The job's cgroup on the machine: memory (MiB) and processes it may use.
     memory_limit_mb: int = Field(default=8192, ge=16)
     pids_limit: int = Field(default=1024, ge=8)
@@ -104,17 +107,31 @@ DEFAULT_CATALOG = Catalog(
         WorkspaceSpec(id="indie-creator", plan="creator"),
     ],
     kinds=[
-        KindSpec(id="short_episode", slots=1, time_limit_s=3.5 * 3600, runs_writer_code=True),
+        KindSpec(
+            id="short_episode",
+            slots=1,
+            time_limit_s=3.5 * 3600,
+            expected_duration_s=20 * 60,
+            runs_writer_code=True,
+        ),
         KindSpec(
             id="film",
             slots=0,
             time_limit_s=9 * 3600,
+            expected_duration_s=4 * 3600,
             runs_writer_code=True,
             resumes_from_checkpoint=True,
             memory_limit_mb=32768,
             pids_limit=4096,
         ),
-        KindSpec(id="clip", slots=1, time_limit_s=3600, runs_writer_code=False, memory_limit_mb=4096),
+        KindSpec(
+            id="clip",
+            slots=1,
+            time_limit_s=3600,
+            expected_duration_s=5 * 60,
+            runs_writer_code=False,
+            memory_limit_mb=4096,
+        ),
     ],
     pools=[
         PoolSpec(

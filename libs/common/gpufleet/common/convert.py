@@ -120,4 +120,6 @@ def machine_to_proto(m: models.Machine, slots_busy: int = 0) -> machine_pb2.Mach
         slots_busy=slots_busy,
         preemption_count=m.preemption_count,
         spot_hours=m.spot_seconds / 3600.0,
+        earmarked_for_job=m.earmarked_for or "",
+        earmarked_at=ts(m.earmarked_at),
     )

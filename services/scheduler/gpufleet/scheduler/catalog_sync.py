@@ -41,6 +41,7 @@ def sync_catalog(session: Session, catalog: Catalog) -> None:
                 retry_budget=kind.retry_budget,
                 lost_retry_budget=kind.lost_retry_budget,
                 resumes_from_checkpoint=kind.resumes_from_checkpoint,
+                expected_duration_s=kind.expected_duration_s,
                 memory_limit_mb=kind.memory_limit_mb,
                 pids_limit=kind.pids_limit,
             )

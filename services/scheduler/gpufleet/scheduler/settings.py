@@ -32,6 +32,9 @@ class Settings(StoreSettings):
     # Within one tick, a workspace given a slot is charged this many slot-seconds before
     # the next pick (fair share re-evaluated as slots go out).
     fair_share_quantum_s: float = Field(default=900.0, ge=0)
+    # While short jobs wait in a pool, films hold at most this share of its machines
+    # (rounded down: a one-machine pool runs a film only when no short waits).
+    film_share: float = Field(default=0.5, ge=0, le=1)
     # The bounded pool of workers that makes the tick's provider calls and agent dispatches.
     call_workers: int = Field(default=16, ge=1, le=512)
     # A provider call's deadline: longer than any driver's own bounded wait (the gcp driver

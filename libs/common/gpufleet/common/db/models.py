@@ -113,6 +113,9 @@ class JobKind(Base):
     retry_budget: Mapped[int] = mapped_column(Integer, default=2)
     lost_retry_budget: Mapped[int] = mapped_column(Integer, default=5)
     resumes_from_checkpoint: Mapped[bool] = mapped_column(Boolean, default=False)
+    # How long a job of this kind usually runs (None: its time limit, the bound): the film
+    # drain reads it to find the machine whose jobs end soonest.
+    expected_duration_s: Mapped[float | None] = mapped_column(Float)
     # The job's cgroup limits on the machine (the walls, DESIGN §10).
     memory_limit_mb: Mapped[int] = mapped_column(Integer, default=8192)
     pids_limit: Mapped[int] = mapped_column(Integer, default=1024)
@@ -176,6 +179,10 @@ class Machine(Base):
     # Who made the last state change (gpufleet.common.lifecycle.Actor) and why.
     state_changed_by: Mapped[str] = mapped_column(String(16), default="")
     state_reason: Mapped[str] = mapped_column(String(500), default="")
+    # The film this machine is held for (started for it, or DRAINING for it), and since
+    # when; cleared when the film starts on it or no longer needs it.
+    earmarked_for: Mapped[str | None] = mapped_column(Id)
+    earmarked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         # Every scan excludes destroyed machines: partial indexes keep scans proportional

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import Counter, deque
@@ -9,10 +10,20 @@ from datetime import datetime, timedelta
 
 from gpufleet.common.db.enums import MachineIntent, MachineOrigin, MachineState
 from gpufleet.scheduler.tick.capacity import FreeCapacity
+from gpufleet.scheduler.tick.films import (
+    WAIT_EARMARK,
+    WAIT_NO_MACHINE,
+    WAIT_SHARE_CAP,
+    FilmBook,
+    choose_drain,
+    film_book,
+    stale_earmarks,
+)
 from gpufleet.scheduler.tick.model import (
     Assignment,
     AttemptView,
     CreateMachine,
+    Drain,
     FleetSnapshot,
     JobView,
     MachineView,
@@ -31,14 +42,19 @@ NOT_RUNNING = frozenset({MachineState.STOPPED, MachineState.DESTROYED})
 def decide(snapshot: FleetSnapshot, policy: Policy) -> TickPlan:
     """The whole tick's plan from one snapshot."""
     demand = eligible_demand(snapshot)
-    assignments = assign(snapshot, policy, demand)
+    releases = stale_earmarks(snapshot, demand)
+    book = film_book(snapshot, policy, demand, releases)
+    assignments = assign(snapshot, policy, demand, book)
     assigned = {a.job_id for a in assignments}
     unmet = [j for j in demand if j.id not in assigned]
     return TickPlan(
-        scale=scale(snapshot, policy, unmet),
+        scale=scale(snapshot, policy, unmet, book),
         assignments=assignments,
         expired_leases=expired_leases(snapshot.live_attempts, snapshot),
         over_limit=over_time_limit(snapshot.live_attempts, snapshot),
+        drains=book.drains,
+        releases=releases,
+        film_waits=book.waits,
     )
 
 
@@ -57,10 +73,17 @@ def eligible_demand(snapshot: FleetSnapshot) -> list[JobView]:
     return out
 
 
-def healthy(machine: MachineView, snapshot: FleetSnapshot, policy: Policy) -> bool:
+READY_ONLY = frozenset({MachineState.READY.value})
+# A film may start on the machine drained for it.
+READY_OR_DRAINING = frozenset({MachineState.READY.value, MachineState.DRAINING.value})
+
+
+def healthy(
+    machine: MachineView, snapshot: FleetSnapshot, policy: Policy, states: frozenset[str] = READY_ONLY
+) -> bool:
     """Ready, not lost, not cordoned, its worker reported recently, and its agent is not
     backing off after failing StartJob."""
-    if machine.state != MachineState.READY or machine.lost or machine.cordoned:
+    if machine.state not in states or machine.lost or machine.cordoned:
         return False
     if machine.dispatch_backoff_until is not None and machine.dispatch_backoff_until > snapshot.now:
         return False
@@ -69,7 +92,9 @@ def healthy(machine: MachineView, snapshot: FleetSnapshot, policy: Policy) -> bo
     return snapshot.now - machine.worker_report_at <= timedelta(seconds=policy.worker_fresh_s)
 
 
-def assign(snapshot: FleetSnapshot, policy: Policy, demand: list[JobView]) -> list[Assignment]:
+def assign(
+    snapshot: FleetSnapshot, policy: Policy, demand: list[JobView], book: FilmBook | None = None
+) -> list[Assignment]:
     """Give free slots to jobs in fair-share order, packing busy machines first so that
     the others go quiet and the money chain can stop them.
 
@@ -77,8 +102,17 @@ def assign(snapshot: FleetSnapshot, policy: Policy, demand: list[JobView]) -> li
     heap keyed by (tier, usage / weight, its oldest job's age), and a workspace that just
     got slots is charged their prospective use (``fair_share_quantum_s`` a slot) before
     the next pick. With no charge this is exactly ``demand``'s order. The free slots are
-    indexed (:class:`FreeCapacity`), so the work grows with jobs plus machines."""
-    capacity = FreeCapacity(m for m in snapshot.machines if healthy(m, snapshot, policy))
+    indexed (:class:`FreeCapacity`), so the work grows with jobs plus machines.
+
+    A machine earmarked for a film is not capacity for anyone else; the film takes it
+    once it is ready (or drained) and wholly free, or takes a wholly free machine first
+    if one appears (then its earmark is released by the commit)."""
+    if book is None:
+        book = film_book(snapshot, policy, demand, stale_earmarks(snapshot, demand))
+    earmarked = book.earmarked
+    capacity = FreeCapacity(
+        m for m in snapshot.machines if m.id not in earmarked and healthy(m, snapshot, policy)
+    )
     queues: dict[str, deque[JobView]] = {}
     usage: dict[str, float] = {}
     for job in demand:
@@ -89,13 +123,24 @@ def assign(snapshot: FleetSnapshot, policy: Policy, demand: list[JobView]) -> li
         head = queues[ws][0]
         return (-head.tier, usage[ws] / head.weight, head.created_at, head.id, ws)
 
+    def take_film(job: JobView) -> tuple[str, tuple[int, ...]] | None:
+        mine = book.earmark_of.get(job.id)
+        if mine is not None and not mine.busy_slots and healthy(mine, snapshot, policy, READY_OR_DRAINING):
+            return mine.id, tuple(range(mine.slots))
+        if mine is None and not book.may_hold_one_more(job.pool_id, adds_machine=False):
+            return None  # the share cap: the scale step counts why it waits
+        got = capacity.take(job)
+        if got is not None and mine is None:
+            book.hold(job.pool_id, adds_machine=False)
+        return got
+
     heap = [entry(ws) for ws in queues]
     heapq.heapify(heap)
     out: list[Assignment] = []
     while heap:
         ws = heapq.heappop(heap)[-1]
         job = queues[ws].popleft()
-        got = capacity.take(job)
+        got = take_film(job) if job.whole_machine else capacity.take(job)
         if got is not None:
             machine_id, slots = got
             out.append(Assignment(job_id=job.id, machine_id=machine_id, slots=slots))
@@ -122,7 +167,7 @@ def expected_cost_micros(
 
 
 def scale(
-    snapshot: FleetSnapshot, policy: Policy, unmet: list[JobView]
+    snapshot: FleetSnapshot, policy: Policy, unmet: list[JobView], book: FilmBook | None = None
 ) -> list[StartMachine | CreateMachine]:
     """Start stopped machines or create new ones from the pool's offerings until arriving
     slots cover the unmet demand — within every ceiling.
@@ -132,7 +177,16 @@ def scale(
     "an on-demand one before a machine that keeps being taken back": a stopped machine with
     a pre-emption history whose expected cost exceeds the best offering's waits behind it,
     so a job pre-empted off a spot machine runs again elsewhere. A machine whose start just
-    failed waits out its back-off and is not counted as arriving meanwhile."""
+    failed waits out its back-off and is not counted as arriving meanwhile.
+
+    Films come first in each pool (see :mod:`~gpufleet.scheduler.tick.films`): each film
+    with no machine earmarks the machine started for it, or, when no machine may start,
+    drains the ready machine whose jobs end soonest (``book.drains``) — within the share
+    cap while shorts wait. Shorts then scale on what is left; a machine earmarked for a
+    film is not counted as arriving for them."""
+    if book is None:
+        book = film_book(snapshot, policy, unmet, [])
+    earmarked = book.earmarked
     actions: list[StartMachine | CreateMachine] = []
     running = sum(1 for m in snapshot.machines if m.state not in NOT_RUNNING)
     by_pool: dict[str, list[MachineView]] = {}
@@ -147,13 +201,6 @@ def scale(
         if pool is None:
             continue
         machines = by_pool.get(pool_id, [])
-        needed_machines = _machines_needed(unmet_by_pool[pool_id], pool.slots_per_machine)
-        arriving_slots = sum(
-            m.slots
-            for m in machines
-            if m.state in ARRIVING and m.intent == MachineIntent.RUNNING and not _backing_off(m, snapshot)
-        )
-        needed_machines -= arriving_slots // max(pool.slots_per_machine, 1)
         in_pool = sum(1 for m in machines if m.state not in NOT_RUNNING)
         stopped = sorted(
             ScaleCandidate(
@@ -171,6 +218,7 @@ def scale(
             and m.origin == MachineOrigin.PROVISIONED
             and m.managed
             and not _backing_off(m, snapshot)
+            and m.id not in earmarked
         )
         fresh = sorted(
             ScaleCandidate(
@@ -182,22 +230,52 @@ def scale(
             for o in snapshot.offerings
             if o.pool_id == pool_id and _usable(o, snapshot)
         )
-        while needed_machines > 0 and running < policy.max_running_machines and in_pool < pool.max_machines:
-            best_offer = fresh[0] if fresh else None
-            best = next(
-                (
-                    c
-                    for c in stopped
-                    if not c.risky
-                    or best_offer is None
-                    or best_offer.expected_cost_micros >= c.expected_cost_micros
-                ),
-                best_offer or (stopped[0] if stopped else None),
+
+        for film in (j for j in unmet_by_pool[pool_id] if j.whole_machine):
+            if film.id in book.earmark_of:
+                book.waits[WAIT_EARMARK] += 1
+                continue
+            room = running < policy.max_running_machines and in_pool < pool.max_machines
+            best = _cheapest(stopped, fresh) if room else None
+            if best is not None and book.may_hold_one_more(pool_id, adds_machine=True):
+                actions.append(dataclasses.replace(best.action, for_job=film.id))
+                book.hold(pool_id, adds_machine=True)
+                running += 1
+                in_pool += 1
+                continue
+            if not book.may_hold_one_more(pool_id, adds_machine=False):
+                book.waits[WAIT_SHARE_CAP] += 1
+                continue
+            ready = [m for m in machines if healthy(m, snapshot, policy)]
+            drain = choose_drain(ready, book, snapshot.now)
+            if drain is None:
+                book.waits[WAIT_NO_MACHINE] += 1
+                continue
+            book.drains.append(
+                Drain(
+                    machine_id=drain.id,
+                    job_id=film.id,
+                    ends_at=book.ends_at.get(drain.id, snapshot.now),
+                )
             )
+            book.hold(pool_id, adds_machine=False)
+        earmarked = book.earmarked
+
+        shorts = [j for j in unmet_by_pool[pool_id] if not j.whole_machine]
+        needed_machines = _machines_needed(shorts, pool.slots_per_machine)
+        arriving_slots = sum(
+            m.slots
+            for m in machines
+            if m.state in ARRIVING
+            and m.intent == MachineIntent.RUNNING
+            and not _backing_off(m, snapshot)
+            and m.id not in earmarked
+        )
+        needed_machines -= arriving_slots // max(pool.slots_per_machine, 1)
+        while needed_machines > 0 and running < policy.max_running_machines and in_pool < pool.max_machines:
+            best = _cheapest(stopped, fresh)
             if best is None:
                 break
-            if not best.creates:
-                stopped.remove(best)  # a stopped machine starts once; an offering can be bought again
             actions.append(best.action)
             needed_machines -= 1
             running += 1
@@ -205,14 +283,30 @@ def scale(
     return actions
 
 
+def _cheapest(stopped: list[ScaleCandidate], fresh: list[ScaleCandidate]) -> ScaleCandidate | None:
+    """The next machine to add: the cheapest stopped one unless it keeps being taken back
+    and an offering is cheaper; else the best offering. A stopped machine is taken off
+    ``stopped`` (it starts once; an offering can be bought again)."""
+    best_offer = fresh[0] if fresh else None
+    best = next(
+        (
+            c
+            for c in stopped
+            if not c.risky or best_offer is None or best_offer.expected_cost_micros >= c.expected_cost_micros
+        ),
+        best_offer or (stopped[0] if stopped else None),
+    )
+    if best is not None and not best.creates:
+        stopped.remove(best)
+    return best
+
+
 def _backing_off(machine: MachineView, snapshot: FleetSnapshot) -> bool:
     return machine.backoff_until is not None and machine.backoff_until > snapshot.now
 
 
-def _machines_needed(jobs: list[JobView], slots_per_machine: int) -> int:
-    films = sum(1 for j in jobs if j.whole_machine)
-    slots = sum(j.slots_needed for j in jobs if not j.whole_machine)
-    return films + math.ceil(slots / max(slots_per_machine, 1))
+def _machines_needed(shorts: list[JobView], slots_per_machine: int) -> int:
+    return math.ceil(sum(j.slots_needed for j in shorts) / max(slots_per_machine, 1))
 
 
 def _usable(offering: OfferingView, snapshot: FleetSnapshot) -> bool:

@@ -39,6 +39,7 @@ from gpufleet.common.loops import TickReport
 from gpufleet.scheduler.jobstate import end_attempt
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.calls import CallPool
+from gpufleet.scheduler.tick.earmarks import clear_for_started_films
 from gpufleet.scheduler.tick.model import Assignment
 from gpufleet.scheduler.tick.scale import Outcomes
 from gpufleet.v1 import agent_service_pb2
@@ -150,9 +151,12 @@ class DispatchController:
         busy: dict[str, set[int]] = {}
         for part in chunks(machine_ids):
             for row in session.execute(
-                select(models.Machine.id, models.Machine.state, models.Machine.agent_address).where(
-                    models.Machine.id.in_(part)
-                )
+                select(
+                    models.Machine.id,
+                    models.Machine.state,
+                    models.Machine.agent_address,
+                    models.Machine.earmarked_for,
+                ).where(models.Machine.id.in_(part))
             ):
                 machines[row.id] = row
             for mid, slot, n in session.execute(
@@ -168,19 +172,27 @@ class DispatchController:
         job_updates: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
         dispatches: list[Dispatch] = []
+        films: list[tuple[str, str]] = []
         lease_until = now + timedelta(seconds=self.settings.attempt_lease_s)
         epoch = self.lease.epoch or 0
         for a in assignments:
             job, machine = jobs.get(a.job_id), machines.get(a.machine_id)
             if job is None or machine is None or job.state != JobState.QUEUED.value:
                 continue
-            if machine.state != MachineState.READY.value:
+            # A machine held for a film takes only that film, once ready or drained.
+            if machine.earmarked_for not in (None, job.id):
+                continue
+            if machine.state != MachineState.READY.value and not (
+                machine.state == MachineState.DRAINING.value and machine.earmarked_for == job.id
+            ):
                 continue
             taken = busy.setdefault(a.machine_id, set())
             if taken & set(a.slots):
                 continue
             taken.update(a.slots)
             jobs[a.job_id] = None  # a job is assigned once per tick
+            if kinds[job.kind_id].slots == 0:
+                films.append((job.id, a.machine_id))
             attempt_id = str(uuid4())
             count = job.attempt_count + 1
             message = f"attempt {count} on machine {a.machine_id} slot {a.slots[0]}"
@@ -230,6 +242,7 @@ class DispatchController:
             job_updates,
         )
         conn.execute(insert(_EVENTS), events)
+        clear_for_started_films(session, films, now)
         # The scheduler never races the money chain: work assigned clears both timers.
         for part in chunks(sorted({d.machine_id for d in dispatches})):
             conn.execute(

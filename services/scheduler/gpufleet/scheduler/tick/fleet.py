@@ -1,9 +1,10 @@
-"""The fleet tick: one snapshot, one pure decision, then three small controllers.
+"""The fleet tick: one snapshot, one pure decision, then four small controllers.
 
 ``run(now)`` never waits on a network call. It reads the snapshot, decides
 (:func:`~gpufleet.scheduler.tick.decide.decide`), and applies the plan as database writes
 only: leases and limits (:class:`LimitsController`), the scale step's intent
-(:class:`ScaleController`), the assign step's one-transaction commit
+(:class:`ScaleController`), the films' drains and released earmarks
+(:class:`EarmarkController`), the assign step's one-transaction commit
 (:class:`DispatchController`). Provider calls and agent dispatches go to the bounded
 :class:`CallPool` and are recorded when they answer; what they did is counted in the next
 tick's report. So a slow or hung cloud delays only its own machine, and lease expiry, time
@@ -28,6 +29,7 @@ from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.calls import CallPool
 from gpufleet.scheduler.tick.decide import decide
 from gpufleet.scheduler.tick.dispatch import DispatchController
+from gpufleet.scheduler.tick.earmarks import EarmarkController
 from gpufleet.scheduler.tick.limits import LimitsController
 from gpufleet.scheduler.tick.model import Policy
 from gpufleet.scheduler.tick.scale import Outcomes, ScaleController
@@ -57,6 +59,7 @@ class FleetTick:
             max_running_machines=settings.max_running_machines,
             worker_fresh_s=settings.worker_fresh_s,
             fair_share_quantum_s=settings.fair_share_quantum_s,
+            film_share=settings.film_share,
         )
         self.calls = CallPool(settings.call_workers)
         self.agents = AgentClients(agent_factory)
@@ -65,6 +68,7 @@ class FleetTick:
         self.scale = ScaleController(sessions, clock, lease, provisioner, settings, calls, outcomes)
         self.dispatch = DispatchController(sessions, clock, lease, settings, calls, self.agents, outcomes)
         self.limits = LimitsController(sessions, lease, settings, self.dispatch)
+        self.earmarks = EarmarkController(sessions, lease)
 
     def run(self, now: datetime) -> TickReport:
         report = TickReport()
@@ -76,6 +80,9 @@ class FleetTick:
             plan = decide(snapshot, self.policy)
         with _tracer.start_as_current_span("fleet_tick.limits"):
             self.limits.apply(plan.expired_leases, plan.over_limit, now, report)
+        with _tracer.start_as_current_span("fleet_tick.films"):
+            self.earmarks.apply(plan.drains, plan.releases, now, report)
+            report.refusals.update(plan.film_waits)
         with _tracer.start_as_current_span("fleet_tick.scale"):
             self.scale.record(plan.scale, now, report)
         with _tracer.start_as_current_span("fleet_tick.assign"):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class MachineView:
     agent_address: str | None
     # Not given new work before this: its agent kept failing StartJob.
     dispatch_backoff_until: datetime | None = None
+    # The film this machine is held for (started for it, or DRAINING for it).
+    earmarked_for: str | None = None
 
     @property
     def free_slots(self) -> list[int]:
@@ -72,6 +75,14 @@ class AttemptView:
     lease_expires_at: datetime
     slots: int
     time_limit_s: float
+    # How long its kind usually runs (its time limit when the kind does not say).
+    expected_s: float = 0.0
+    # A film's attempt: it holds the whole machine.
+    whole_machine: bool = False
+
+    @property
+    def expected_end(self) -> datetime:
+        return self.started_at + timedelta(seconds=self.expected_s or self.time_limit_s)
 
 
 @dataclass(frozen=True)
@@ -110,17 +121,41 @@ class Policy:
     # that the next pick already sees it: one workspace with little history cannot take
     # every free slot of a tick. About a typical job's length (traces: p50 10-20 min).
     fair_share_quantum_s: float = 900.0
+    # While short jobs wait in a pool, films hold at most this share of its live machines.
+    film_share: float = 0.5
 
 
 @dataclass(frozen=True)
 class StartMachine:
     machine_id: str
+    # The film it is started for: earmarked, so no short takes it.
+    for_job: str | None = None
 
 
 @dataclass(frozen=True)
 class CreateMachine:
     offering_id: str
     pool_id: str
+    for_job: str | None = None
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Let ``machine_id``'s jobs finish, give it no new one, then start the film there."""
+
+    machine_id: str
+    job_id: str
+    # When its jobs are expected to end (the reason it was chosen).
+    ends_at: datetime
+
+
+@dataclass(frozen=True)
+class Release:
+    """An earmark that no longer serves its film: the machine is ordinary capacity again."""
+
+    machine_id: str
+    job_id: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -149,3 +184,7 @@ class TickPlan:
     assignments: list[Assignment] = field(default_factory=list)
     expired_leases: list[str] = field(default_factory=list)
     over_limit: list[str] = field(default_factory=list)
+    drains: list[Drain] = field(default_factory=list)
+    releases: list[Release] = field(default_factory=list)
+    # Why films that got nothing this tick wait (counted in the tick's report).
+    film_waits: Counter[str] = field(default_factory=Counter)

@@ -120,7 +120,7 @@ class ScaleController:
                     machine_id = self._record_create(session, action, now)
                     submitted.append((CREATE, machine_id))
                     report.actions["create"] += 1
-                elif self._record_start(session, action.machine_id, now):
+                elif self._record_start(session, action, now):
                     submitted.append((START, action.machine_id))
                     report.actions["start"] += 1
         for call, machine_id in submitted:
@@ -168,7 +168,9 @@ class ScaleController:
                 workload_class=WorkloadClass.REPORTING.value,
                 state=MachineState.PROVISIONING.value,
                 state_changed_by=Actor.FLEET_TICK.value,
-                state_reason=f"work is waiting in pool {action.pool_id}",
+                state_reason=f"created for film {action.for_job}"
+                if action.for_job
+                else f"work is waiting in pool {action.pool_id}",
                 intent=MachineIntent.RUNNING.value,
                 lost=False,
                 cordoned=False,
@@ -181,6 +183,8 @@ class ScaleController:
                 pending_call=CREATE,
                 pending_call_at=now,
                 dispatch_failures=0,
+                earmarked_for=action.for_job,
+                earmarked_at=now if action.for_job else None,
             )
         )
         log.info(
@@ -191,12 +195,16 @@ class ScaleController:
         )
         return machine_id
 
-    def _record_start(self, session: Session, machine_id: str, now: datetime) -> bool:
+    def _record_start(self, session: Session, action: StartMachine, now: datetime) -> bool:
+        machine_id = action.machine_id
         machine = session.get_one(models.Machine, machine_id)
         if machine.state != MachineState.STOPPED.value or machine.intent == MachineIntent.DESTROYED.value:
             return False
         machine.intent = MachineIntent.RUNNING.value
-        record(machine, MachineState.STARTING, by=Actor.FLEET_TICK, why="work is waiting", now=now)
+        why = f"started for film {action.for_job}" if action.for_job else "work is waiting"
+        record(machine, MachineState.STARTING, by=Actor.FLEET_TICK, why=why, now=now)
+        machine.earmarked_for = action.for_job
+        machine.earmarked_at = now if action.for_job else None
         machine.pending_call = START
         machine.pending_call_at = now
         # Starting a machine for work clears both idle timers.

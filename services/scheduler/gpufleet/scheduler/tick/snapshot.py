@@ -38,6 +38,8 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             A.slots,
             models.Job.workspace_id,
             models.JobKind.time_limit_s,
+            models.JobKind.expected_duration_s,
+            models.JobKind.slots.label("kind_slots"),
         )
         .join(models.Job, models.Job.id == models.Attempt.job_id)
         .join(models.JobKind, models.JobKind.id == models.Job.kind_id)
@@ -53,6 +55,8 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             lease_expires_at=a.lease_expires_at,
             slots=a.slots,
             time_limit_s=a.time_limit_s,
+            expected_s=a.expected_duration_s or a.time_limit_s,
+            whole_machine=a.kind_slots == 0,
         )
         for a in live_rows
     ]
@@ -154,6 +158,7 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             M.backoff_until,
             M.agent_address,
             M.dispatch_backoff_until,
+            M.earmarked_for,
         ).where(M.state != MachineState.DESTROYED.value)
     ).all()
     no_slots: frozenset[int] = frozenset()
@@ -177,6 +182,7 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             backoff_until=m.backoff_until,
             agent_address=m.agent_address,
             dispatch_backoff_until=m.dispatch_backoff_until,
+            earmarked_for=m.earmarked_for,
         )
         for m in machine_rows
     ]
