@@ -123,11 +123,18 @@ def test_the_demo_tells_the_whole_story_and_exits_zero(tmp_path: Path) -> None:
         "idle timers armed",
         "stopped: no GPU bill, disk kept",
         "destroyed: nothing left to bill",
+        "a film arrives",
+        "draining for film",
+        "runs here alone",
         "Summary",
         "acme-studio",
         "indie-creator",
+        "WAITED (DEMO MIN)",
     ):
         assert line in text, f"demo output lacks {line!r}:\n{text}"
+    # The film ran on the drained machine, and the summary says so.
+    assert text.index("draining for film") < text.index("runs here alone")
+    assert "drained for it from" in text[text.index("Summary") :]
     assert (
         text.index("succeeded") < text.index("stopped: no GPU bill") < text.index("destroyed: nothing left")
     )

@@ -1,6 +1,7 @@
 """``gpufleet demo``: the whole system on a sped-up clock, with a scripted scenario that a
-newcomer can follow: jobs for two workspaces, a machine started, jobs running and
-finishing, the machine going quiet, stopped, then destroyed.
+newcomer can follow: short jobs for two workspaces fill both machines the pool may hold,
+then a film arrives and the machine whose jobs end soonest drains for it; jobs finish,
+the machines go quiet, are stopped, then destroyed.
 
 Everything is real — separate processes, gRPC, SQLite, a local machine (an agent process
 with its worker and one runner per job) — except time, which runs ``--speed`` times faster
@@ -35,7 +36,11 @@ SCENARIO = [
     ("acme-studio", "short_episode", 6, "volcanoes of Iceland"),
     ("indie-creator", "clip", 4, "my cat's birthday"),
     ("acme-studio", "short_episode", 5, "history of the bicycle"),
+    ("indie-creator", "clip", 3, "a day at the beach"),
 ]
+# Submitted once every short above runs: the pool is at its ceiling (two machines), so
+# the machine whose jobs end soonest drains for it.
+FILM = ("acme-studio", "film", 8, "the long voyage")
 
 # Demo thresholds (virtual seconds). Defaults in production: stop after 5 min idle,
 # destroy after 2 h idle; the demo keeps the stop default and shortens the destroy timer
@@ -68,6 +73,8 @@ class Timeline:
         self.jobs: dict[str, int] = {}
         self.machines: dict[str, tuple[int, bool, bool, int]] = {}
         self.labels: dict[str, str] = {}
+        # machine id -> (film job id, when it began draining, when the film started there)
+        self.drains: dict[str, tuple[str, str, str]] = {}
 
     def say(self, text: str) -> None:
         print(f"  [{self.clock.stamp()}] {text}", flush=True)
@@ -106,7 +113,22 @@ class Timeline:
             self.machines[m.machine_id] = key
             name = f"machine {m.machine_id[:8]}"
             state = output.enum_short(machine_pb2.MachineState, m.state, "MACHINE_STATE_")
-            if before is None or before[0] != m.state:
+            if m.state == machine_pb2.MACHINE_STATE_DRAINING and (before is None or before[0] != m.state):
+                film = self.labels.get(m.earmarked_for_job, m.earmarked_for_job[:8])
+                self.drains[m.machine_id] = (m.earmarked_for_job, self.clock.stamp(), "")
+                self.say(
+                    f"{name}: draining for film {film} — its jobs end soonest; it takes no new job "
+                    "and nothing running is cut off"
+                )
+            elif (
+                before is not None
+                and before[0] == machine_pb2.MACHINE_STATE_DRAINING
+                and m.state == machine_pb2.MACHINE_STATE_READY
+            ):
+                film_id, began, _ = self.drains.get(m.machine_id, ("", "", ""))
+                self.drains[m.machine_id] = (film_id, began, self.clock.stamp())
+                self.say(f"{name}: drained — film {self.labels.get(film_id, film_id[:8])} runs here alone")
+            elif before is None or before[0] != m.state:
                 self.say(f"{name}: {_machine_story(state, m)}")
             if (
                 before is not None
@@ -176,7 +198,8 @@ def _scenario(stack: Stack, clock: Clock, args: argparse.Namespace) -> int:
     clock.start = time.time()
     print("\nSubmitting GPU jobs for two workspaces (the product backend's SubmitJob):")
     ids: list[str] = []
-    for ws, kind, minutes, topic in SCENARIO:
+
+    def submit(ws: str, kind: str, minutes: int, topic: str) -> str:
         job = jobs_stub.SubmitJob(
             job_service_pb2.SubmitJobRequest(
                 request_id=f"demo-{uuid.uuid4()}",
@@ -190,10 +213,14 @@ def _scenario(stack: Stack, clock: Clock, args: argparse.Namespace) -> int:
             ),
             timeout=10,
         )
-        label = f"{job.job_id[:8]} ({kind} for {ws}: {topic!r}, ~{minutes} min)"
         timeline.labels[job.job_id] = job.job_id[:8]
         ids.append(job.job_id)
-        print(f"  - {label}")
+        return f"{job.job_id[:8]} ({kind} for {ws}: {topic!r}, ~{minutes} min)"
+
+    for ws, kind, minutes, topic in SCENARIO:
+        print(f"  - {submit(ws, kind, minutes, topic)}")
+    shorts = list(ids)
+    film_sent = False
     print("\nTimeline (demo clock since the first submission, hh:mm:ss):")
     deadline = time.monotonic() + args.timeout
     destroyed_seen = False
@@ -206,7 +233,11 @@ def _scenario(stack: Stack, clock: Clock, args: argparse.Namespace) -> int:
         )
         timeline.observe_jobs(jobs)
         timeline.observe_machines(machines)
-        all_done = all(
+        if not film_sent and all(j.state == job_pb2.JOB_STATE_RUNNING for j in jobs if j.job_id in shorts):
+            film_sent = True
+            timeline.say(f"every short runs on the pool's two machines; a film arrives: {submit(*FILM)}")
+            continue
+        all_done = film_sent and all(
             j.state
             in (
                 job_pb2.JOB_STATE_SUCCEEDED,
@@ -236,13 +267,30 @@ def _scenario(stack: Stack, clock: Clock, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    _summary(jobs, machines, stack, clock)
+    _summary(jobs, machines, stack, clock, timeline)
     ok = all(j.state == job_pb2.JOB_STATE_SUCCEEDED for j in jobs)
     return 0 if ok else 1
 
 
+def _waits(jobs: list[job_pb2.Job]) -> list[list[str]]:
+    """Per kind: how long its jobs waited from submission to their (last) attempt's start."""
+    waited: dict[str, list[float]] = {}
+    for j in jobs:
+        if j.attempts:
+            start = j.attempts[-1].start_time.ToDatetime()
+            waited.setdefault(j.kind, []).append((start - j.create_time.ToDatetime()).total_seconds() / 60)
+    return [
+        [kind, str(len(w)), f"mean {sum(w) / len(w):.1f}, max {max(w):.1f}"]
+        for kind, w in sorted(waited.items())
+    ]
+
+
 def _summary(
-    jobs: list[job_pb2.Job], machines: list[machine_pb2.Machine], stack: Stack, clock: Clock
+    jobs: list[job_pb2.Job],
+    machines: list[machine_pb2.Machine],
+    stack: Stack,
+    clock: Clock,
+    timeline: Timeline,
 ) -> None:
     print("\nSummary")
     by_ws: dict[str, list[job_pb2.Job]] = {}
@@ -260,6 +308,14 @@ def _summary(
             ]
         )
     print(output.table(["WORKSPACE", "SUCCEEDED", "SLOT-MINUTES", "CHARGED"], rows))
+    print()
+    print(output.table(["KIND", "JOBS", "WAITED (DEMO MIN)"], _waits(jobs)))
+    for machine_id, (film_id, began, ended) in timeline.drains.items():
+        print(
+            f"\n  film {film_id[:8]}: machine {machine_id[:8]} drained for it from {began} to "
+            f"{ended or '?'} (demo clock): its shorts finished, none was cut off, none started there "
+            "meanwhile, and the film ran there alone on every slot"
+        )
     print()
     for m in machines:
         life = (m.state_changed_at.ToDatetime() - m.requested_at.ToDatetime()).total_seconds()
