@@ -51,7 +51,7 @@ ATTEMPT_STATE_CANCELLED: AttemptState
 ATTEMPT_STATE_INFRA_ERROR: AttemptState
 
 class Attempt(_message.Message):
-    __slots__ = ("name", "attempt_id", "job_id", "machine_id", "slot", "state", "start_time", "end_time", "lease_expire_time", "slot_seconds", "charged", "charge_micros", "exit_code", "status_message")
+    __slots__ = ("name", "attempt_id", "job_id", "machine_id", "slot", "state", "start_time", "end_time", "lease_expire_time", "slot_seconds", "charged", "charge_micros", "exit_code", "status_message", "started_from")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class Attempt(_message.Message):
     CHARGE_MICROS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     STATUS_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FROM_FIELD_NUMBER: _ClassVar[int]
     name: str
     attempt_id: str
     job_id: str
@@ -80,7 +81,26 @@ class Attempt(_message.Message):
     charge_micros: int
     exit_code: int
     status_message: str
-    def __init__(self, name: _Optional[str] = ..., attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., machine_id: _Optional[str] = ..., slot: _Optional[int] = ..., state: _Optional[_Union[AttemptState, str]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slot_seconds: _Optional[float] = ..., charged: _Optional[bool] = ..., charge_micros: _Optional[int] = ..., exit_code: _Optional[int] = ..., status_message: _Optional[str] = ...) -> None: ...
+    started_from: Checkpoint
+    def __init__(self, name: _Optional[str] = ..., attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., machine_id: _Optional[str] = ..., slot: _Optional[int] = ..., state: _Optional[_Union[AttemptState, str]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slot_seconds: _Optional[float] = ..., charged: _Optional[bool] = ..., charge_micros: _Optional[int] = ..., exit_code: _Optional[int] = ..., status_message: _Optional[str] = ..., started_from: _Optional[_Union[Checkpoint, _Mapping]] = ...) -> None: ...
+
+class Checkpoint(_message.Message):
+    __slots__ = ("checkpoint_id", "job_id", "attempt_id", "sequence", "size_bytes", "sha256", "create_time")
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    checkpoint_id: str
+    job_id: str
+    attempt_id: str
+    sequence: int
+    size_bytes: int
+    sha256: str
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, checkpoint_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., sequence: _Optional[int] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("name", "job_id", "workspace", "pool", "kind", "pipeline_version", "tenant_values", "request_id", "state", "create_time", "update_time", "start_time", "end_time", "attempt_count", "failure_retries_used", "lost_retries_used", "status_message", "slot_seconds", "charge_micros", "attempts")

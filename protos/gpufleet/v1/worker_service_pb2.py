@@ -27,25 +27,35 @@ from gpufleet.v1 import job_pb2 as gpufleet_dot_v1_dot_job__pb2
 from gpufleet.v1 import machine_pb2 as gpufleet_dot_v1_dot_machine__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gpufleet/v1/worker_service.proto\x12\x0bgpufleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15gpufleet/v1/job.proto\x1a\x19gpufleet/v1/machine.proto\"2\n\x0eRunningAttempt\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\"\x8b\x01\n\x16ReportHeartbeatRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12,\n\x07running\x18\x02 \x03(\x0b\x32\x1b.gpufleet.v1.RunningAttempt\x12/\n\x0breport_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"l\n\x17ReportHeartbeatResponse\x12\x35\n\x11lease_expire_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x63\x61ncel_attempt_ids\x18\x02 \x03(\t\"\xc0\x01\n\x17ReportCompletionRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12*\n\x07outcome\x18\x03 \x01(\x0e\x32\x19.gpufleet.v1.AttemptState\x12\x11\n\texit_code\x18\x04 \x01(\x05\x12\x14\n\x0cslot_seconds\x18\x05 \x01(\x01\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x17\n\x0fslot_not_closed\x18\x07 \x01(\x08\"A\n\x18ReportCompletionResponse\x12%\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x14.gpufleet.v1.Attempt\"\xa8\x01\n\x16RegisterMachineRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\x15\n\ragent_address\x18\x03 \x01(\t\x12\x0c\n\x04pool\x18\x04 \x01(\t\x12\r\n\x05slots\x18\x05 \x01(\x05\x12\x32\n\x0eworkload_class\x18\x06 \x01(\x0e\x32\x1a.gpufleet.v1.WorkloadClass2\x9c\x02\n\rWorkerService\x12\\\n\x0fReportHeartbeat\x12#.gpufleet.v1.ReportHeartbeatRequest\x1a$.gpufleet.v1.ReportHeartbeatResponse\x12_\n\x10ReportCompletion\x12$.gpufleet.v1.ReportCompletionRequest\x1a%.gpufleet.v1.ReportCompletionResponse\x12L\n\x0fRegisterMachine\x12#.gpufleet.v1.RegisterMachineRequest\x1a\x14.gpufleet.v1.Machineb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gpufleet/v1/worker_service.proto\x12\x0bgpufleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15gpufleet/v1/job.proto\x1a\x19gpufleet/v1/machine.proto\"s\n\x18PutCheckpointPartRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x11\n\tupload_id\x18\x03 \x01(\t\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\"3\n\x19PutCheckpointPartResponse\x12\x16\n\x0ereceived_bytes\x18\x01 \x01(\x03\"x\n\x17\x43ommitCheckpointRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x11\n\tupload_id\x18\x03 \x01(\t\x12\x12\n\nsize_bytes\x18\x04 \x01(\x03\x12\x0e\n\x06sha256\x18\x05 \x01(\t\"y\n\x15ReadCheckpointRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x03 \x01(\t\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\"3\n\x16ReadCheckpointResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0b\n\x03\x65of\x18\x02 \x01(\x08\"2\n\x0eRunningAttempt\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\"\x8b\x01\n\x16ReportHeartbeatRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12,\n\x07running\x18\x02 \x03(\x0b\x32\x1b.gpufleet.v1.RunningAttempt\x12/\n\x0breport_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"l\n\x17ReportHeartbeatResponse\x12\x35\n\x11lease_expire_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x63\x61ncel_attempt_ids\x18\x02 \x03(\t\"\xc0\x01\n\x17ReportCompletionRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12*\n\x07outcome\x18\x03 \x01(\x0e\x32\x19.gpufleet.v1.AttemptState\x12\x11\n\texit_code\x18\x04 \x01(\x05\x12\x14\n\x0cslot_seconds\x18\x05 \x01(\x01\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x17\n\x0fslot_not_closed\x18\x07 \x01(\x08\"A\n\x18ReportCompletionResponse\x12%\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x14.gpufleet.v1.Attempt\"\xa8\x01\n\x16RegisterMachineRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\x15\n\ragent_address\x18\x03 \x01(\t\x12\x0c\n\x04pool\x18\x04 \x01(\t\x12\r\n\x05slots\x18\x05 \x01(\x05\x12\x32\n\x0eworkload_class\x18\x06 \x01(\x0e\x32\x1a.gpufleet.v1.WorkloadClass2\xae\x04\n\rWorkerService\x12\\\n\x0fReportHeartbeat\x12#.gpufleet.v1.ReportHeartbeatRequest\x1a$.gpufleet.v1.ReportHeartbeatResponse\x12_\n\x10ReportCompletion\x12$.gpufleet.v1.ReportCompletionRequest\x1a%.gpufleet.v1.ReportCompletionResponse\x12L\n\x0fRegisterMachine\x12#.gpufleet.v1.RegisterMachineRequest\x1a\x14.gpufleet.v1.Machine\x12\x62\n\x11PutCheckpointPart\x12%.gpufleet.v1.PutCheckpointPartRequest\x1a&.gpufleet.v1.PutCheckpointPartResponse\x12Q\n\x10\x43ommitCheckpoint\x12$.gpufleet.v1.CommitCheckpointRequest\x1a\x17.gpufleet.v1.Checkpoint\x12Y\n\x0eReadCheckpoint\x12\".gpufleet.v1.ReadCheckpointRequest\x1a#.gpufleet.v1.ReadCheckpointResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpufleet.v1.worker_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RUNNINGATTEMPT']._serialized_start=132
-  _globals['_RUNNINGATTEMPT']._serialized_end=182
-  _globals['_REPORTHEARTBEATREQUEST']._serialized_start=185
-  _globals['_REPORTHEARTBEATREQUEST']._serialized_end=324
-  _globals['_REPORTHEARTBEATRESPONSE']._serialized_start=326
-  _globals['_REPORTHEARTBEATRESPONSE']._serialized_end=434
-  _globals['_REPORTCOMPLETIONREQUEST']._serialized_start=437
-  _globals['_REPORTCOMPLETIONREQUEST']._serialized_end=629
-  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_start=631
-  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_end=696
-  _globals['_REGISTERMACHINEREQUEST']._serialized_start=699
-  _globals['_REGISTERMACHINEREQUEST']._serialized_end=867
-  _globals['_WORKERSERVICE']._serialized_start=870
-  _globals['_WORKERSERVICE']._serialized_end=1154
+  _globals['_PUTCHECKPOINTPARTREQUEST']._serialized_start=132
+  _globals['_PUTCHECKPOINTPARTREQUEST']._serialized_end=247
+  _globals['_PUTCHECKPOINTPARTRESPONSE']._serialized_start=249
+  _globals['_PUTCHECKPOINTPARTRESPONSE']._serialized_end=300
+  _globals['_COMMITCHECKPOINTREQUEST']._serialized_start=302
+  _globals['_COMMITCHECKPOINTREQUEST']._serialized_end=422
+  _globals['_READCHECKPOINTREQUEST']._serialized_start=424
+  _globals['_READCHECKPOINTREQUEST']._serialized_end=545
+  _globals['_READCHECKPOINTRESPONSE']._serialized_start=547
+  _globals['_READCHECKPOINTRESPONSE']._serialized_end=598
+  _globals['_RUNNINGATTEMPT']._serialized_start=600
+  _globals['_RUNNINGATTEMPT']._serialized_end=650
+  _globals['_REPORTHEARTBEATREQUEST']._serialized_start=653
+  _globals['_REPORTHEARTBEATREQUEST']._serialized_end=792
+  _globals['_REPORTHEARTBEATRESPONSE']._serialized_start=794
+  _globals['_REPORTHEARTBEATRESPONSE']._serialized_end=902
+  _globals['_REPORTCOMPLETIONREQUEST']._serialized_start=905
+  _globals['_REPORTCOMPLETIONREQUEST']._serialized_end=1097
+  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_start=1099
+  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_end=1164
+  _globals['_REGISTERMACHINEREQUEST']._serialized_start=1167
+  _globals['_REGISTERMACHINEREQUEST']._serialized_end=1335
+  _globals['_WORKERSERVICE']._serialized_start=1338
+  _globals['_WORKERSERVICE']._serialized_end=1896
 # @@protoc_insertion_point(module_scope)

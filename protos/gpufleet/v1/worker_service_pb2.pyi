@@ -11,6 +11,62 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class PutCheckpointPartRequest(_message.Message):
+    __slots__ = ("machine_id", "attempt_id", "upload_id", "offset", "data")
+    MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    machine_id: str
+    attempt_id: str
+    upload_id: str
+    offset: int
+    data: bytes
+    def __init__(self, machine_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., upload_id: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class PutCheckpointPartResponse(_message.Message):
+    __slots__ = ("received_bytes",)
+    RECEIVED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    received_bytes: int
+    def __init__(self, received_bytes: _Optional[int] = ...) -> None: ...
+
+class CommitCheckpointRequest(_message.Message):
+    __slots__ = ("machine_id", "attempt_id", "upload_id", "size_bytes", "sha256")
+    MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    machine_id: str
+    attempt_id: str
+    upload_id: str
+    size_bytes: int
+    sha256: str
+    def __init__(self, machine_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., upload_id: _Optional[str] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class ReadCheckpointRequest(_message.Message):
+    __slots__ = ("machine_id", "attempt_id", "checkpoint_id", "offset", "max_bytes")
+    MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    machine_id: str
+    attempt_id: str
+    checkpoint_id: str
+    offset: int
+    max_bytes: int
+    def __init__(self, machine_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ReadCheckpointResponse(_message.Message):
+    __slots__ = ("data", "eof")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    EOF_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    eof: bool
+    def __init__(self, data: _Optional[bytes] = ..., eof: _Optional[bool] = ...) -> None: ...
+
 class RunningAttempt(_message.Message):
     __slots__ = ("attempt_id", "slot")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from gpufleet.v1 import job_pb2 as gpufleet_dot_v1_dot_job__pb2
 from gpufleet.v1 import machine_pb2 as gpufleet_dot_v1_dot_machine__pb2
 from gpufleet.v1 import worker_service_pb2 as gpufleet_dot_v1_dot_worker__service__pb2
 
@@ -51,6 +52,21 @@ class WorkerServiceStub:
                 request_serializer=gpufleet_dot_v1_dot_worker__service__pb2.RegisterMachineRequest.SerializeToString,
                 response_deserializer=gpufleet_dot_v1_dot_machine__pb2.Machine.FromString,
                 _registered_method=True)
+        self.PutCheckpointPart = channel.unary_unary(
+                '/gpufleet.v1.WorkerService/PutCheckpointPart',
+                request_serializer=gpufleet_dot_v1_dot_worker__service__pb2.PutCheckpointPartRequest.SerializeToString,
+                response_deserializer=gpufleet_dot_v1_dot_worker__service__pb2.PutCheckpointPartResponse.FromString,
+                _registered_method=True)
+        self.CommitCheckpoint = channel.unary_unary(
+                '/gpufleet.v1.WorkerService/CommitCheckpoint',
+                request_serializer=gpufleet_dot_v1_dot_worker__service__pb2.CommitCheckpointRequest.SerializeToString,
+                response_deserializer=gpufleet_dot_v1_dot_job__pb2.Checkpoint.FromString,
+                _registered_method=True)
+        self.ReadCheckpoint = channel.unary_unary(
+                '/gpufleet.v1.WorkerService/ReadCheckpoint',
+                request_serializer=gpufleet_dot_v1_dot_worker__service__pb2.ReadCheckpointRequest.SerializeToString,
+                response_deserializer=gpufleet_dot_v1_dot_worker__service__pb2.ReadCheckpointResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -78,6 +94,29 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutCheckpointPart(self, request, context):
+        """A live attempt's checkpoint, sent in parts of at most 1 MiB appended in order to an
+        upload the worker names; a part already received is accepted again (a retry).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitCheckpoint(self, request, context):
+        """The upload is whole: checked against its size and SHA-256 and kept as the job's
+        latest checkpoint (the last two are kept).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadCheckpoint(self, request, context):
+        """Part of a checkpoint an attempt of the same job on this machine starts from.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -95,6 +134,21 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.RegisterMachine,
                     request_deserializer=gpufleet_dot_v1_dot_worker__service__pb2.RegisterMachineRequest.FromString,
                     response_serializer=gpufleet_dot_v1_dot_machine__pb2.Machine.SerializeToString,
+            ),
+            'PutCheckpointPart': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutCheckpointPart,
+                    request_deserializer=gpufleet_dot_v1_dot_worker__service__pb2.PutCheckpointPartRequest.FromString,
+                    response_serializer=gpufleet_dot_v1_dot_worker__service__pb2.PutCheckpointPartResponse.SerializeToString,
+            ),
+            'CommitCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitCheckpoint,
+                    request_deserializer=gpufleet_dot_v1_dot_worker__service__pb2.CommitCheckpointRequest.FromString,
+                    response_serializer=gpufleet_dot_v1_dot_job__pb2.Checkpoint.SerializeToString,
+            ),
+            'ReadCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadCheckpoint,
+                    request_deserializer=gpufleet_dot_v1_dot_worker__service__pb2.ReadCheckpointRequest.FromString,
+                    response_serializer=gpufleet_dot_v1_dot_worker__service__pb2.ReadCheckpointResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -179,6 +233,87 @@ class WorkerService:
             '/gpufleet.v1.WorkerService/RegisterMachine',
             gpufleet_dot_v1_dot_worker__service__pb2.RegisterMachineRequest.SerializeToString,
             gpufleet_dot_v1_dot_machine__pb2.Machine.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutCheckpointPart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufleet.v1.WorkerService/PutCheckpointPart',
+            gpufleet_dot_v1_dot_worker__service__pb2.PutCheckpointPartRequest.SerializeToString,
+            gpufleet_dot_v1_dot_worker__service__pb2.PutCheckpointPartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufleet.v1.WorkerService/CommitCheckpoint',
+            gpufleet_dot_v1_dot_worker__service__pb2.CommitCheckpointRequest.SerializeToString,
+            gpufleet_dot_v1_dot_job__pb2.Checkpoint.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufleet.v1.WorkerService/ReadCheckpoint',
+            gpufleet_dot_v1_dot_worker__service__pb2.ReadCheckpointRequest.SerializeToString,
+            gpufleet_dot_v1_dot_worker__service__pb2.ReadCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -212,5 +212,6 @@ def test_a_job_keeps_the_pipeline_version_it_started_with(tmp_path: Path) -> Non
 
 def test_the_bundled_sample_is_installed_with_its_clock(tmp_path: Path) -> None:
     folder = pipelines.install(tmp_path, "", None)
-    assert folder.name == "default"
+    # Named by its content too: a gpufleet upgrade that changes the sample installs it anew.
+    assert folder.name == f"default.sample-{pipelines.bundled_digest()}"
     assert {p.name for p in folder.iterdir()} == {"sample_pipeline.py", "gpufleet_clock.py"}

@@ -67,6 +67,8 @@ class Stack:
             "GPUFLEET_SCHEDULER_ADDRESS": cfg.address("scheduler"),
             "GPUFLEET_LOG_FORMAT": cfg.log_format,
             "GPUFLEET_LOCAL_ROOT": str(cfg.state_dir / "machines"),
+            # Checkpoints outlive the local machine that wrote them.
+            "GPUFLEET_CHECKPOINT_DIR": str(cfg.state_dir / "checkpoints"),
         }
         if cfg.clock_speed != 1.0:
             env["GPUFLEET_CLOCK"] = "scaled"

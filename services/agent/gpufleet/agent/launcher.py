@@ -60,6 +60,11 @@ class OpenSlot(Protocol):
         """Kill what is left and wipe the slot, whatever happened (idempotent)."""
         ...
 
+    def give(self, path: Path) -> None:
+        """Make ``path`` (made by the runner in the job's folder before the job starts)
+        and what is below it the job's own."""
+        ...
+
 
 class SlotLauncher(Protocol):
     """Puts one job behind its slot's walls."""
@@ -106,6 +111,9 @@ class _ProcessGroupSlot:
 
     def close(self) -> None:
         remove_tree(self.files.work)
+
+    def give(self, path: Path) -> None:
+        """The job runs as the runner's own user: it owns the folder already."""
 
 
 class CurrentUserLauncher:

@@ -1,9 +1,9 @@
 """How the worker reports for itself to the scheduler's ``WorkerService``.
 
-Two calls, both idempotent on the scheduler's side: a heartbeat (the machine's
-``worker_report_at`` and the leases of the attempts it names) and a completion per
-attempt (keyed by attempt id). The worker owns the cadence and the retries; this module
-only turns a call into "acknowledged", "refused for good" or "try again".
+Every call is idempotent on the scheduler's side: a heartbeat (the machine's
+``worker_report_at`` and the leases of the attempts it names), a completion per attempt
+(keyed by attempt id), and a checkpoint's parts, commit and read. The worker owns the
+cadence and the retries; this module only turns a call into "acknowledged", "refused for good" or "try again".
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -46,6 +46,19 @@ class SchedulerReports(Protocol):
     def complete(self, result: AttemptResult) -> None:
         """Report one ended attempt. Raises ReportRefused when the scheduler refuses it for
         good, GpufleetError when it should be tried again."""
+        ...
+
+    def put_checkpoint_part(self, attempt_id: str, upload_id: str, offset: int, data: bytes) -> int:
+        """Send one part of a checkpoint; the bytes the scheduler holds. Raises
+        ReportRefused or GpufleetError as ``complete`` does."""
+        ...
+
+    def commit_checkpoint(self, attempt_id: str, upload_id: str, size: int, sha256: str) -> int:
+        """The upload is whole; the checkpoint's sequence number."""
+        ...
+
+    def read_checkpoint(self, attempt_id: str, checkpoint_id: str, offset: int) -> tuple[bytes, bool]:
+        """Part of the checkpoint an attempt starts from, and whether it is the last."""
         ...
 
 
@@ -90,9 +103,34 @@ class GrpcSchedulerReports:
             message=result.message,
             slot_not_closed=result.slot_not_closed,
         )
+        self._once(self._stub.ReportCompletion, request)
+
+    def put_checkpoint_part(self, attempt_id: str, upload_id: str, offset: int, data: bytes) -> int:
+        request = worker_service_pb2.PutCheckpointPartRequest(
+            machine_id=self.machine_id, attempt_id=attempt_id, upload_id=upload_id, offset=offset, data=data
+        )
+        return int(self._once(self._stub.PutCheckpointPart, request).received_bytes)
+
+    def commit_checkpoint(self, attempt_id: str, upload_id: str, size: int, sha256: str) -> int:
+        request = worker_service_pb2.CommitCheckpointRequest(
+            machine_id=self.machine_id,
+            attempt_id=attempt_id,
+            upload_id=upload_id,
+            size_bytes=size,
+            sha256=sha256,
+        )
+        return int(self._once(self._stub.CommitCheckpoint, request).sequence)
+
+    def read_checkpoint(self, attempt_id: str, checkpoint_id: str, offset: int) -> tuple[bytes, bool]:
+        request = worker_service_pb2.ReadCheckpointRequest(
+            machine_id=self.machine_id, attempt_id=attempt_id, checkpoint_id=checkpoint_id, offset=offset
+        )
+        response = self._once(self._stub.ReadCheckpoint, request)
+        return bytes(response.data), bool(response.eof)
+
+    def _once(self, method: Any, request: Any) -> Any:
+        """One idempotent call; the scheduler's final word raised as ReportRefused."""
         try:
-            grpcclient.call(
-                self._stub.ReportCompletion, request, timeout=self.timeout_s, idempotent=True, attempts=1
-            )
+            return grpcclient.call(method, request, timeout=self.timeout_s, idempotent=True, attempts=1)
         except _FINAL as err:
             raise ReportRefused(str(err)) from err

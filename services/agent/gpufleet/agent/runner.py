@@ -16,20 +16,26 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from gpufleet.agent.checkpoints import CheckpointError, Snapshots, restore_file, unpack
 from gpufleet.agent.launcher import OpenSlot, SlotError, SlotLauncher
 from gpufleet.agent.settings import Settings
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome, iso
 from gpufleet.agent.statedir import AttemptFiles, atomic_write_json, atomic_write_text
 from gpufleet.agent.walls import pipelines
 from gpufleet.agent.walls.setup import WallsUnavailable, build_launcher
+from gpufleet.agent.walls.wipe import remove_tree
 from gpufleet.common import telemetry
 from gpufleet.common.clock import Clock
+
+# The job's checkpoint folder, inside its own folder (GPUFLEET_CHECKPOINT_DIR).
+CHECKPOINT_FOLDER = "checkpoint"
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +110,11 @@ class Runner:
         kill_grace_s: float,
         pipelines_root: Path,
         pipeline_source: Path | None = None,
+        checkpoint_every_s: float = 60.0,
+        checkpoint_max_bytes: int = 64 << 20,
     ) -> None:
+        self.checkpoint_every_s = checkpoint_every_s
+        self.checkpoint_max_bytes = checkpoint_max_bytes
         self.files = files
         self.spec = spec
         self.clock = clock
@@ -153,11 +163,46 @@ class Runner:
                     "slot %d could not be wiped after attempt %s", self.spec.slot, self.spec.attempt_id
                 )
 
+    def _checkpoint_folder(self, slot: OpenSlot) -> Snapshots | None:
+        """A kind that resumes from checkpoints: the job's checkpoint folder, holding the
+        checkpoint this attempt starts from (if its worker could read it)."""
+        if not self.spec.keeps_checkpoint:
+            return None
+        folder = slot.job_dir / CHECKPOINT_FOLDER
+        folder.mkdir(exist_ok=True)
+        restore = restore_file(self.files)
+        if restore.exists():
+            try:
+                n = unpack(restore, folder, self.checkpoint_max_bytes)
+                log.info(
+                    "attempt %s: starts from checkpoint %s (%d files)",
+                    self.spec.attempt_id,
+                    self.spec.checkpoint_id,
+                    n,
+                )
+            except (CheckpointError, tarfile.TarError, OSError) as err:
+                log.warning(
+                    "attempt %s: checkpoint %s not restored (%s); the job starts from the beginning",
+                    self.spec.attempt_id,
+                    self.spec.checkpoint_id,
+                    err,
+                )
+                remove_tree(folder)
+                folder.mkdir()
+        slot.give(folder)
+        return Snapshots(self.files, folder, self.checkpoint_every_s, self.checkpoint_max_bytes)
+
     def _run_job(self, start: datetime, slot: OpenSlot) -> AttemptResult:
         argv = slot.command(self.pipeline_command)
+        try:
+            snapshots = self._checkpoint_folder(slot)
+        except OSError as err:
+            return self._finish(start, Outcome.INFRA_ERROR, 0, f"checkpoint folder not made: {err}")
         env = slot.environment(
             job_base_environment(os.environ, self.clock_env, self.files.spec, slot.job_dir)
         )
+        if snapshots is not None:
+            env["GPUFLEET_CHECKPOINT_DIR"] = str(PurePosixPath(env["GPUFLEET_JOB_DIR"]) / CHECKPOINT_FOLDER)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -188,6 +233,8 @@ class Runner:
             if stopped is not None:
                 returncode = self._terminate(proc, slot)
                 break
+            if snapshots is not None:
+                snapshots.maybe(self.clock.now().timestamp())
             self.stop.wait(self.poll_s)  # real time: how soon an exit or a marker is noticed
         # Nothing outlives the job: whatever it left behind goes with it.
         slot.signal(proc.pid, signal.SIGKILL)
@@ -302,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         kill_grace_s=settings.kill_grace_s,
         pipelines_root=settings.pipelines_root,
         pipeline_source=settings.pipeline_source,
+        checkpoint_every_s=settings.checkpoint_every_s,
+        checkpoint_max_bytes=settings.checkpoint_max_bytes,
     )
     signal.signal(signal.SIGTERM, runner.on_signal)
     signal.signal(signal.SIGINT, runner.on_signal)

@@ -14,6 +14,10 @@ installs beside it as ``gpufleet_clock.py`` — because a job runs as its slot's
 the system Python, behind walls that hide gpufleet's own installation. It writes a little
 to its folder, its home and ``/tmp`` as a real pipeline would, so every kind exercises the
 walls' private folders.
+
+A kind that resumes from checkpoints gets ``GPUFLEET_CHECKPOINT_DIR``: the pipeline keeps
+its progress there (``progress.json``, written under a dot-name and renamed into place so
+it is only ever taken whole) and, started again with a checkpoint, goes on from it.
 """
 
 from __future__ import annotations
@@ -66,13 +70,41 @@ def main() -> int:
         print(f"sample pipeline: bad tenant value: {err}", file=sys.stderr, flush=True)
         return 2
     step = max(duration, 0.0) / PROGRESS_STEPS
-    for done in range(1, PROGRESS_STEPS + 1):
+    checkpoint = (
+        Path(os.environ["GPUFLEET_CHECKPOINT_DIR"]) if os.environ.get("GPUFLEET_CHECKPOINT_DIR") else None
+    )
+    already = resume_from(checkpoint)
+    if already:
+        print(
+            f"sample pipeline: resuming from checkpoint: {already * 100 // PROGRESS_STEPS}% already rendered",
+            flush=True,
+        )
+    for done in range(already + 1, PROGRESS_STEPS + 1):
         if clock.wait(step, stop):
             print("sample pipeline: stopped before the end", flush=True)
             return 143
         print(f"rendering: {done * 100 // PROGRESS_STEPS}%", flush=True)
+        if checkpoint is not None:
+            keep_progress(checkpoint, done, spec["attempt_id"])
     print(f"sample pipeline: done, exiting with {exit_code}", flush=True)
     return exit_code
+
+
+def resume_from(checkpoint: Path | None) -> int:
+    """Steps already rendered, by the checkpoint this attempt started from (0: none)."""
+    if checkpoint is None:
+        return 0
+    try:
+        doc = json.loads((checkpoint / "progress.json").read_text(encoding="utf-8"))
+        return max(0, min(int(doc["done"]), PROGRESS_STEPS))
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def keep_progress(checkpoint: Path, done: int, attempt_id: str) -> None:
+    tmp = checkpoint / ".progress.json"
+    tmp.write_text(json.dumps({"done": done, "by_attempt": attempt_id}), encoding="utf-8")
+    os.replace(tmp, checkpoint / "progress.json")
 
 
 if __name__ == "__main__":

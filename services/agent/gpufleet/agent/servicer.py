@@ -9,6 +9,7 @@ both are idempotent by attempt id.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,9 @@ class StateActivity:
         return self.requests.take()
 
 
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+
+
 def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, machine_slots: int) -> JobSpec:
     """Validate a StartJob request; every refusal names the field to fix."""
     if not request.attempt_id:
@@ -72,6 +76,13 @@ def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, ma
         raise InvalidArgument("must not be negative", field="memory_limit_bytes")
     if request.pids_limit < 0:
         raise InvalidArgument("must not be negative", field="pids_limit")
+    if request.checkpoint_id:
+        if not ATTEMPT_ID_PATTERN.match(request.checkpoint_id):
+            raise InvalidArgument("must be a checkpoint id", field="checkpoint_id")
+        if not SHA256_PATTERN.match(request.checkpoint_sha256):
+            raise InvalidArgument("must be lowercase hex SHA-256", field="checkpoint_sha256")
+        if request.checkpoint_size_bytes <= 0:
+            raise InvalidArgument("must be positive", field="checkpoint_size_bytes")
     return JobSpec(
         attempt_id=request.attempt_id,
         job_id=request.job_id,
@@ -86,6 +97,10 @@ def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, ma
         outbound_network=request.outbound_network,
         memory_limit_bytes=request.memory_limit_bytes,
         pids_limit=request.pids_limit,
+        keeps_checkpoint=request.keeps_checkpoint,
+        checkpoint_id=request.checkpoint_id,
+        checkpoint_sha256=request.checkpoint_sha256,
+        checkpoint_size_bytes=request.checkpoint_size_bytes,
     )
 
 

@@ -70,6 +70,11 @@ class Settings(BaseServiceSettings):
     # Where the tunnels in a job's /run/gpufleet forward to (host:port); empty: no tunnel.
     model_gateway_address: str = ""
     voice_service_address: str = ""
+    # Clock seconds between two looks at a job's checkpoint folder (packed when it
+    # changed), the largest checkpoint sent, and the bytes the worker sends a tick.
+    checkpoint_every_s: float = Field(default=60.0, gt=0)
+    checkpoint_max_bytes: int = Field(default=64 << 20, ge=1 << 10, le=1 << 30)
+    checkpoint_send_per_tick_bytes: int = Field(default=8 << 20, ge=1 << 20)
     # A folder holding the pipeline's code, copied per version the first time a job needs
     # it; empty: the bundled sample pipeline.
     pipeline_source: Path | None = None

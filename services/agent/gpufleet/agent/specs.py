@@ -50,6 +50,12 @@ class JobSpec:
     # The kind's limits for the job's cgroup; 0: the machine's defaults.
     memory_limit_bytes: int = 0
     pids_limit: int = 0
+    # The kind resumes from checkpoints: the job gets a checkpoint folder that is sent to
+    # the control plane while it runs; and the checkpoint it starts from ("" for none).
+    keeps_checkpoint: bool = False
+    checkpoint_id: str = ""
+    checkpoint_sha256: str = ""
+    checkpoint_size_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +76,10 @@ class JobSpec:
             outbound_network=bool(doc.get("outbound_network", False)),
             memory_limit_bytes=int(doc.get("memory_limit_bytes", 0)),
             pids_limit=int(doc.get("pids_limit", 0)),
+            keeps_checkpoint=bool(doc.get("keeps_checkpoint", False)),
+            checkpoint_id=str(doc.get("checkpoint_id", "")),
+            checkpoint_sha256=str(doc.get("checkpoint_sha256", "")),
+            checkpoint_size_bytes=int(doc.get("checkpoint_size_bytes", 0)),
         )
 
     def save(self, path: Path) -> None:

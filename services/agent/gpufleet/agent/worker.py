@@ -25,6 +25,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO
 
+from gpufleet.agent.checkpoints import restore_file
+from gpufleet.agent.courier import CheckpointCourier
 from gpufleet.agent.launcher import CurrentUserLauncher, SlotLauncher
 from gpufleet.agent.procs import is_alive
 from gpufleet.agent.reporter import GrpcSchedulerReports, ReportRefused, Running, SchedulerReports
@@ -63,8 +65,10 @@ class Worker:
         heartbeat_s: float,
         completion_retry_s: float,
         launcher: SlotLauncher | None = None,
+        checkpoint_send_per_tick_bytes: int = 8 << 20,
     ) -> None:
         self.state = state
+        self.courier = CheckpointCourier(reports, send_per_tick_bytes=checkpoint_send_per_tick_bytes)
         # Closes the slot of an attempt whose runner died (nobody else would wipe it).
         self.launcher = launcher or CurrentUserLauncher()
         self.clock = clock
@@ -91,6 +95,7 @@ class Worker:
         self._launch_pending()
         self._pass_on_cancels()
         running, ended = self._settle_runners()
+        self.courier.send(self.state.attempt(r.attempt_id) for r in running)
         if self._completions_due is None or now >= self._completions_due:
             for files, result in ended:
                 if not self._report_completion(now, files, result):
@@ -124,6 +129,9 @@ class Worker:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         spec.save(staging / files.spec.name)
+        if spec.checkpoint_id and not self.state.cancel_request(spec.attempt_id).exists():
+            # Read before the folder appears: its runner finds the checkpoint or none.
+            self.courier.fetch(spec, staging / restore_file(files).name)
         os.rename(staging, files.folder)
         cancel = self.state.cancel_request(spec.attempt_id)
         if cancel.exists():
@@ -289,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         heartbeat_s=settings.heartbeat_s,
         completion_retry_s=settings.completion_retry_s,
         launcher=_launcher_or_none(settings),
+        checkpoint_send_per_tick_bytes=settings.checkpoint_send_per_tick_bytes,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())

@@ -253,7 +253,13 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                 .order_by(models.Attempt.started_at, models.Attempt.id)
             ).scalars()
         )
-        return job_to_proto(job, attempts)
+        checkpoints = {
+            c.id: c
+            for c in session.execute(
+                select(models.Checkpoint).where(models.Checkpoint.job_id == job_id)
+            ).scalars()
+        }
+        return job_to_proto(job, attempts, checkpoints)
 
     def ListJobs(
         self, request: job_service_pb2.ListJobsRequest, context: grpc.ServicerContext

@@ -35,6 +35,10 @@ class Settings(StoreSettings):
     # While short jobs wait in a pool, films hold at most this share of its machines
     # (rounded down: a one-machine pool runs a film only when no short waits).
     film_share: float = Field(default=0.5, ge=0, le=1)
+    # Where checkpoints are kept (every scheduler process of a deployment must see the same
+    # folder), and the largest one accepted.
+    checkpoint_dir: str = "var/checkpoints"
+    checkpoint_max_bytes: int = Field(default=64 << 20, ge=1 << 10, le=1 << 30)
     # The bounded pool of workers that makes the tick's provider calls and agent dispatches.
     call_workers: int = Field(default=16, ge=1, le=512)
     # A provider call's deadline: longer than any driver's own bounded wait (the gcp driver

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import grpc
 from sqlalchemy import select, update
@@ -34,6 +35,7 @@ from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.lifecycle import Actor, transition
 from gpufleet.scheduler import validation
+from gpufleet.scheduler.checkpoints import CheckpointService, CheckpointStore
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import attempt_to_proto
 from gpufleet.scheduler.settings import Settings
@@ -56,6 +58,24 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self.sessions = sessions
         self.clock = clock
         self.settings = settings
+        store = CheckpointStore(Path(settings.checkpoint_dir), settings.checkpoint_max_bytes)
+        self.checkpoints = CheckpointService(sessions, clock, store)
+
+    def PutCheckpointPart(
+        self, request: worker_service_pb2.PutCheckpointPartRequest, context: grpc.ServicerContext
+    ) -> worker_service_pb2.PutCheckpointPartResponse:
+        return worker_service_pb2.PutCheckpointPartResponse(received_bytes=self.checkpoints.put_part(request))
+
+    def CommitCheckpoint(
+        self, request: worker_service_pb2.CommitCheckpointRequest, context: grpc.ServicerContext
+    ) -> job_pb2.Checkpoint:
+        return self.checkpoints.commit(request)
+
+    def ReadCheckpoint(
+        self, request: worker_service_pb2.ReadCheckpointRequest, context: grpc.ServicerContext
+    ) -> worker_service_pb2.ReadCheckpointResponse:
+        data, eof = self.checkpoints.read(request)
+        return worker_service_pb2.ReadCheckpointResponse(data=data, eof=eof)
 
     def ReportHeartbeat(
         self, request: worker_service_pb2.ReportHeartbeatRequest, context: grpc.ServicerContext

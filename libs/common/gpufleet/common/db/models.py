@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -265,6 +266,8 @@ class Attempt(Base):
     # Ended here, but its process may still run on the machine (cancelled, timed out,
     # taken back): the slot stays held until the machine's worker reports it gone.
     holds_slot: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The checkpoint it started from (a kind that resumes from checkpoints), if any.
+    checkpoint_id: Mapped[str | None] = mapped_column(Id)
 
     __table_args__ = (
         Index(
@@ -277,6 +280,25 @@ class Attempt(Base):
         Index("ix_attempts_machine", "machine_id", "state"),
         Index("ix_attempts_job", "job_id"),
     )
+
+
+class Checkpoint(Base):
+    """A job's saved progress, written by one of its attempts and kept by the control
+    plane: the bytes in the checkpoint store (``GPUFLEET_CHECKPOINT_DIR``), named by id."""
+
+    __tablename__ = "checkpoints"
+    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"))
+    attempt_id: Mapped[str] = mapped_column(ForeignKey("attempts.id"))
+    sequence: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Its bytes were removed, replaced by newer checkpoints; the row stays, so an attempt
+    # still shows which checkpoint it started from.
+    discarded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (UniqueConstraint("job_id", "sequence", name="uq_checkpoints_job_sequence"),)
 
 
 class JobEvent(Base):

@@ -216,6 +216,14 @@ class WalledSlot:
             env.update({"HTTPS_PROXY": proxy, "HTTP_PROXY": proxy, "https_proxy": proxy, "http_proxy": proxy})
         return env
 
+    def give(self, path: Path) -> None:
+        # Before the job starts: nothing in the folder is the job's yet, so walking it is safe.
+        for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
+            for name in [*dirnames, *filenames]:
+                os.lchown(os.path.join(dirpath, name), self.user.uid, self.user.gid)
+        os.lchown(path, self.user.uid, self.user.gid)
+        path.chmod(0o700)
+
     def preexec(self) -> Callable[[], None] | None:
         targets = self.cgroup.procs_files()
 

@@ -10,6 +10,7 @@ newer version installed meanwhile cannot change a running job.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -32,12 +33,21 @@ def bundled_sample() -> list[Path]:
     return [Path(sample_pipeline.__file__), Path(clock.__file__)]
 
 
+def bundled_digest() -> str:
+    """Names the bundled sample's content: an installed version is never changed, so a
+    gpufleet upgrade that changes the sample installs it anew rather than reusing the old."""
+    digest = hashlib.sha256()
+    for file in bundled_sample():
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def install(root: Path, version: str, source: Path | None) -> Path:
     """The folder of ``version``, installing it first if it is not there yet."""
     version = version or DEFAULT_VERSION
     if not VERSION.match(version):
         raise PipelineError(f"pipeline version {version!r} is not a safe folder name")
-    target = root / version
+    target = root / (version if source is not None else f"{version}.sample-{bundled_digest()}")
     if target.is_dir():
         return target
     root.mkdir(parents=True, exist_ok=True)
@@ -46,7 +56,7 @@ def install(root: Path, version: str, source: Path | None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_dir():  # installed by another runner while we waited
             return target
-        staging = root / f".{version}.{os.getpid()}.tmp"
+        staging = root / f".{target.name}.{os.getpid()}.tmp"
         remove_tree(staging)
         try:
             staging.mkdir(mode=0o755)

@@ -36,6 +36,7 @@ from gpufleet.common.errors import Fenced, GpufleetError
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
+from gpufleet.scheduler.checkpoints import latest_checkpoints
 from gpufleet.scheduler.jobstate import end_attempt
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.calls import CallPool
@@ -70,9 +71,10 @@ class Dispatch:
 
 
 def start_request(
-    attempt_id: str, job: Any, kind: Any, slot: int, slots: int
+    attempt_id: str, job: Any, kind: Any, slot: int, slots: int, checkpoint: Any = None
 ) -> agent_service_pb2.AgentServiceStartJobRequest:
-    """The StartJob an attempt sends, from its job's and kind's rows."""
+    """The StartJob an attempt sends, from its job's and kind's rows (and the checkpoint
+    it starts from, for a kind that resumes from one)."""
     return agent_service_pb2.AgentServiceStartJobRequest(
         request_id=attempt_id,
         attempt_id=attempt_id,
@@ -88,6 +90,10 @@ def start_request(
         outbound_network=not kind.runs_writer_code,
         memory_limit_bytes=kind.memory_limit_mb << 20,
         pids_limit=kind.pids_limit,
+        keeps_checkpoint=kind.resumes_from_checkpoint,
+        checkpoint_id=checkpoint.id if checkpoint is not None else "",
+        checkpoint_sha256=checkpoint.sha256 if checkpoint is not None else "",
+        checkpoint_size_bytes=checkpoint.size_bytes if checkpoint is not None else 0,
     )
 
 
@@ -167,6 +173,10 @@ class DispatchController:
             ):
                 busy.setdefault(mid, set()).update(range(slot, slot + n))
         kinds = {k.id: k for k in session.execute(select(models.JobKind)).scalars()}
+        resuming = [
+            a.job_id for a in assignments if (j := jobs.get(a.job_id)) is not None and _resumes(kinds, j)
+        ]
+        checkpoints = latest_checkpoints(session, resuming)
 
         attempts: list[dict[str, Any]] = []
         job_updates: list[dict[str, Any]] = []
@@ -195,7 +205,10 @@ class DispatchController:
                 films.append((job.id, a.machine_id))
             attempt_id = str(uuid4())
             count = job.attempt_count + 1
-            message = f"attempt {count} on machine {a.machine_id} slot {a.slots[0]}"
+            checkpoint = checkpoints.get(job.id)
+            message = f"attempt {count} on machine {a.machine_id} slot {a.slots[0]}" + (
+                f", from checkpoint {checkpoint.sequence}" if checkpoint is not None else ""
+            )
             attempts.append(
                 {
                     "id": attempt_id,
@@ -211,6 +224,7 @@ class DispatchController:
                     "charge_micros": 0,
                     "status_message": "",
                     "epoch": epoch,
+                    "checkpoint_id": checkpoint.id if checkpoint is not None else None,
                 }
             )
             job_updates.append({"b_id": job.id, "b_count": count, "b_message": message})
@@ -222,7 +236,7 @@ class DispatchController:
                     attempt_id,
                     a.machine_id,
                     machine.agent_address or "",
-                    start_request(attempt_id, job, kinds[job.kind_id], a.slots[0], len(a.slots)),
+                    start_request(attempt_id, job, kinds[job.kind_id], a.slots[0], len(a.slots), checkpoint),
                 )
             )
         if not dispatches:
@@ -413,6 +427,7 @@ class DispatchController:
                     models.Attempt.machine_id,
                     models.Attempt.slot,
                     models.Attempt.slots,
+                    models.Attempt.checkpoint_id,
                     models.Machine.agent_address,
                     *_JOB_COLUMNS[1:],
                     models.Job.id.label("job_id"),
@@ -426,6 +441,13 @@ class DispatchController:
             if not rows:
                 return
             kinds = {k.id: k for k in session.execute(select(models.JobKind)).scalars()}
+            wanted = [r.checkpoint_id for r in rows if r.checkpoint_id]
+            started_from = {
+                c.id: c
+                for c in session.execute(
+                    select(models.Checkpoint).where(models.Checkpoint.id.in_(wanted or [""]))
+                ).scalars()
+            }
         for row in rows:
             if self.calls.in_flight(f"dispatch:{row.id}"):
                 continue
@@ -434,7 +456,14 @@ class DispatchController:
                 row.id,
                 row.machine_id,
                 row.agent_address or "",
-                start_request(row.id, job, kinds[row.kind_id], row.slot, row.slots),
+                start_request(
+                    row.id,
+                    job,
+                    kinds[row.kind_id],
+                    row.slot,
+                    row.slots,
+                    started_from.get(row.checkpoint_id or ""),
+                ),
             )
             if self._submit(d):
                 report.actions["dispatch_adopted"] += 1
@@ -455,6 +484,11 @@ class DispatchController:
                 )
 
         self.calls.submit(f"cancel:{attempt_id}", call)
+
+
+def _resumes(kinds: dict[str, Any], job: Any) -> bool:
+    kind = kinds.get(job.kind_id)
+    return bool(kind is not None and kind.resumes_from_checkpoint)
 
 
 @dataclass(frozen=True)
