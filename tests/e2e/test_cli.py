@@ -54,6 +54,11 @@ def test_submit_jobs_machines_and_operator_views_with_json(fleet: Fleet) -> None
     )
     table = cli(fleet, "jobs")
     assert table.returncode == 0 and job["job_id"][:8] in table.stdout and "SUCCEEDED" in table.stdout
+    # One job with its attempts, named by a prefix of its id.
+    one = cli(fleet, "jobs", job["job_id"][:8])
+    assert one.returncode == 0, one.stderr
+    assert job["job_id"] in one.stdout and "FROM CHECKPOINT" in one.stdout and "SUCCEEDED" in one.stdout
+    assert cli(fleet, "jobs", "no-such-prefix").returncode == 1
 
     machines = json.loads(cli(fleet, "machines", "--json").stdout)
     assert len(machines) == 1 and machines[0]["liveness"]["worker_report_at"]

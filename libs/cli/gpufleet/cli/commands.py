@@ -107,6 +107,8 @@ def _all_jobs(args: argparse.Namespace) -> list[job_pb2.Job]:
 
 
 def jobs(args: argparse.Namespace) -> int:
+    if getattr(args, "job", None):
+        return job(args)
     rows = _all_jobs(args)
     if args.json:
         output.print_json(rows)
@@ -196,6 +198,82 @@ def machines(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def job(args: argparse.Namespace) -> int:
+    """One job (``GetJob``) with its attempts, named by its id or a unique prefix of it."""
+    job_id = args.job
+    if len(job_id) < 36:
+        matches = [j.job_id for j in _all_jobs(args) if j.job_id.startswith(job_id)]
+        if len(matches) != 1:
+            what = "no job" if not matches else f"{len(matches)} jobs"
+            print(f"gpufleet: {what} with an id starting {job_id!r}", file=sys.stderr)
+            return 1
+        job_id = matches[0]
+    stub = _job_stub(args)
+    j = grpcclient.call(
+        stub.GetJob, job_service_pb2.GetJobRequest(job_id=job_id), timeout=TIMEOUT_S, idempotent=True
+    )
+    if args.json:
+        output.print_json(j)
+        return 0
+    now = system_now(args)
+    print(
+        output.fields(
+            [
+                ("job", j.job_id),
+                ("workspace", f"{j.workspace}, pool {j.pool}, kind {j.kind}"),
+                (
+                    "state",
+                    output.enum_short(job_pb2.JobState, j.state, "JOB_STATE_")
+                    + (f": {j.status_message}" if j.status_message else ""),
+                ),
+                ("created", output.when(j.create_time, now)),
+                ("charged", f"{output.money(j.charge_micros)} for {j.slot_seconds:.0f} slot-seconds"),
+                (
+                    "retries used",
+                    f"{j.failure_retries_used} for its own failures, {j.lost_retries_used} for lost machines",
+                ),
+            ]
+        )
+    )
+    print()
+    print(
+        output.table(
+            [
+                "ATTEMPT",
+                "MACHINE",
+                "SLOT",
+                "STATE",
+                "STARTED",
+                "SLOT-S",
+                "CHARGE",
+                "FROM CHECKPOINT",
+                "MESSAGE",
+            ],
+            [
+                [
+                    a.attempt_id[:8],
+                    a.machine_id[:8],
+                    str(a.slot),
+                    output.enum_short(job_pb2.AttemptState, a.state, "ATTEMPT_STATE_"),
+                    output.when(a.start_time, now),
+                    f"{a.slot_seconds:.0f}",
+                    output.money(a.charge_micros) if a.charged else "not charged",
+                    _checkpoint_label(a.started_from) if a.HasField("started_from") else "-",
+                    a.status_message[:40],
+                ]
+                for a in j.attempts
+            ],
+        )
+    )
+    return 0
+
+
+def _checkpoint_label(c: job_pb2.Checkpoint) -> str:
+    if not c.sequence:
+        return c.checkpoint_id[:8]
+    return f"#{c.sequence} by {c.attempt_id[:8]} ({c.size_bytes} B)"
 
 
 def machine(args: argparse.Namespace, stub: fleet_service_pb2_grpc.FleetServiceStub) -> int:

@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a tenant value")
     submit.set_defaults(func=lambda a: commands.run_client(commands.submit, a))
 
-    jobs = client("jobs", "list jobs")
+    jobs = client("jobs", "list jobs, or show one with its attempts")
+    jobs.add_argument("job", nargs="?", default=None, help="a job id (or a unique prefix)")
     jobs.add_argument("--workspace", default=None)
     jobs.add_argument("--state", default=None, help="e.g. queued, running, succeeded")
     jobs.set_defaults(func=lambda a: commands.run_client(commands.jobs, a))
