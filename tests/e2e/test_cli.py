@@ -76,7 +76,13 @@ def test_submit_jobs_machines_and_operator_views_with_json(fleet: Fleet) -> None
 
     watchdogs = json.loads(cli(fleet, "watchdogs", "--json").stdout)
     assert {"idle_scanner", "auto_stop", "auto_destroy"} <= {w["watchdog_id"] for w in watchdogs}
-    request_level = {"queue_wait_timeout", "no_consumer", "stuck_dispatch_reset", "paid_wait_incident"}
+    request_level = {
+        "queue_wait_timeout",
+        "no_consumer",
+        "stuck_dispatch_reset",
+        "paid_wait_incident",
+        "pool_idle_release",
+    }
     assert request_level <= {w["watchdog_id"] for w in watchdogs}
 
     # The backend's view: workspaces, and a usage read that agrees with the job's charge.

@@ -51,6 +51,7 @@ EXPECTED = {
     "no_consumer": "FAIL_JOB",
     "dispatch_stuck": "NOTHING",
     "paid_wait": "ALERT_HUMAN",
+    "pool_idle_release": "NOTHING",
     "orphan_found": "NOTHING",
     "lease_expired": "NOTHING",
     "stockout": "STOP_HARDWARE_CONFIG",

@@ -235,6 +235,24 @@ def test_a_pinned_machine_is_not_stopped(chain: Chain, attempt_state: str) -> No
     assert chain.stats("auto_stop").refusals == {"WORK_PINNED": 1}
 
 
+def test_a_warm_machine_is_kept_until_its_pool_releases_it(chain: Chain) -> None:
+    now = chain.clock.now()
+    warm = add_machine(chain.sessions, now, warm_held=True, stop_due_at=now - timedelta(seconds=1))
+    # A running machine whose only due timer is its destroy timer: held too.
+    idle = add_machine(chain.sessions, now, warm_held=True, destroy_due_at=now - timedelta(seconds=1))
+    chain.tick()
+    assert machine(chain.sessions, warm).state == "READY"
+    assert machine(chain.sessions, idle).state == "READY"
+    assert chain.provisioner.ops() == []
+    assert chain.stats("auto_stop").refusals == {"WARM_CAPACITY": 1}
+    assert chain.stats("auto_destroy").refusals == {"WARM_CAPACITY": 1}
+    # The pool idle release clears the pin: the money chain stops it as any quiet machine.
+    with chain.sessions() as s, s.begin():
+        s.execute(text("UPDATE machines SET warm_held = false WHERE id = :i"), {"i": warm})
+    chain.step(30)
+    assert machine(chain.sessions, warm).state == "STOPPED"
+
+
 def test_a_registered_machine_is_never_stopped_or_destroyed(chain: Chain) -> None:
     now = chain.clock.now()
     with serve_agent() as agent:

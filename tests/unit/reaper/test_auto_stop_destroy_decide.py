@@ -47,6 +47,13 @@ STOP_CASES = [
     ("already stopped", replace(M, state="STOPPED", stop_due_at=PAST), Refuse(RefusalReason.NOT_RUNNING)),
     ("stopping", replace(M, state="STOPPING", stop_due_at=PAST), Refuse(RefusalReason.NOT_RUNNING)),
     ("unknown state", replace(M, state="WEIRD", stop_due_at=PAST), Refuse(RefusalReason.NOT_RUNNING)),
+    # One of its pool's warm machines: kept running while quiet, until the pool releases it.
+    ("warm", replace(M, warm_held=True, stop_due_at=PAST), Refuse(RefusalReason.WARM_CAPACITY)),
+    (
+        "warm but registered",
+        replace(M, warm_held=True, origin="REGISTERED", stop_due_at=PAST),
+        Refuse(RefusalReason.NOT_OURS),
+    ),
 ]
 
 
@@ -104,6 +111,17 @@ DESTROY_CASES = [
         "unknown state",
         replace(M, state="WEIRD", destroy_due_at=PAST),
         Refuse(RefusalReason.NOT_STOPPED_OR_IDLE),
+    ),
+    (
+        "running and warm",
+        replace(M, warm_held=True, destroy_due_at=PAST),
+        Refuse(RefusalReason.WARM_CAPACITY),
+    ),
+    # A pin on a stopped machine holds nothing running: its timer still applies.
+    (
+        "stopped, pin left over",
+        replace(M, state="STOPPED", warm_held=True, destroy_due_at=PAST),
+        DestroyMachine("m"),
     ),
 ]
 

@@ -35,7 +35,10 @@ class PoolSpec(BaseModel):
     id: str = Field(min_length=1, max_length=64)
     gpu_model: str = "L4"
     slots_per_machine: int = Field(ge=1)
+    # Machines kept running while the pool has work, so a job starts without a boot; once
+    # the pool has had no work for idle_release_after_s they are released to the money chain.
     warm_target: int = Field(default=0, ge=0)
+    idle_release_after_s: float = Field(default=1800.0, gt=0)
     max_machines: int = Field(default=4, ge=0)
     # In order of preference.
     offerings: list[OfferingSpec]

@@ -70,6 +70,7 @@ class FailureClass(StrEnum):
     NO_CONSUMER = "no_consumer"
     DISPATCH_STUCK = "dispatch_stuck"
     PAID_WAIT = "paid_wait"
+    POOL_IDLE_RELEASE = "pool_idle_release"
 
 
 ROUTES: dict[FailureClass, LedgerOutcome] = {
@@ -97,6 +98,8 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     # The reset is the whole act; the row is its record.
     FailureClass.DISPATCH_STUCK: LedgerOutcome.NOTHING,
     FailureClass.PAID_WAIT: LedgerOutcome.ALERT_HUMAN,
+    # The release is the whole act; the row is its record (no machine is touched).
+    FailureClass.POOL_IDLE_RELEASE: LedgerOutcome.NOTHING,
 }
 
 # Classes that open an incident whatever they route to: a human should hear of them.

@@ -59,6 +59,8 @@ def decide(
     if machine.state in RUNNING_STATES:
         if machine.stop_due_at is not None:
             return Refuse(RefusalReason.STOP_PENDING)
+        if machine.warm_held:
+            return Refuse(RefusalReason.WARM_CAPACITY)
         return DestroyMachine(machine.machine_id)
     # Transitional (a failed call is the stuck-transition watchdog's) or unknown.
     return Refuse(RefusalReason.NOT_STOPPED_OR_IDLE)
@@ -102,7 +104,9 @@ class AutoDestroy:
                         Machine.destroy_due_at <= now,
                         or_(
                             Machine.state == MachineState.STOPPED.value,
-                            Machine.state.in_(_RUNNING) & Machine.stop_due_at.is_(None),
+                            Machine.state.in_(_RUNNING)
+                            & Machine.stop_due_at.is_(None)
+                            & Machine.warm_held.is_(False),
                         ),
                     ],
                     clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],

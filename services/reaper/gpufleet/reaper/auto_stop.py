@@ -1,7 +1,8 @@
 """Auto-stop: the reversible half of the money chain (DESIGN §4, every 30 s).
 
 A machine whose ``stop_due_at`` has passed is stopped — its disk kept — once the ladder
-is cleared (no exempt-class gate: this net does not read reports). Stop always falls due
+is cleared (no exempt-class gate: this net does not read reports), unless it is one of its
+pool's warm machines (``warm_held``, until the pool idle release lets them go). Stop always falls due
 before destroy, so a machine the idle scanner misjudged can still be started again.
 """
 
@@ -58,6 +59,8 @@ def decide(now: datetime, machine: MachineSnapshot, policy: AutoStopPolicy) -> S
     if machine.state not in RUNNING_STATES:
         # STOPPED already, or a transitional/unknown state: nothing here to stop safely.
         return Refuse(RefusalReason.NOT_RUNNING)
+    if machine.warm_held:
+        return Refuse(RefusalReason.WARM_CAPACITY)
     return StopMachine(machine.machine_id)
 
 
@@ -98,6 +101,8 @@ class AutoStop:
                         Machine.stop_due_at.is_not(None),
                         Machine.stop_due_at <= now,
                         Machine.state.in_(sorted(s.value for s in RUNNING_STATES)),
+                        # Pinned warm since the scan: the pin wins.
+                        Machine.warm_held.is_(False),
                     ],
                     clear_at_begin=[Machine.stop_due_at],
                     call=self.provider.stop,

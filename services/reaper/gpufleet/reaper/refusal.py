@@ -35,6 +35,9 @@ class RefusalReason(StrEnum):
     NOT_RUNNING = "NOT_RUNNING"
     STOP_PENDING = "STOP_PENDING"
     NOT_STOPPED_OR_IDLE = "NOT_STOPPED_OR_IDLE"
+    # The money chain: one of its pool's warm machines (its warm target, not yet released
+    # by the pool idle release) is kept running while quiet.
+    WARM_CAPACITY = "WARM_CAPACITY"
     # Boot failure: the live re-confirmation found start-up complete after all.
     STARTUP_HEALTHY = "STARTUP_HEALTHY"
     # Lost detector: the probe fails, but neither the provider's list nor the worker says
@@ -90,6 +93,8 @@ class MachineSnapshot:
     probe_ok_at: datetime | None = None
     probe_failed_since: datetime | None = None
     worker_report_at: datetime | None = None
+    # Held running for its pool's warm target (the scheduler's pin).
+    warm_held: bool = False
 
 
 @dataclass(frozen=True)

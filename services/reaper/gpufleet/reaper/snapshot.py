@@ -63,6 +63,7 @@ _CORE = (
     Machine.destroy_due_at,
     Machine.agent_address,
     Machine.provider_instance_id,
+    Machine.warm_held,
 )
 # The lifecycle and the three liveness channels: what the nets other than the money
 # chain's head decide on.
@@ -147,6 +148,7 @@ def _to_snapshot(row: Row[Any], with_offering: bool, with_lifecycle: bool) -> Ma
         destroy_due_at=m["destroy_due_at"],
         agent_address=m["agent_address"],
         provider_instance_id=m["provider_instance_id"],
+        warm_held=bool(m["warm_held"]),
         offering=_offering(row) if with_offering else None,
         **lifecycle,
     )

@@ -55,7 +55,10 @@ def sync_catalog(session: Session, catalog: Catalog) -> None:
                 slots_per_machine=pool.slots_per_machine,
                 warm_target=pool.warm_target,
                 max_machines=pool.max_machines,
+                idle_release_after_s=pool.idle_release_after_s,
+                # The idle clock is the pool's state, not configuration: a restart keeps it.
                 idle_since=existing.idle_since if existing else None,
+                warm_released=existing.warm_released if existing else False,
             )
         )
         session.flush()

@@ -38,6 +38,8 @@ from gpufleet.scheduler.watchdogs.no_consumer import NAME as NO_CONSUMER
 from gpufleet.scheduler.watchdogs.no_consumer import NoConsumerDetector
 from gpufleet.scheduler.watchdogs.paid_wait import NAME as PAID_WAIT
 from gpufleet.scheduler.watchdogs.paid_wait import PaidWaitIncident
+from gpufleet.scheduler.watchdogs.pool_idle import NAME as POOL_IDLE
+from gpufleet.scheduler.watchdogs.pool_idle import PoolIdleRelease
 from gpufleet.scheduler.watchdogs.queue_wait import NAME as QUEUE_WAIT
 from gpufleet.scheduler.watchdogs.queue_wait import QueueWaitTimeout
 from gpufleet.scheduler.watchdogs.stuck_dispatch import NAME as STUCK_DISPATCH
@@ -140,6 +142,7 @@ def build(settings: Settings) -> TimerService:
                 settings.paid_wait_every_s,
                 PaidWaitIncident(sessions, lease, settings.paid_wait_policy()).run,
             ),
+            PeriodicTask(POOL_IDLE, settings.pool_idle_every_s, PoolIdleRelease(sessions, lease).run),
         ],
         settings.lease_renew_s,
     )

@@ -65,6 +65,7 @@ class Settings(StoreSettings):
     # dispatch deadline, which owns the case where an attempt is still starting).
     stuck_dispatch_after_s: float = Field(default=300.0, gt=0)
     paid_wait_every_s: float = Field(default=60.0, gt=0)
+    pool_idle_every_s: float = Field(default=900.0, gt=0)
     # A paid plan's job waiting this long for a GPU opens one incident.
     paid_wait_after_s: float = Field(default=1800.0, gt=0)
     # Processes serving the API on the listen port (PostgreSQL only); the first also runs

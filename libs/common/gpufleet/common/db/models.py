@@ -84,7 +84,12 @@ class Pool(Base):
     slots_per_machine: Mapped[int] = mapped_column(Integer)
     warm_target: Mapped[int] = mapped_column(Integer, default=0)
     max_machines: Mapped[int] = mapped_column(Integer, default=4)
+    # The pool's idle clock: since when it has had no work (None while it has some). Idle
+    # for idle_release_after_s, its warm capacity is released (warm_released) until work
+    # comes back.
     idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    idle_release_after_s: Mapped[float] = mapped_column(Float, default=1800.0)
+    warm_released: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class Offering(Base):
@@ -184,6 +189,9 @@ class Machine(Base):
     # when; cleared when the film starts on it or no longer needs it.
     earmarked_for: Mapped[str | None] = mapped_column(Id)
     earmarked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # One of its pool's warm machines (the pool's warm_target, while not released): the
+    # money chain does not stop or destroy it for being idle.
+    warm_held: Mapped[bool] = mapped_column(Boolean, default=False)
 
     __table_args__ = (
         # Every scan excludes destroyed machines: partial indexes keep scans proportional

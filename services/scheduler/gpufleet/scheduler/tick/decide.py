@@ -33,6 +33,7 @@ from gpufleet.scheduler.tick.model import (
     StartMachine,
     TickPlan,
 )
+from gpufleet.scheduler.tick.warm import busy_pools, pool_clocks, warm_missing, warm_pins
 
 ARRIVING = frozenset({MachineState.PROVISIONING, MachineState.BOOTING, MachineState.STARTING})
 # States in which a machine bills, or is about to: counted against the ceiling.
@@ -47,14 +48,17 @@ def decide(snapshot: FleetSnapshot, policy: Policy) -> TickPlan:
     assignments = assign(snapshot, policy, demand, book)
     assigned = {a.job_id for a in assignments}
     unmet = [j for j in demand if j.id not in assigned]
+    busy = busy_pools(snapshot)
     return TickPlan(
-        scale=scale(snapshot, policy, unmet, book),
+        scale=scale(snapshot, policy, unmet, book, warm_missing(snapshot, busy)),
         assignments=assignments,
         expired_leases=expired_leases(snapshot.live_attempts, snapshot),
         over_limit=over_time_limit(snapshot.live_attempts, snapshot),
         drains=book.drains,
         releases=releases,
         film_waits=book.waits,
+        pool_clocks=pool_clocks(snapshot, busy),
+        warm_pins=warm_pins(snapshot, busy),
     )
 
 
@@ -167,7 +171,11 @@ def expected_cost_micros(
 
 
 def scale(
-    snapshot: FleetSnapshot, policy: Policy, unmet: list[JobView], book: FilmBook | None = None
+    snapshot: FleetSnapshot,
+    policy: Policy,
+    unmet: list[JobView],
+    book: FilmBook | None = None,
+    warm: dict[str, int] | None = None,
 ) -> list[StartMachine | CreateMachine]:
     """Start stopped machines or create new ones from the pool's offerings until arriving
     slots cover the unmet demand — within every ceiling.
@@ -183,7 +191,8 @@ def scale(
     with no machine earmarks the machine started for it, or, when no machine may start,
     drains the ready machine whose jobs end soonest (``book.drains``) — within the share
     cap while shorts wait. Shorts then scale on what is left; a machine earmarked for a
-    film is not counted as arriving for them."""
+    film is not counted as arriving for them. Last, a pool short of its warm target
+    (``warm``: machines missing) is topped up to it."""
     if book is None:
         book = film_book(snapshot, policy, unmet, [])
     earmarked = book.earmarked
@@ -196,7 +205,8 @@ def scale(
     unmet_by_pool: dict[str, list[JobView]] = {}
     for j in unmet:
         unmet_by_pool.setdefault(j.pool_id, []).append(j)
-    for pool_id in sorted(unmet_by_pool):
+    warm = warm or {}
+    for pool_id in sorted(set(unmet_by_pool) | set(warm)):
         pool = snapshot.pools.get(pool_id)
         if pool is None:
             continue
@@ -231,7 +241,7 @@ def scale(
             if o.pool_id == pool_id and _usable(o, snapshot)
         )
 
-        for film in (j for j in unmet_by_pool[pool_id] if j.whole_machine):
+        for film in (j for j in unmet_by_pool.get(pool_id, []) if j.whole_machine):
             if film.id in book.earmark_of:
                 book.waits[WAIT_EARMARK] += 1
                 continue
@@ -261,7 +271,7 @@ def scale(
             book.hold(pool_id, adds_machine=False)
         earmarked = book.earmarked
 
-        shorts = [j for j in unmet_by_pool[pool_id] if not j.whole_machine]
+        shorts = [j for j in unmet_by_pool.get(pool_id, []) if not j.whole_machine]
         needed_machines = _machines_needed(shorts, pool.slots_per_machine)
         arriving_slots = sum(
             m.slots
@@ -272,6 +282,7 @@ def scale(
             and m.id not in earmarked
         )
         needed_machines -= arriving_slots // max(pool.slots_per_machine, 1)
+        added = 0
         while needed_machines > 0 and running < policy.max_running_machines and in_pool < pool.max_machines:
             best = _cheapest(stopped, fresh)
             if best is None:
@@ -280,7 +291,26 @@ def scale(
             needed_machines -= 1
             running += 1
             in_pool += 1
+            added += 1
+        missing = warm.get(pool_id, 0) - added - sum(1 for a in actions if _adds_to(a, pool_id, machines))
+        while missing > 0 and running < policy.max_running_machines and in_pool < pool.max_machines:
+            best = _cheapest(stopped, fresh)
+            if best is None:
+                break
+            actions.append(best.action)
+            missing -= 1
+            running += 1
+            in_pool += 1
     return actions
+
+
+def _adds_to(action: StartMachine | CreateMachine, pool_id: str, machines: list[MachineView]) -> bool:
+    """A film's start or create in this pool: it counts toward the warm target too."""
+    if action.for_job is None:
+        return False
+    if isinstance(action, CreateMachine):
+        return action.pool_id == pool_id
+    return any(m.id == action.machine_id for m in machines)
 
 
 def _cheapest(stopped: list[ScaleCandidate], fresh: list[ScaleCandidate]) -> ScaleCandidate | None:

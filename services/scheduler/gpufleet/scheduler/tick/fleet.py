@@ -1,10 +1,11 @@
-"""The fleet tick: one snapshot, one pure decision, then four small controllers.
+"""The fleet tick: one snapshot, one pure decision, then five small controllers.
 
 ``run(now)`` never waits on a network call. It reads the snapshot, decides
 (:func:`~gpufleet.scheduler.tick.decide.decide`), and applies the plan as database writes
 only: leases and limits (:class:`LimitsController`), the scale step's intent
 (:class:`ScaleController`), the films' drains and released earmarks
-(:class:`EarmarkController`), the assign step's one-transaction commit
+(:class:`EarmarkController`), the pools' idle clocks and warm pins (:class:`PoolController`),
+the assign step's one-transaction commit
 (:class:`DispatchController`). Provider calls and agent dispatches go to the bounded
 :class:`CallPool` and are recorded when they answer; what they did is counted in the next
 tick's report. So a slow or hung cloud delays only its own machine, and lease expiry, time
@@ -32,6 +33,7 @@ from gpufleet.scheduler.tick.dispatch import DispatchController
 from gpufleet.scheduler.tick.earmarks import EarmarkController
 from gpufleet.scheduler.tick.limits import LimitsController
 from gpufleet.scheduler.tick.model import Policy
+from gpufleet.scheduler.tick.pools import PoolController
 from gpufleet.scheduler.tick.scale import Outcomes, ScaleController
 from gpufleet.scheduler.tick.served import ServedOfferings
 from gpufleet.scheduler.tick.snapshot import load_snapshot
@@ -69,6 +71,7 @@ class FleetTick:
         self.dispatch = DispatchController(sessions, clock, lease, settings, calls, self.agents, outcomes)
         self.limits = LimitsController(sessions, lease, settings, self.dispatch)
         self.earmarks = EarmarkController(sessions, lease)
+        self.pools = PoolController(sessions, lease)
 
     def run(self, now: datetime) -> TickReport:
         report = TickReport()
@@ -83,6 +86,8 @@ class FleetTick:
         with _tracer.start_as_current_span("fleet_tick.films"):
             self.earmarks.apply(plan.drains, plan.releases, now, report)
             report.refusals.update(plan.film_waits)
+        with _tracer.start_as_current_span("fleet_tick.pools"):
+            self.pools.apply(plan.pool_clocks, plan.warm_pins, now, report)
         with _tracer.start_as_current_span("fleet_tick.scale"):
             self.scale.record(plan.scale, now, report)
         with _tracer.start_as_current_span("fleet_tick.assign"):

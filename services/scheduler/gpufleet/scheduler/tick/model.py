@@ -46,6 +46,8 @@ class MachineView:
     dispatch_backoff_until: datetime | None = None
     # The film this machine is held for (started for it, or DRAINING for it).
     earmarked_for: str | None = None
+    # One of its pool's warm machines: the money chain leaves it running.
+    warm_held: bool = False
 
     @property
     def free_slots(self) -> list[int]:
@@ -90,6 +92,10 @@ class PoolView:
     id: str
     slots_per_machine: int
     max_machines: int
+    # Machines kept running while the pool has work (until its idle release).
+    warm_target: int = 0
+    idle_since: datetime | None = None
+    warm_released: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,21 @@ class Drain:
 
 
 @dataclass(frozen=True)
+class PoolClock:
+    """The pool's idle clock moves: work came back (``busy``: the clock stops and its warm
+    capacity is held again) or the pool just ran out of work (the clock starts)."""
+
+    pool_id: str
+    busy: bool
+
+
+@dataclass(frozen=True)
+class WarmPin:
+    machine_id: str
+    held: bool
+
+
+@dataclass(frozen=True)
 class Release:
     """An earmark that no longer serves its film: the machine is ordinary capacity again."""
 
@@ -188,3 +209,5 @@ class TickPlan:
     releases: list[Release] = field(default_factory=list)
     # Why films that got nothing this tick wait (counted in the tick's report).
     film_waits: Counter[str] = field(default_factory=Counter)
+    pool_clocks: list[PoolClock] = field(default_factory=list)
+    warm_pins: list[WarmPin] = field(default_factory=list)

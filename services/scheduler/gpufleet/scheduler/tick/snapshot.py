@@ -85,7 +85,14 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
         usage[ws] += float(used or 0.0)
 
     pools = {
-        p.id: PoolView(id=p.id, slots_per_machine=p.slots_per_machine, max_machines=p.max_machines)
+        p.id: PoolView(
+            id=p.id,
+            slots_per_machine=p.slots_per_machine,
+            max_machines=p.max_machines,
+            warm_target=p.warm_target,
+            idle_since=p.idle_since,
+            warm_released=p.warm_released,
+        )
         for p in session.execute(select(models.Pool)).scalars()
     }
     limits = {
@@ -159,6 +166,7 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             M.agent_address,
             M.dispatch_backoff_until,
             M.earmarked_for,
+            M.warm_held,
         ).where(M.state != MachineState.DESTROYED.value)
     ).all()
     no_slots: frozenset[int] = frozenset()
@@ -183,6 +191,7 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             agent_address=m.agent_address,
             dispatch_backoff_until=m.dispatch_backoff_until,
             earmarked_for=m.earmarked_for,
+            warm_held=m.warm_held,
         )
         for m in machine_rows
     ]
