@@ -112,7 +112,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     ops.add_parsers(sub, client)
     workspaces.add_parsers(client)
+
+    # The simulator is its own package (gpufleet-sim) over the services' pure decisions, which
+    # the CLI may not import: the command hands its arguments to it in a process of its own.
+    sim = sub.add_parser(
+        "simulate",
+        help="simulate a month of the fleet with the real decisions (see gpufleet simulate --help)",
+        add_help=False,
+    )
+    sim.add_argument("rest", nargs=argparse.REMAINDER)
+    sim.set_defaults(func=run_simulate)
     return parser
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    try:
+        import importlib.util
+
+        found = importlib.util.find_spec("gpufleet.sim") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        print(
+            "gpufleet simulate: the simulator is not installed (pip install -e libs/sim[plot])",
+            file=sys.stderr,
+        )
+        return 2
+    os.execv(sys.executable, [sys.executable, "-m", "gpufleet.sim", *args.rest])
 
 
 def main(argv: list[str] | None = None) -> None:

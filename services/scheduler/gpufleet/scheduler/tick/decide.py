@@ -115,7 +115,10 @@ def assign(
         book = film_book(snapshot, policy, demand, stale_earmarks(snapshot, demand))
     earmarked = book.earmarked
     capacity = FreeCapacity(
-        m for m in snapshot.machines if m.id not in earmarked and healthy(m, snapshot, policy)
+        # A full machine is never capacity: skip it before the health check (most are).
+        m
+        for m in snapshot.machines
+        if len(m.busy_slots) < m.slots and m.id not in earmarked and healthy(m, snapshot, policy)
     )
     queues: dict[str, deque[JobView]] = {}
     usage: dict[str, float] = {}
@@ -354,9 +357,14 @@ def expired_leases(attempts: list[AttemptView], snapshot: FleetSnapshot) -> list
 
 def over_time_limit(attempts: list[AttemptView], snapshot: FleetSnapshot) -> list[str]:
     """Live attempts past their kind's limit, counted from the start of this attempt."""
-    return [
-        a.id
-        for a in attempts
-        if a.lease_expires_at >= snapshot.now
-        and snapshot.now - a.started_at > timedelta(seconds=a.time_limit_s)
-    ]
+    now = snapshot.now
+    # One cutoff per distinct limit (a few kinds), not a timedelta per attempt.
+    cutoffs: dict[float, datetime] = {}
+    out = []
+    for a in attempts:
+        cutoff = cutoffs.get(a.time_limit_s)
+        if cutoff is None:
+            cutoff = cutoffs[a.time_limit_s] = now - timedelta(seconds=a.time_limit_s)
+        if a.lease_expires_at >= now and a.started_at < cutoff:
+            out.append(a.id)
+    return out

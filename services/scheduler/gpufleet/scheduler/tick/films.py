@@ -124,12 +124,15 @@ def film_book(
             earmark_of[m.earmarked_for] = m
             held[m.pool_id] += 1
     ends_at: dict[str, datetime] = {}
-    for a in snapshot.live_attempts:
-        end = max(a.expected_end, snapshot.now)
-        ends_at[a.machine_id] = max(ends_at.get(a.machine_id, end), end)
-        pool = pool_of.get(a.machine_id)
-        if a.whole_machine and pool is not None:
-            held[pool] += 1
+    # The attempts' ends and the machines films run on matter only to a film that waits:
+    # with none in the demand, the tick skips the pass over every live attempt.
+    if any(j.whole_machine for j in demand):
+        for a in snapshot.live_attempts:
+            end = max(a.expected_end, snapshot.now)
+            ends_at[a.machine_id] = max(ends_at.get(a.machine_id, end), end)
+            pool = pool_of.get(a.machine_id)
+            if a.whole_machine and pool is not None:
+                held[pool] += 1
     return FilmBook(
         share=policy.film_share,
         earmark_of=earmark_of,

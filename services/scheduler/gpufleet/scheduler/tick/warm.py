@@ -78,11 +78,8 @@ def warm_pins(snapshot: FleetSnapshot, busy: frozenset[str]) -> list[WarmPin]:
     for pool in snapshot.pools.values():
         if holds_warm(pool, busy):
             wanted.update(m.id for m in warm_machines(snapshot, pool))
-    return [
-        WarmPin(m.id, held=m.id in wanted)
-        for m in sorted(snapshot.machines, key=lambda m: m.id)
-        if m.warm_held != (m.id in wanted)
-    ]
+    changed = [m for m in snapshot.machines if m.warm_held != (m.id in wanted)]
+    return [WarmPin(m.id, held=m.id in wanted) for m in sorted(changed, key=lambda m: m.id)]
 
 
 def warm_missing(snapshot: FleetSnapshot, busy: frozenset[str]) -> dict[str, int]:

@@ -1,0 +1,1 @@
+"""gpufleet.sim: a deterministic fleet simulator over gpufleet's real decisions."""

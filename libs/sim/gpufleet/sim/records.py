@@ -1,0 +1,196 @@
+"""The simulated world's objects: a machine (the control plane's row beside the truth the
+simulator knows about it), a job and an attempt.
+
+The row's fields are the ones the real scans read (``MachineSnapshot``, ``MachineView``);
+the truth (when the agent came up, when start-up finished, whether the worker is alive,
+whether the path to it is up, what the provider says) is what the three liveness channels
+are computed from, lazily, at the moment a decision reads them — a channel is a function of
+the truth and of its writer's cadence, so no heartbeat needs an event of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpufleet.scheduler.tick.model import AttemptView, MachineView
+from gpufleet.sim.clock import EPOCH, dt, grid_ceil, grid_floor
+from gpufleet.sim.profile import Offering
+
+INF = math.inf
+# The writers of the probe and provider channels run at these cadences (the idle scanner
+# and the inventory reconcile).
+PROBE_EVERY_S = 30.0
+LISTING_EVERY_S = 60.0
+
+
+@dataclass
+class Attempt:
+    id: str
+    job: Job
+    machine: Machine
+    slots: tuple[int, ...]
+    started: float
+    state: str = "STARTING"  # STARTING, RUNNING, then an end state
+    # The worker's last heartbeat for it is the machine's report clock; a lease is that
+    # plus the scheduler's attempt lease.
+    charged_micros: int = 0
+    end_event: int = 0  # generation: an end scheduled for an older state is ignored
+    view: AttemptView | None = None
+    started_dt: datetime = EPOCH
+
+
+@dataclass
+class Job:
+    id: str
+    workspace: str
+    plan: str
+    pool: str
+    kind: str
+    slots_needed: int
+    whole: bool
+    tier: int
+    weight: float
+    created: float
+    duration_s: float
+    fails_own: bool
+    time_limit_s: float
+    expected_s: float
+    state: str = "QUEUED"  # QUEUED, DISPATCHING/RUNNING (live attempt), SUCCEEDED, FAILED, TIMED_OUT
+    queued_since: float = 0.0
+    backoff_until: float = 0.0
+    losses: int = 0
+    live: Attempt | None = None
+    first_start: float | None = None
+    created_dt: datetime | None = None
+    failed_our_side: bool = False
+
+
+@dataclass
+class Failure:
+    """One injected failure and when (whether) the system dealt with it."""
+
+    cls: str
+    at: float
+    machine_id: str = ""
+    caught_at: float | None = None
+    caught_by: str = ""
+    # Seconds of control-plane outage that overlapped its detection window.
+    outage_s: float = 0.0
+
+
+@dataclass
+class Machine:
+    id: str
+    offering: Offering
+    ordinal: int
+    # -- the control plane's row --------------------------------------------------------
+    state: str = "PROVISIONING"
+    intent: str = "RUNNING"
+    lost: bool = False
+    cordoned: bool = False
+    earmarked_for: str | None = None
+    stop_due_at: datetime | None = None
+    destroy_due_at: datetime | None = None
+    requested_at: datetime | None = None
+    provision_deadline_at: datetime | None = None
+    state_changed_at: datetime | None = None
+    startup_failed_at: datetime | None = None
+    provider_instance_id: str | None = None
+    backoff_until: datetime | None = None
+    dispatch_backoff_until: datetime | None = None
+    start_failures: int = 0
+    preemptions: int = 0
+    spot_seconds: float = 0.0
+    attempts: dict[int, Attempt] = field(default_factory=dict)  # slot -> live attempt
+    live_attempts: list[Attempt] = field(default_factory=list)  # each once
+    # The report clock of an earlier life (a stopped and started machine keeps its row).
+    earlier_report_at: datetime | None = None
+    earlier_probe_ok_at: datetime | None = None
+    # -- the truth -----------------------------------------------------------------------
+    life: int = 0
+    inst_status: str = ""  # "", PENDING, RUNNING, STOPPED, TERMINATED (the provider's word)
+    run_since: float = INF  # this life's instance RUNNING since
+    agent_up_at: float = INF  # the agent answers from here (this life)
+    startup_done_at: float = INF  # the worker's first report (this life)
+    worker_stopped_at: float = INF  # the worker died or wedged (it reports no more)
+    gpu_stuck_busy: bool = False  # a wedged worker holds the GPU
+    reachable_since: float = INF  # the path to the agent is up since (INF: down)
+    unreachable_since: float = INF  # down since (INF: up, or never reached)
+    skew_s: float = 0.0
+    # This life's injected failures (a start begins a new life with a fresh worker).
+    life_failures: list[Failure] = field(default_factory=list)
+    bill_from: float | None = None
+    seg_from: float = 0.0
+    useful_from: float | None = None
+    # Bumped by every change of the row; the tick's cached view is kept while it matches.
+    version: int = 0
+    view: MachineView | None = None
+    view_key: tuple[object, ...] = ()
+    # The report clock as the current tick read it (once per machine and tick).
+    rep_at: float = -1.0
+    rep_dt: datetime | None = None
+
+    # -- the three liveness channels, as their writers would have left them -------------
+
+    def worker_report_at(self, now: float, heartbeat_s: float) -> datetime | None:
+        """The scheduler stamps reports with its own clock, so a machine's skew never
+        reaches this channel."""
+        if self.startup_done_at > now:
+            return self.earlier_report_at
+        last = min(now, self.worker_stopped_at)
+        return dt(last - (last - self.startup_done_at) % heartbeat_s)
+
+    def reporting(self, now: float) -> bool:
+        return self.startup_done_at <= now < self.worker_stopped_at
+
+    def agent_reachable(self, t: float) -> bool:
+        return self.reachable_since <= t and self.inst_status == "RUNNING"
+
+    def probe_ok_at(self, now: float) -> datetime | None:
+        if self.reachable_since <= now:
+            first = grid_ceil(self.reachable_since, PROBE_EVERY_S)
+            if first <= now:
+                return dt(grid_floor(now, PROBE_EVERY_S))
+            return self.earlier_probe_ok_at
+        return self.earlier_probe_ok_at
+
+    def probe_failed_since(self, now: float) -> datetime | None:
+        if self.unreachable_since <= now and self.inst_status == "RUNNING":
+            first = grid_ceil(self.unreachable_since, PROBE_EVERY_S)
+            return dt(first) if first <= now else None
+        if self.reachable_since > now and self.run_since <= now:
+            first = grid_ceil(self.run_since, PROBE_EVERY_S)
+            return dt(first) if first <= now else None
+        return None
+
+    def provider_seen_at(self, now: float) -> datetime | None:
+        if self.run_since <= now:
+            first = grid_ceil(self.run_since, LISTING_EVERY_S)
+            if first <= now:
+                return dt(grid_floor(now, LISTING_EVERY_S))
+        return None
+
+    def first_observed(self, now: float) -> float:
+        """When this platform first saw this life running: the first listing, probe or
+        report (INF: not yet)."""
+        t = INF
+        if self.run_since < INF:
+            t = grid_ceil(self.run_since, LISTING_EVERY_S)
+        if self.reachable_since < INF:
+            t = min(t, grid_ceil(self.reachable_since, PROBE_EVERY_S))
+        t = min(t, self.startup_done_at)
+        return t if t <= now else INF
+
+    def healthy_truth(self, now: float) -> bool:
+        """Healthy by construction: its instance runs and nothing injected makes it useless
+        (a dropped path or a skewed clock does not). A row whose create never made an
+        instance is not a machine at all."""
+        if self.inst_status != "RUNNING":
+            return False
+        return not any(f.cls in USELESS_CLASSES and f.at <= now for f in self.life_failures)
+
+
+# What makes a machine useless: these are the failures a destroy is right for.
+USELESS_CLASSES = frozenset({"provision_stall", "boot_never_completes", "worker_dies", "worker_wedges"})

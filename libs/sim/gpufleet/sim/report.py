@@ -1,0 +1,187 @@
+"""What a run found: one JSON-able dict per policy, and the side-by-side table."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from gpufleet.sim.world import Sim
+
+# What each failure class is caught by, and its design limit: the net's threshold (with
+# what the design adds to it: the grace a net waits, the re-confirmation on a second tick,
+# the first sighting by the listing) and the cadence it runs at.
+LIMITS: dict[str, tuple[str, float, float]] = {
+    "provision_stall": ("provision deadline", 20 * 60.0, 60.0),
+    # 30 min from first observed (itself up to one listing after the boot) + the second tick.
+    "boot_never_completes": ("boot failure", 30 * 60.0 + 60.0 + 60.0, 60.0),
+    # Silent 15 min after the last report; the lease (90 s) ends its attempts before then.
+    "worker_dies": ("went silent / money chain", 15 * 60.0 + 10.0, 60.0),
+    "worker_wedges": ("went silent", 15 * 60.0 + 10.0, 60.0),
+    # The probe fails on the next scan (30 s), then 3 min of failing.
+    "path_drop": ("lost detector", 30.0 + 180.0, 60.0),
+    # 30 min of grace from first sighting (up to one sweep after launch).
+    "orphan": ("orphan sweep", 30 * 60.0 + 300.0, 300.0),
+    "preemption": ("inventory reconcile", 0.0, 60.0),
+    "stockout": ("fleet tick (the call's answer)", 40.0, 5.0),
+    "quota_error": ("fleet tick (the call's answer)", 40.0, 5.0),
+    "auth_error": ("fleet tick (the call's answer)", 40.0, 5.0),
+    # The transition is read again after 10 min in it.
+    "call_failed": ("stuck transition", 600.0, 60.0),
+    "call_timed_out": ("stuck transition", 600.0, 60.0),
+    "answer_lost": ("stuck transition", 600.0, 60.0),
+    "control_plane_restart": ("restart", 120.0, 0.0),
+    "leader_paused": ("leadership", 120.0, 0.0),
+    "clock_skew": ("(harmless: never acted on)", 0.0, 0.0),
+}
+
+
+def summarize(sim: Sim, wall_s: float) -> dict[str, Any]:
+    m = sim.metrics
+    billed_h = m.billed_s / 3600.0
+    useful_h = m.useful_s / 3600.0
+    by_class: dict[str, list[Any]] = defaultdict(list)
+    for f in sim.failures:
+        by_class[f.cls].append(f)
+    detections: dict[str, dict[str, Any]] = {}
+    missed = 0
+    for cls, (net, threshold, cadence) in LIMITS.items():
+        fs = by_class.get(cls, [])
+        caught = [f for f in fs if f.caught_at is not None]
+        latencies = sorted(f.caught_at - f.at for f in caught)
+        late = [f for f in caught if f.caught_at - f.at > threshold + cadence + f.outage_s + 1e-6]
+        # Still open at the end of the month and not yet past its limit: not missed.
+        pending = [f for f in fs if f.caught_at is None and sim.end - f.at <= threshold + cadence]
+        missed += len(fs) - len(caught) - len(pending) + len(late)
+        detections[cls] = {
+            "caught_by": net,
+            "injected": len(fs),
+            "caught": len(caught),
+            "pending_at_end": len(pending),
+            "late": len(late),
+            "p50_latency_s": round(statistics.median(latencies), 1) if latencies else None,
+            "max_latency_s": round(latencies[-1], 1) if latencies else None,
+            "threshold_s": threshold,
+            "cadence_s": cadence,
+        }
+    jobs = sim.jobs.values()
+    ended = sum(1 for j in jobs if j.state in ("SUCCEEDED", "FAILED", "TIMED_OUT"))
+    waits: dict[str, dict[str, float]] = {}
+    for (kind, plan), ws in sorted(m.waits.items()):
+        ws = sorted(ws)
+        waits[f"{kind}/{plan}"] = {
+            "jobs": len(ws),
+            "p50_s": round(ws[len(ws) // 2], 1),
+            "p95_s": round(ws[int(len(ws) * 0.95)], 1),
+        }
+    return {
+        "policy": sim.policy,
+        "seed": sim.cfg.seed,
+        "days": sim.cfg.days,
+        "machines": sim.cfg.machines,
+        "healthy_destroys": m.healthy_destroys,
+        "jobs_lost": _jobs_lost(sim),
+        "jobs_run_twice_at_once": m.jobs_run_twice_at_once,
+        "jobs": len(sim.jobs),
+        "jobs_ended": ended,
+        "jobs_failed_our_side": sum(1 for j in jobs if j.failed_our_side),
+        "machines_created": sim.ordinal,
+        "gpu_hours_billed": round(billed_h, 1),
+        "useful_gpu_hours": round(useful_h, 1),
+        "idle_gpu_hours": round(billed_h - useful_h, 1),
+        "cost_usd": round(m.cost_micros / 1e6, 2),
+        "idle_gpu_hours_by_cause": {
+            k: round(v / 3600.0, 1) for k, v in sorted(m.idle_by_cause.items(), key=lambda kv: -kv[1])
+        },
+        "missed_or_late_detections": missed,
+        "detections": detections,
+        "queue_wait": waits,
+        "provider_calls": m.provider_calls,
+        "fenced_writes": m.fenced_writes,
+        "decisions": dict(sorted(m.decisions.items())),
+        "refusals": dict(sorted(m.refusals.items())),
+        "violations": sim.violations[:20],
+        "wall_s": round(wall_s, 2),
+    }
+
+
+def _jobs_lost(sim: Sim) -> int:
+    """Jobs neither ended, nor queued, nor running on a live attempt."""
+    lost = 0
+    for j in sim.jobs.values():
+        if j.state in ("SUCCEEDED", "FAILED", "TIMED_OUT"):
+            continue
+        if j.state == "QUEUED" and j.id in sim.queued[j.pool]:
+            continue
+        if j.live is not None and j.live.state in ("STARTING", "RUNNING"):
+            continue
+        lost += 1
+    return lost
+
+
+def combine(results: dict[str, dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """The run's one JSON object: the real nets' figures at the top, each policy's beside."""
+    nets = results["nets"]
+    out = {k: v for k, v in nets.items() if k != "policy"}
+    out["oracle_idle_gpu_hours"] = results["oracle"]["idle_gpu_hours"]
+    out["merged_check_idle_gpu_hours"] = results["merged"]["idle_gpu_hours"]
+    oracle_idle = max(results["oracle"]["idle_gpu_hours"], 1e-9)
+    merged_idle = max(results["merged"]["idle_gpu_hours"], 1e-9)
+    out["idle_vs_oracle"] = round(nets["idle_gpu_hours"] / oracle_idle, 3)
+    out["idle_vs_merged_check"] = round(nets["idle_gpu_hours"] / merged_idle, 3)
+    out["share_of_cost_without_work"] = round(nets["idle_gpu_hours"] / max(nets["gpu_hours_billed"], 1e-9), 3)
+    out["policies"] = {p: {k: v for k, v in r.items() if k != "detections"} for p, r in results.items()}
+    out["policies_detections"] = {p: r["detections"] for p, r in results.items()}
+    out["wall_s"] = round(wall_s, 2)
+    return out
+
+
+def table(out: dict[str, Any]) -> str:
+    """The side-by-side table and the detections, for people."""
+    pol = out["policies"]
+    rows = [
+        ("healthy machines destroyed", "healthy_destroys"),
+        ("jobs lost", "jobs_lost"),
+        ("jobs with two live attempts", "jobs_run_twice_at_once"),
+        ("jobs failed on our side", "jobs_failed_our_side"),
+        ("GPU-hours billed", "gpu_hours_billed"),
+        ("  of which idle (no job)", "idle_gpu_hours"),
+        ("cost (USD)", "cost_usd"),
+        ("failures missed or late", "missed_or_late_detections"),
+    ]
+    lines = [
+        f"{out['days']:g} days, {out['machines']} machines at most, seed {out['seed']}: "
+        f"{out['jobs']} jobs, {out['machines_created']} machines created",
+        "",
+        f"{'':32}{'real nets':>14}{'oracle':>14}{'merged check':>14}",
+    ]
+    for label, key in rows:
+        lines.append(
+            f"{label:32}" + "".join(f"{_fmt(pol[p][key]):>14}" for p in ("nets", "oracle", "merged"))
+        )
+    lines += [
+        "",
+        f"idle GPU-hours: {out['idle_vs_oracle']:.3f} x the oracle, "
+        f"{out['idle_vs_merged_check']:.3f} x the merged check; "
+        f"{100 * out['share_of_cost_without_work']:.1f}% of the billed hours bought no work",
+        "",
+        f"{'failure class':24}{'caught by':30}{'injected':>9}{'caught':>8}"
+        f"{'p50 s':>9}{'max s':>9}{'limit s':>9}",
+    ]
+    for cls, d in out["detections"].items():
+        limit = d["threshold_s"] + d["cadence_s"]
+        lines.append(
+            f"{cls:24}{d['caught_by']:30}{d['injected']:>9}{d['caught']:>8}"
+            f"{_fmt(d['p50_latency_s']):>9}{_fmt(d['max_latency_s']):>9}{limit:>9.0f}"
+        )
+    lines.append("")
+    lines.append(f"wall time {out['wall_s']:.1f} s")
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.1f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)

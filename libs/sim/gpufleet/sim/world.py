@@ -1,0 +1,1559 @@
+"""One simulated month: the provider, the machines, the workers and the control plane, on a
+virtual clock, with the project's real decisions.
+
+The decisions are imported, never restated: the fleet tick's ``decide`` (per pool, over a
+``FleetSnapshot`` built from the rows), every reaper net's ``decide`` over a
+``MachineSnapshot`` (so the refusal ladder is the real one), the sweeper's reconcile and
+orphan decisions, the ledger's routing table and the lifecycle's transition table (every
+move is checked against it). What the simulator owns is what the database, the network
+and the cloud would do: which rows a scan would read (each net's ``due`` clause, kept as
+a schedule of when a row can first match it, so empty time costs nothing), what a provider
+call answers, and what the truth of each machine is.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import partial
+
+from gpufleet.common import lifecycle
+from gpufleet.common.catalog import DEFAULT_CATALOG
+from gpufleet.common.db.enums import LedgerOutcome, MachineState
+from gpufleet.common.ledger import FailureClass, route
+from gpufleet.common.outcome_policy import OutcomePolicy
+from gpufleet.reaper import (
+    auto_destroy,
+    auto_stop,
+    boot_failure,
+    idle_scanner,
+    lost_detector,
+    provision_deadline,
+    stuck_transition,
+    went_silent,
+)
+from gpufleet.reaper.agent_probe import StartupProbe
+from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
+from gpufleet.scheduler.tick import decide as tick_decide
+from gpufleet.scheduler.tick.model import (
+    AttemptView,
+    CreateMachine,
+    FleetSnapshot,
+    JobView,
+    MachineView,
+    OfferingView,
+    Policy,
+    PoolView,
+    StartMachine,
+    TickPlan,
+)
+from gpufleet.sim.clock import EventQueue, dt, secs
+from gpufleet.sim.profile import Offering, SimConfig, load_offerings
+from gpufleet.sim.records import INF, USELESS_CLASSES, Attempt, Failure, Job, Machine
+from gpufleet.sweeper import inventory_reconcile, orphan_sweep
+from gpufleet.sweeper.listing import ListedInstance
+from gpufleet.sweeper.orphan_rows import OrphanAction
+
+POLICIES = ("nets", "oracle", "merged")
+RUNNING = frozenset({"BOOTING", "READY", "DRAINING"})
+TRANSITIONAL = frozenset({"PROVISIONING", "STARTING", "STOPPING", "DESTROYING"})
+DEPLOYMENT = "sim"
+# (tier, weight, GPU jobs at once): the catalogue's plan names and order, with the limits of
+# a fleet of hundreds of machines rather than the embedded default's two.
+PLANS: dict[str, tuple[int, float, int]] = {
+    "studio": (2, 2.0, 32),
+    "creator": (1, 1.0, 8),
+    "free": (0, 0.5, 2),
+}
+assert {p.id for p in DEFAULT_CATALOG.plans} <= set(PLANS)
+KINDS = {k.id: k for k in DEFAULT_CATALOG.kinds}
+SLOTS_PER_MACHINE = 2
+LEASE_S = 90.0  # the scheduler's attempt lease (GPUFLEET_ATTEMPT_LEASE_S)
+DISPATCH_DEADLINE_S = 30.0
+START_BACKOFF_S = 60.0
+FAIR_SHARE_HALF_LIFE_S = 86400.0
+
+
+_SECONDS = [timedelta(seconds=i) for i in range(3600)]
+_LEASE = timedelta(seconds=LEASE_S)
+
+
+class InvariantBroken(AssertionError):
+    """A rule the money path must keep was broken; the message names the seed."""
+
+
+@dataclass
+class Metrics:
+    billed_s: float = 0.0
+    useful_s: float = 0.0
+    cost_micros: float = 0.0
+    wasted_micros: float = 0.0
+    healthy_destroys: int = 0
+    jobs_run_twice_at_once: int = 0
+    fenced_writes: int = 0
+    decisions: Counter[str] = field(default_factory=Counter)
+    refusals: Counter[str] = field(default_factory=Counter)
+    waits: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    # Hourly samples for the charts: (t, machines by state, billed_s, useful_s).
+    samples: list[tuple[float, dict[str, int], float, float]] = field(default_factory=list)
+    idle_by_cause: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    provider_calls: int = 0
+    calls_without_intent: int = 0
+
+
+class Sim:
+    """One policy over one seed. ``policy``: ``nets`` (the real five nets), ``oracle``
+    (each failure dealt with the instant it happens) or ``merged`` (one composite health
+    check in place of the provision deadline, boot failure, went silent and lost nets)."""
+
+    def __init__(self, config: SimConfig, policy: str = "nets", plant: str | None = None) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        self.cfg = config
+        self.policy = policy
+        self.plant = plant
+        self.q = EventQueue()
+        self.end = config.days * 86400.0
+        self.metrics = Metrics()
+        self.failures: list[Failure] = []
+        self.offerings = load_offerings()
+        self.offering_by_id = {o.id: o for o in self.offerings}
+        self.pools = sorted({o.pool for o in self.offerings})
+        self.machines: dict[str, Machine] = {}
+        self.live: set[str] = set()  # machines not DESTROYED
+        self.by_pool: dict[str, set[str]] = {p: set() for p in self.pools}
+        self.pool_order: dict[str, list[Machine]] = {}  # the pool's live machines by id, cached
+        self.jobs: dict[str, Job] = {}
+        self.queued: dict[str, dict[str, Job]] = {p: {} for p in self.pools}
+        self.running_per_ws: Counter[str] = Counter()
+        self.usage: dict[str, tuple[float, float]] = {}  # ws -> (decayed slot-s, at)
+        self.quarantined: dict[str, float] = {}  # offering -> until
+        self.halted: dict[tuple[str, str], float] = {}  # (provider, region) -> until
+        self.stockouts: dict[str, float] = {}  # zone -> until
+        # instance id -> (listing, launched, offering): created at the provider, no record here
+        self.orphans: dict[str, tuple[ListedInstance, float, Offering]] = {}
+        self.orphan_tracked: dict[tuple[str, str], orphan_sweep.TrackedOrphan] = {}
+        self.dirty: set[str] = set()
+        self.tick_pending = False
+        self.down_until = 0.0  # the control plane is down (restart) until
+        self.reaper_paused_until = 0.0
+        self.outages: list[tuple[float, float]] = []
+        self.ordinal = 0
+        self.attempt_seq = 0
+        self.job_seq = 0
+        # Each net's schedule of rows that can first match its scan's WHERE clause.
+        self.due: dict[str, dict[str, float]] = defaultdict(dict)
+        self.idle_watch: set[str] = set()
+        self.recon_watch: set[str] = set()
+        self.rng_calls = random.Random(f"{config.seed}:calls")
+        self.rng_jobs = random.Random(f"{config.seed}:jobs")
+        self.rng_env = random.Random(f"{config.seed}:environment")
+        self.workspaces = self._workspaces()
+        self.limits = {ws: PLANS[plan][2] for ws, plan, _, _ in self.workspaces}
+        self.ws_weights = [x[3] for x in self.workspaces]
+        # Invariants fail the run for the real nets; a counterfactual policy's harm is counted.
+        self.strict = policy == "nets"
+        self.violations: list[str] = []
+        t = config.timing
+        self.tick_policy = Policy(max_running_machines=config.machines, worker_fresh_s=60.0)
+        self.outcomes = OutcomePolicy()
+        self.nets = {
+            "idle_scanner": (30.0, idle_scanner.IdlePolicy()),
+            "auto_stop": (30.0, auto_stop.AutoStopPolicy()),
+            "auto_destroy": (30.0, auto_destroy.AutoDestroyPolicy()),
+            "provision_deadline": (60.0, provision_deadline.ProvisionDeadlinePolicy()),
+            "boot_failure": (60.0, boot_failure.BootFailurePolicy()),
+            "went_silent": (60.0, went_silent.WentSilentPolicy()),
+            "lost_detector": (60.0, lost_detector.LostPolicy()),
+            "stuck_transition": (60.0, stuck_transition.StuckPolicy()),
+            "inventory_reconcile": (60.0, None),
+            "orphan_sweep": (300.0, orphan_sweep.OrphanPolicy(deployment_id=DEPLOYMENT)),
+            "merged_check": (60.0, None),
+        }
+        self.heartbeat_s = t.heartbeat_s
+        self.nowd: datetime | None = None
+
+    # -- set-up ------------------------------------------------------------------------
+
+    def _workspaces(self) -> list[tuple[str, str, str, float]]:
+        """(id, plan, pool, activity weight): a heavy-tailed activity, a home region."""
+        rng = random.Random(f"{self.cfg.seed}:workspaces")
+        w = self.cfg.workload
+        out = []
+        for i in range(w.workspaces):
+            plan = _pick(rng, w.plans)
+            pool = _pick(rng, w.regions)
+            out.append((f"ws-{i:04d}", plan, pool, rng.paretovariate(w.activity_shape)))
+        return out
+
+    def _mean_slot_s(self) -> float:
+        total = 0.0
+        for k in self.cfg.workload.kinds:
+            sigma = math.log(k.p90_s / k.p50_s) / 1.2816
+            mean = k.p50_s * math.exp(sigma * sigma / 2)
+            slots = SLOTS_PER_MACHINE if KINDS[k.kind_id].slots == 0 else KINDS[k.kind_id].slots
+            total += k.share * min(mean, KINDS[k.kind_id].time_limit_s) * slots
+        return total
+
+    def run(self, on_progress: Callable[[float], None] | None = None) -> Metrics:
+        w = self.cfg.workload
+        self.base_rate = w.mean_load * self.cfg.machines * SLOTS_PER_MACHINE / self._mean_slot_s()
+        self.bursts = self._bursts()
+        self._next_arrival(0.0)
+        for name, (every, _) in self.nets.items():
+            if self._runs(name):
+                self.q.at(every, self._net_tick(name, every))
+        self._environment()
+        self.q.at(3600.0, self._sample)
+        self.q.run_until(self.end, on_progress)
+        self._close_books()
+        return self.metrics
+
+    def _runs(self, net: str) -> bool:
+        replaced = {"provision_deadline", "boot_failure", "went_silent", "lost_detector"}
+        if self.policy == "merged":
+            return net not in replaced
+        return net != "merged_check"
+
+    # -- the workload ----------------------------------------------------------------------
+
+    def _bursts(self) -> list[tuple[float, float]]:
+        w = self.cfg.workload
+        rng = random.Random(f"{self.cfg.seed}:bursts")
+        out: list[tuple[float, float]] = []
+        t = 0.0
+        while True:
+            t += rng.expovariate(w.bursts_per_day / 86400.0)
+            if t > self.end:
+                return out
+            out.append((t, t + w.burst_s))
+
+    def _rate(self, t: float) -> float:
+        w = self.cfg.workload
+        r = self.base_rate * (1 + w.daily_amplitude * math.sin(2 * math.pi * (t / 86400.0 - 0.375)))
+        if any(a <= t < b for a, b in self.bursts):
+            r *= w.burst_factor
+        return r
+
+    def _next_arrival(self, t: float) -> None:
+        w = self.cfg.workload
+        peak = self.base_rate * (1 + w.daily_amplitude) * w.burst_factor
+        rng = self.rng_jobs
+        while True:  # thinning: a Poisson process of the peak rate, kept at rate(t) / peak
+            t += rng.expovariate(peak)
+            if t > self.end:
+                return
+            if rng.random() * peak <= self._rate(t):
+                break
+        self.q.at(t, self._arrive)
+
+    def _arrive(self) -> None:
+        rng = self.rng_jobs
+        now = self.q.now
+        ws, plan, pool, _ = rng.choices(self.workspaces, weights=self.ws_weights)[0]
+        mix = rng.choices(self.cfg.workload.kinds, weights=[k.share for k in self.cfg.workload.kinds])[0]
+        kind = KINDS[mix.kind_id]
+        sigma = math.log(mix.p90_s / mix.p50_s) / 1.2816
+        duration = min(rng.lognormvariate(math.log(mix.p50_s), sigma), 0.95 * kind.time_limit_s)
+        fails = rng.random() < self.cfg.workload.own_failure_share
+        tier, weight, _ = PLANS[plan]
+        self.job_seq += 1
+        job = Job(
+            id=f"j{self.job_seq:07d}",
+            workspace=ws,
+            plan=plan,
+            pool=pool,
+            kind=kind.id,
+            slots_needed=SLOTS_PER_MACHINE if kind.slots == 0 else kind.slots,
+            whole=kind.slots == 0,
+            tier=tier,
+            weight=weight,
+            created=now,
+            duration_s=duration * (rng.random() if fails else 1.0),
+            fails_own=fails,
+            time_limit_s=kind.time_limit_s,
+            expected_s=kind.expected_duration_s or kind.time_limit_s,
+            queued_since=now,
+            created_dt=dt(now),
+        )
+        self.jobs[job.id] = job
+        self.queued[pool][job.id] = job
+        self._touch(pool)
+        self._next_arrival(now)
+
+    # -- the fleet tick ------------------------------------------------------------------
+
+    def _touch(self, pool: str) -> None:
+        """Something the tick decides on changed: run it at its next cadence."""
+        self.dirty.add(pool)
+        if not self.tick_pending:
+            self.tick_pending = True
+            step = self.cfg.tick_s
+            self.q.at(math.floor(self.q.now / step) * step + step, self._tick)
+
+    def _tick(self) -> None:
+        self.tick_pending = False
+        now = self.q.now
+        if now < self.down_until:
+            self.tick_pending = True
+            self.q.at(self.down_until, self._tick)
+            return
+        pools, self.dirty = sorted(self.dirty), set()
+        running_elsewhere = Counter(
+            self.machines[m].offering.pool
+            for m in self.live
+            if self.machines[m].state not in ("STOPPED", "DESTROYED")
+        )
+        for pool in pools:
+            others = sum(n for p, n in running_elsewhere.items() if p != pool)
+            snapshot = self._snapshot(pool, now)
+            policy = Policy(
+                max_running_machines=max(0, self.cfg.machines - others),
+                worker_fresh_s=self.tick_policy.worker_fresh_s,
+            )
+            plan = tick_decide.decide(snapshot, policy)
+            self.metrics.decisions["fleet_tick"] += 1
+            self._apply_plan(pool, plan, now)
+            running_elsewhere[pool] = sum(
+                1 for m in self.by_pool[pool] if self.machines[m].state not in ("STOPPED", "DESTROYED")
+            )
+
+    def _usage(self, ws: str, now: float) -> float:
+        used, at = self.usage.get(ws, (0.0, now))
+        return float(used * 0.5 ** ((now - at) / FAIR_SHARE_HALF_LIFE_S))
+
+    def _snapshot(self, pool: str, now: float) -> FleetSnapshot:
+        nowd = self.nowd = dt(now)
+        usage: dict[str, float] = {}
+        for j in self.queued[pool].values():
+            if j.workspace not in usage:
+                usage[j.workspace] = self._usage(j.workspace, now)
+        queued = [
+            JobView(
+                id=j.id,
+                workspace_id=j.workspace,
+                pool_id=j.pool,
+                kind_id=j.kind,
+                slots_needed=j.slots_needed,
+                whole_machine=j.whole,
+                tier=j.tier,
+                weight=j.weight,
+                created_at=j.created_dt or nowd,
+                usage=usage[j.workspace],
+            )
+            for j in self.queued[pool].values()
+            if j.backoff_until <= now
+        ]
+        machines, attempts = [], []
+        order = self.pool_order.get(pool)
+        if order is None:
+            order = self.pool_order[pool] = [self.machines[mid] for mid in sorted(self.by_pool[pool])]
+        for m in order:
+            machines.append(self._view(m, now))
+            for a in m.live_attempts:
+                attempts.append(self._attempt_view(a, now))
+        return FleetSnapshot(
+            now=nowd,
+            queued=queued,
+            running_per_workspace=dict(self.running_per_ws),
+            workspace_limits=self.limits,
+            machines=machines,
+            pools={
+                pool: PoolView(id=pool, slots_per_machine=SLOTS_PER_MACHINE, max_machines=self.cfg.machines)
+            },
+            offerings=[
+                OfferingView(
+                    id=o.id,
+                    pool_id=o.pool,
+                    rank=i,
+                    provider=o.provider,
+                    region=o.region,
+                    zone=o.zone,
+                    slots=SLOTS_PER_MACHINE,
+                    capacity_type=o.capacity_type,
+                    hourly_price_micros=o.hourly_price_micros,
+                )
+                for i, o in enumerate(self.offerings)
+                if o.pool == pool
+            ],
+            live_attempts=attempts,
+            quarantined_offerings=frozenset(o for o, until in self.quarantined.items() if until > now),
+            halted_regions=frozenset(r for r, until in self.halted.items() if until > now),
+        )
+
+    def _view(self, m: Machine, now: float) -> MachineView:
+        """The row as the tick's snapshot reads it, kept between ticks while it has not
+        changed. A reporting worker's report clock is refreshed once it is 30 s old: the
+        tick only asks whether it is under ``worker_fresh_s`` (60 s), so the answer is the
+        one a fresher read would give."""
+        reporting = m.reporting(now)
+        key = (
+            m.state,
+            m.intent,
+            m.lost,
+            m.earmarked_for,
+            tuple(m.attempts),
+            m.backoff_until,
+            m.dispatch_backoff_until,
+            m.preemptions,
+            m.spot_seconds,
+            reporting,
+            m.worker_stopped_at,
+        )
+        cached = m.view
+        if cached is not None and m.view_key == key:
+            # The row's report clock moves with the worker's heartbeats: written in place, as
+            # the database row would be (the tick keeps no view from one tick to the next).
+            object.__setattr__(cached, "worker_report_at", self._report(m, now))
+            return cached
+        view = self._build_view(m, now)
+        m.view, m.view_key = view, key
+        return view
+
+    def _build_view(self, m: Machine, now: float) -> MachineView:
+        return MachineView(
+            id=m.id,
+            pool_id=m.offering.pool,
+            state=m.state,
+            intent=m.intent,
+            origin="PROVISIONED",
+            managed=True,
+            lost=m.lost,
+            cordoned=m.cordoned,
+            slots=SLOTS_PER_MACHINE,
+            busy_slots=frozenset(m.attempts),
+            worker_report_at=self._report(m, now),
+            hourly_price_micros=m.offering.hourly_price_micros,
+            capacity_type=m.offering.capacity_type,
+            preemption_count=m.preemptions,
+            spot_seconds=m.spot_seconds,
+            backoff_until=m.backoff_until,
+            agent_address="sim",
+            dispatch_backoff_until=m.dispatch_backoff_until,
+            earmarked_for=m.earmarked_for,
+        )
+
+    def _attempt_view(self, a: Attempt, now: float) -> AttemptView:
+        """Kept between ticks like the machine's view: a reporting worker's lease is
+        refreshed while more than half of it is left, so no lease reads as expired that a
+        fresher read would have extended."""
+        cached = a.view
+        if cached is not None and cached.state == a.state:
+            object.__setattr__(cached, "lease_expires_at", self._lease(a, now))
+            return cached
+        view = self._build_attempt_view(a, now)
+        a.view = view
+        return view
+
+    def _report(self, m: Machine, now: float) -> datetime | None:
+        """The report clock at ``now``, once per machine and tick. A reporting worker's last
+        heartbeat is taken to the whole second below it (at most a second older: never a
+        fresher channel than the truth)."""
+        if m.rep_at == now:
+            return m.rep_dt
+        if m.reporting(now):
+            assert self.nowd is not None
+            r: datetime | None = self.nowd - _SECONDS[int((now - m.startup_done_at) % self.heartbeat_s)]
+        else:
+            r = m.worker_report_at(now, self.heartbeat_s)
+        m.rep_at, m.rep_dt = now, r
+        return r
+
+    def _lease(self, a: Attempt, now: float) -> datetime:
+        last = self._report(a.machine, now)
+        if last is None or last < a.started_dt:
+            return a.started_dt + _LEASE
+        return last + _LEASE
+
+    def _build_attempt_view(self, a: Attempt, now: float) -> AttemptView:
+        m = a.machine
+        return AttemptView(
+            id=a.id,
+            job_id=a.job.id,
+            machine_id=m.id,
+            state=a.state,
+            started_at=a.started_dt,
+            lease_expires_at=self._lease(a, now),
+            slots=len(a.slots),
+            time_limit_s=a.job.time_limit_s,
+            expected_s=a.job.expected_s,
+            whole_machine=a.job.whole,
+        )
+
+    def _apply_plan(self, pool: str, plan: TickPlan, now: float) -> None:
+        attempts = {a.id: a for mid in self.by_pool[pool] for a in _live(self.machines[mid])}
+        for aid in plan.expired_leases:
+            a = attempts.get(aid)
+            if a is not None and a.state in ("STARTING", "RUNNING"):
+                self._end_attempt(a, "LOST", charged=False, why="lease_expired")
+        for aid in plan.over_limit:
+            a = attempts.get(aid)
+            if a is not None and a.state in ("STARTING", "RUNNING"):
+                self._end_attempt(a, "TIMED_OUT", charged=True, why="job_timed_out")
+        for r in plan.releases:
+            m = self.machines[r.machine_id]
+            m.earmarked_for = None
+            if m.state == "DRAINING":
+                self._move(m, "READY", lifecycle.Actor.FLEET_TICK)
+        for d in plan.drains:
+            m = self.machines[d.machine_id]
+            if m.state == "READY":
+                self._move(m, "DRAINING", lifecycle.Actor.FLEET_TICK)
+                m.earmarked_for = d.job_id
+        for action in plan.scale:
+            if isinstance(action, CreateMachine):
+                self._create(self.offering_by_id[action.offering_id], action.for_job)
+            elif isinstance(action, StartMachine):
+                self._start(self.machines[action.machine_id], action.for_job)
+        for asg in plan.assignments:
+            self._assign(self.jobs[asg.job_id], self.machines[asg.machine_id], asg.slots, now)
+
+    def _assign(self, job: Job, m: Machine, slots: tuple[int, ...], now: float) -> None:
+        if job.live is not None:
+            self.metrics.jobs_run_twice_at_once += 1
+            self._broken(f"job {job.id} given a second live attempt")
+        if any(s in m.attempts for s in slots):
+            self._broken(f"slot of machine {m.id} given twice")
+        self.attempt_seq += 1
+        a = Attempt(id=f"a{self.attempt_seq:08d}", job=job, machine=m, slots=slots, started=now)
+        a.started_dt = dt(now)
+        for s in slots:
+            m.attempts[s] = a
+        m.live_attempts.append(a)
+        job.live = a
+        job.state = "DISPATCHING"
+        self.queued[job.pool].pop(job.id, None)
+        self.running_per_ws[job.workspace] += 1
+        if m.earmarked_for == job.id:
+            m.earmarked_for = None
+            if m.state == "DRAINING":
+                self._move(m, "READY", lifecycle.Actor.FLEET_TICK)
+        # The assign commit clears the machine's idle timers.
+        self._clear_timers(m)
+        self.idle_watch.discard(m.id)
+        self._useful(m, now)
+        if m.agent_reachable(now) and m.reporting(now):
+            gen = a.end_event
+            self.q.after(self.cfg.timing.dispatch_s, lambda: self._started(a, gen))
+        else:  # StartJob cannot reach the agent: the dispatch deadline takes it back
+            gen = a.end_event
+            self.q.after(DISPATCH_DEADLINE_S, lambda: self._dispatch_failed(a, gen))
+
+    def _started(self, a: Attempt, gen: int) -> None:
+        if a.state != "STARTING" or a.end_event != gen:
+            return
+        now = self.q.now
+        a.state = "RUNNING"
+        job = a.job
+        job.state = "RUNNING"
+        if job.first_start is None:
+            job.first_start = now
+            self.metrics.waits[(job.kind, job.plan)].append(now - job.created)
+        ends = "FAILED" if job.fails_own else "SUCCEEDED"
+        self.q.after(job.duration_s, lambda: self._job_done(a, gen, ends))
+        # The time limit and the lease are read by the tick: make it look when they fall due.
+        self.q.after(job.time_limit_s + 1.0, lambda: self._touch(job.pool))
+
+    def _dispatch_failed(self, a: Attempt, gen: int) -> None:
+        if a.state != "STARTING" or a.end_event != gen:
+            return
+        a.machine.dispatch_backoff_until = dt(self.q.now + 60.0)
+        self._end_attempt(a, "TAKEN_BACK", charged=False, why="dispatch_deadline", spend_retry=False)
+
+    def _job_done(self, a: Attempt, gen: int, state: str) -> None:
+        if a.state != "RUNNING" or a.end_event != gen:
+            return
+        m = a.machine
+        if not m.reporting(self.q.now):
+            return  # its worker cannot report the end: the lease will say what happened
+        self._end_attempt(a, state, charged=True, why="job_failed" if state == "FAILED" else "")
+
+    def _end_attempt(
+        self, a: Attempt, state: str, *, charged: bool, why: str, spend_retry: bool = True
+    ) -> None:
+        now = self.q.now
+        m, job = a.machine, a.job
+        a.state = state
+        a.end_event += 1
+        for s in a.slots:
+            if m.attempts.get(s) is a:
+                del m.attempts[s]
+        if a in m.live_attempts:
+            m.live_attempts.remove(a)
+        job.live = None
+        self.running_per_ws[job.workspace] -= 1
+        slot_s = (now - a.started) * len(a.slots)
+        used = self._usage(job.workspace, now) + slot_s
+        self.usage[job.workspace] = (used, now)
+        if charged:
+            if state == "LOST":
+                self._broken(f"attempt {a.id} lost on our side was charged")
+            a.charged_micros = round(slot_s * m.offering.hourly_price_micros / SLOTS_PER_MACHINE / 3600.0)
+        if state in ("SUCCEEDED", "FAILED", "TIMED_OUT"):
+            job.state = state
+        elif state == "LOST":
+            job.losses += 1
+            if job.losses > KINDS[job.kind].lost_retry_budget:
+                job.state = "FAILED"
+                job.failed_our_side = True
+            else:
+                self._requeue(job, now + self.outcomes.lost_retry_backoff_s * 2 ** (job.losses - 1))
+        else:  # taken back before it started: back to the queue, no retry spent
+            self._requeue(job, now)
+        if not m.attempts:
+            self._idle(m, now)
+            self.idle_watch.add(m.id)
+        self._touch(m.offering.pool)
+
+    def _requeue(self, job: Job, not_before: float) -> None:
+        job.state = "QUEUED"
+        job.backoff_until = not_before
+        job.queued_since = self.q.now
+        self.queued[job.pool][job.id] = job
+        if not_before > self.q.now:
+            self.q.at(not_before, lambda: self._touch(job.pool))
+
+    # -- machines: the lifecycle, billing ----------------------------------------------
+
+    def _segment(self, m: Machine) -> None:
+        """Close the machine's current stretch of time, filing idle billed time under
+        why it was idle (what the row and the truth said during the stretch)."""
+        now = self.q.now
+        start, m.seg_from = m.seg_from, now
+        if m.bill_from is None or m.useful_from is not None or now <= start:
+            return
+        waiting = next(
+            (f.cls for f in m.life_failures if f.cls in USELESS_CLASSES and f.caught_at is None), None
+        )
+        if waiting is not None:
+            why = f"{waiting} (until caught)"
+        elif m.state in ("STOPPING", "DESTROYING"):
+            why = "stop/destroy not yet done"
+        elif m.state in ("PROVISIONING", "STARTING", "BOOTING"):
+            why = "booting"
+        elif m.state == "DRAINING":
+            why = "draining for a film"
+        elif m.lost or m.reachable_since > now:
+            why = "unreachable"
+        else:
+            why = "quiet (money chain)"
+        self.metrics.idle_by_cause[why] += now - start
+
+    def _move(self, m: Machine, to: str, by: lifecycle.Actor) -> None:
+        self._segment(m)
+        if not lifecycle.allowed(MachineState(m.state), MachineState(to), by):
+            self._broken(f"{by.value} moved machine {m.id} {m.state} -> {to}, which the lifecycle forbids")
+        m.state = to
+        m.state_changed_at = dt(self.q.now)
+        m.version += 1
+        if to in TRANSITIONAL:
+            self._due("stuck_transition", m, self.q.now + 600.0)
+        if to == "DESTROYED":
+            self.live.discard(m.id)
+            self.by_pool[m.offering.pool].discard(m.id)
+            self.pool_order.pop(m.offering.pool, None)
+            for net in self.due:
+                self.due[net].pop(m.id, None)
+        self._touch(m.offering.pool)
+
+    def _due(self, net: str, m: Machine, t: float) -> None:
+        """``m`` can first match ``net``'s scan at ``t`` (the earliest wins)."""
+        cur = self.due[net].get(m.id)
+        if cur is None or t < cur:
+            self.due[net][m.id] = t
+
+    def _clear_timers(self, m: Machine) -> None:
+        m.stop_due_at = None
+        m.destroy_due_at = None
+        self.due["auto_stop"].pop(m.id, None)
+        self.due["auto_destroy"].pop(m.id, None)
+
+    def _bill(self, m: Machine, now: float) -> None:
+        self._segment(m)
+        if m.bill_from is not None:
+            span = now - m.bill_from
+            self.metrics.billed_s += span
+            self.metrics.cost_micros += span * m.offering.hourly_price_micros / 3600.0
+            if m.offering.capacity_type == "SPOT":
+                m.spot_seconds += span
+            m.bill_from = None
+        self._idle(m, now)
+
+    def _useful(self, m: Machine, now: float) -> None:
+        self._segment(m)
+        if m.useful_from is None and m.bill_from is not None:
+            m.useful_from = now
+
+    def _idle(self, m: Machine, now: float) -> None:
+        self._segment(m)
+        if m.useful_from is not None:
+            self.metrics.useful_s += now - m.useful_from
+            m.useful_from = None
+
+    def _new_life(self, m: Machine, boot_at: float) -> None:
+        """The instance runs from ``boot_at``: draw this life's truth (the n-th machine's
+        n-th life draws the same numbers under every policy)."""
+        m.life += 1
+        rng = random.Random(f"{self.cfg.seed}:machine:{m.ordinal}:{m.life}")
+        t, f = self.cfg.timing, self.cfg.faults
+        if m.startup_done_at < INF:
+            m.earlier_report_at = m.worker_report_at(boot_at, self.heartbeat_s)
+        m.earlier_probe_ok_at = m.probe_ok_at(boot_at) or m.earlier_probe_ok_at
+        m.life_failures = []
+        m.inst_status = "RUNNING"
+        m.run_since = boot_at
+        m.bill_from = boot_at
+        m.seg_from = boot_at
+        m.worker_stopped_at = INF
+        m.gpu_stuck_busy = False
+        m.startup_done_at = INF
+        m.reachable_since = INF
+        m.unreachable_since = INF
+        m.startup_failed_at = None
+        m.skew_s = rng.uniform(-600, 600) if rng.random() < f.clock_skew_share else 0.0
+        if m.skew_s:
+            self._inject(m, "clock_skew", boot_at)
+        first_life = m.life == 1
+        if first_life and rng.random() < f.provision_stall:
+            self._inject(m, "provision_stall", boot_at)
+            return
+        agent_up = boot_at + _lognorm(rng, t.agent_up_p50_s, t.agent_up_p99_s, 2.326, 15 * 60.0)
+        self.q.at(agent_up, lambda: self._reach(m, m.life, True))
+        if rng.random() < f.boot_never_completes:
+            self._inject(m, "boot_never_completes", boot_at)
+        else:
+            done = agent_up + _lognorm(rng, t.startup_p50_s, t.startup_p99_s, 2.326, t.startup_max_s)
+            life = m.life
+            self.q.at(done, lambda: self._first_report(m, life))
+        # This life's later failures, each at an exponential time from the boot.
+        for cls, per_day in (
+            ("worker_dies", f.worker_dies_per_day),
+            ("worker_wedges", f.worker_wedges_per_day),
+            ("path_drop", f.path_drops_per_day),
+        ):
+            at = agent_up + rng.expovariate(per_day / 86400.0)
+            heal = rng.uniform(*f.path_heal_s)
+            life = m.life
+            self.q.at(at, partial(self._fail_later, m, m.life, cls, heal))
+        if m.offering.preempt_rate_s:
+            at = boot_at + rng.expovariate(m.offering.preempt_rate_s)
+            life = m.life
+            self.q.at(at, partial(self._preempt, m, m.life))
+
+    def _alive(self, m: Machine, life: int) -> bool:
+        return m.life == life and m.inst_status == "RUNNING" and m.state != "DESTROYED"
+
+    def _reach(self, m: Machine, life: int, up: bool) -> None:
+        if not self._alive(m, life):
+            return
+        now = self.q.now
+        if up:
+            m.reachable_since = now
+            m.unreachable_since = INF
+            if m.lost:
+                self._due("lost_detector", m, now + 30.0)
+            self.idle_watch.add(m.id)
+        else:
+            m.earlier_probe_ok_at = m.probe_ok_at(now)
+            m.reachable_since = INF
+            m.unreachable_since = now
+            self._due("lost_detector", m, now + 30.0 + 180.0)
+        m.version += 1
+
+    def _first_report(self, m: Machine, life: int) -> None:
+        if not self._alive(m, life):
+            return
+        m.startup_done_at = self.q.now
+        if m.state == "BOOTING":
+            self._move(m, "READY", lifecycle.Actor.WORKER)
+        self.idle_watch.add(m.id)
+        self._touch(m.offering.pool)
+
+    def _fail_later(self, m: Machine, life: int, cls: str, heal: float) -> None:
+        if not self._alive(m, life) or m.startup_done_at > self.q.now or m.worker_stopped_at < INF:
+            return
+        now = self.q.now
+        if cls == "path_drop":
+            if m.reachable_since > now:
+                return
+            f = self._inject(m, cls, now)
+            self._reach(m, life, False)
+            self.q.after(heal, lambda: self._heal(m, life, f))
+            if self.policy == "oracle":
+                self._oracle_lost(m, f, True)
+            return
+        m.worker_stopped_at = now
+        m.gpu_stuck_busy = cls == "worker_wedges"
+        self._inject(m, cls, now)
+        report = m.worker_report_at(now, self.heartbeat_s)
+        assert report is not None
+        self._due("went_silent", m, secs(report) + 15 * 60.0)
+        self._due("merged_check", m, now + self.cfg.merged_threshold_s)
+        # The tick sees a stale worker after worker_fresh_s, and its leases run out after the lease.
+        self.q.after(61.0, lambda: self._touch(m.offering.pool))
+        self.q.after(LEASE_S + 1.0, lambda: self._touch(m.offering.pool))
+        self.idle_watch.add(m.id)
+        if self.policy == "oracle":
+            self._oracle_destroy(m)
+
+    def _heal(self, m: Machine, life: int, f: Failure) -> None:
+        if not self._alive(m, life):
+            return
+        self._reach(m, life, True)
+        if self.policy == "oracle":
+            self._oracle_lost(m, f, False)
+
+    # -- provider calls ----------------------------------------------------------------
+
+    def _call(self, m: Machine, op: str, on_done: Callable[[str], None]) -> None:
+        """A provider call: the intent is already on the row; the answer comes after the
+        call's latency: ``ok``, ``refused`` (nothing done), ``lost`` (done, answer lost),
+        or a definitive refusal class for a create or start."""
+        self.metrics.provider_calls += 1
+        want = {"create": "RUNNING", "start": "RUNNING", "stop": "STOPPED", "destroy": "DESTROYED"}[op]
+        if m.intent != want:
+            self.metrics.calls_without_intent += 1
+            self._broken(f"{op} of machine {m.id} called without its intent recorded")
+        rng, f = self.rng_calls, self.cfg.faults
+        latency = rng.uniform(*self.cfg.timing.call_s)
+        outcome = "ok"
+        if op in ("create", "start"):
+            zone_out = self.stockouts.get(m.offering.zone, 0.0) > self.q.now
+            r = rng.random()
+            if zone_out:
+                outcome = "stockout"
+            elif op == "create" and r < f.quota_error:
+                outcome = "quota"
+            elif op == "create" and r < f.quota_error + f.auth_error:
+                outcome = "auth"
+        if outcome == "ok":
+            r = rng.random()
+            if r < f.call_fails:
+                outcome = "refused"
+            elif r < f.call_fails + (f.call_times_out if op in ("create", "start") else f.answer_lost):
+                outcome = "lost"
+        self.q.after(latency, lambda: on_done(outcome))
+
+    def _create(self, o: Offering, for_job: str | None) -> None:
+        now = self.q.now
+        self.ordinal += 1
+        m = Machine(id=f"m{self.ordinal:06d}", offering=o, ordinal=self.ordinal)
+        m.requested_at = dt(now)
+        m.provision_deadline_at = dt(now + 20 * 60.0)
+        m.state_changed_at = dt(now)
+        m.earmarked_for = for_job
+        self.machines[m.id] = m
+        self.live.add(m.id)
+        self.by_pool[o.pool].add(m.id)
+        self.pool_order.pop(o.pool, None)
+        self._due("stuck_transition", m, now + 600.0)
+        self._due("provision_deadline", m, now + 20 * 60.0)
+        self._call(m, "create", lambda outcome: self._created(m, outcome))
+
+    def _created(self, m: Machine, outcome: str) -> None:
+        now = self.q.now
+        if m.intent != "RUNNING" or m.state != "PROVISIONING":
+            return  # destroyed meanwhile: the destroy (by machine id) removed what the create made
+        if outcome in ("ok", "lost"):
+            m.provider_instance_id = f"i-{m.id}"
+            self._new_life(m, now)
+            if self.policy == "oracle" and outcome == "lost":
+                self._oracle_finish(m, self._inject(m, "call_timed_out", now))
+                return
+            if outcome == "ok":
+                if m.state == "PROVISIONING":
+                    self._move(m, "BOOTING", lifecycle.Actor.FLEET_TICK)
+                    self._watch_boot(m, now)
+            else:
+                self._inject(m, "call_timed_out", now)
+            return
+        self._provider_refused(m, "create", outcome)
+
+    def _watch_boot(self, m: Machine, now: float) -> None:
+        if m.startup_done_at <= now and m.worker_stopped_at > now:
+            # The worker was already reporting while the row caught up (a lost create answer).
+            self.q.after(self.heartbeat_s, partial(self._first_report, m, m.life))
+        self._due("boot_failure", m, now + 30 * 60.0)
+        self._due("merged_check", m, now + self.cfg.merged_threshold_s)
+
+    def _provider_refused(self, m: Machine, op: str, outcome: str) -> None:
+        now = self.q.now
+        if outcome == "refused":
+            # Not definitive: the row stays in its transitional state, visible, for the
+            # stuck-transition net.
+            f = self._inject(m, "call_failed", now)
+            if self.policy == "oracle":
+                self._oracle_finish(m, f)
+            return
+        cls = {"stockout": "stockout", "quota": "quota_error", "auth": "auth_error"}[outcome]
+        fc = {
+            "stockout": FailureClass.STOCKOUT,
+            "quota": FailureClass.QUOTA_EXCEEDED,
+            "auth": FailureClass.AUTH_FAILED,
+        }[outcome]
+        f = self._inject(m, cls, now)
+        self._caught(f, "fleet_tick.scale")
+        self._ledger(fc, m)
+        if op == "create":
+            m.intent = "DESTROYED"
+            self._move(m, "DESTROYED", lifecycle.Actor.FLEET_TICK)
+        else:
+            m.intent = "STOPPED"
+            m.start_failures += 1
+            m.backoff_until = dt(now + START_BACKOFF_S * 2 ** (m.start_failures - 1))
+            self._move(m, "STOPPED", lifecycle.Actor.FLEET_TICK)
+            self.q.at(secs(m.backoff_until), lambda: self._touch(m.offering.pool))
+
+    def _ledger(self, fc: FailureClass, m: Machine | None) -> None:
+        """The ledger's own routing table decides what a detection leads to."""
+        outcome = route(fc)
+        self.metrics.decisions[f"ledger:{fc.value}"] += 1
+        now = self.q.now
+        if m is None:
+            return
+        if outcome is LedgerOutcome.STOP_HARDWARE_CONFIG:
+            ttl = self.outcomes.offering_quarantine_ttl
+            until = now + (ttl.total_seconds() if ttl is not None else self.cfg.faults.human_response_s)
+            self.quarantined[m.offering.id] = until
+            self.q.at(until, lambda: self._touch(m.offering.pool))
+        elif outcome is LedgerOutcome.HALT_PROVISIONING:
+            ttl = self.outcomes.halt_ttl
+            # Until a human clears it: the profile's human response time.
+            until = now + (ttl.total_seconds() if ttl is not None else self.cfg.faults.human_response_s)
+            self.halted[(m.offering.provider, m.offering.region)] = until
+            for pool in self.pools:
+                self.q.at(until, partial(self._touch, pool))
+        elif outcome is LedgerOutcome.REPLACE_MACHINE:
+            for a in _live(m):
+                self._end_attempt(a, "LOST", charged=False, why=fc.value)
+
+    def _start(self, m: Machine, for_job: str | None) -> None:
+        m.intent = "RUNNING"
+        m.earmarked_for = for_job
+        self._clear_timers(m)
+        self._move(m, "STARTING", lifecycle.Actor.FLEET_TICK)
+        self._call(m, "start", lambda outcome: self._started_machine(m, outcome))
+
+    def _started_machine(self, m: Machine, outcome: str) -> None:
+        now = self.q.now
+        if m.intent != "RUNNING" or m.state != "STARTING":
+            return
+        if outcome in ("ok", "lost"):
+            self._new_life(m, now)
+            if outcome == "ok":
+                if m.state == "STARTING":
+                    self._move(m, "BOOTING", lifecycle.Actor.FLEET_TICK)
+                    self._watch_boot(m, now)
+            else:
+                f = self._inject(m, "call_timed_out", now)
+                if self.policy == "oracle":
+                    self._oracle_finish(m, f)
+            return
+        self._provider_refused(m, "start", outcome)
+
+    def _stop_or_destroy(self, m: Machine, op: str, detector: str, fc: FailureClass | None) -> None:
+        """The refusal ladder has passed: intent and transitional state first, then the call."""
+        now = self.q.now
+        if now < self.reaper_paused_until and detector != "oracle":
+            # A paused leader's decision: its fenced write is refused when it wakes.
+            self.metrics.fenced_writes += 1
+            return
+        if op == "destroy" and fc is not None and m.healthy_truth(now):
+            self.metrics.healthy_destroys += 1
+            self._broken(f"{detector} destroyed machine {m.id}, healthy by construction")
+        for f in m.life_failures:
+            if f.caught_at is None and f.cls in USELESS_CLASSES:
+                self._caught(f, detector)
+        m.intent = "STOPPED" if op == "stop" else "DESTROYED"
+        self._move(m, "STOPPING" if op == "stop" else "DESTROYING", lifecycle.Actor.REAPER)
+        if op == "stop":
+            m.stop_due_at = None
+            self.due["auto_stop"].pop(m.id, None)
+        else:
+            self._clear_timers(m)
+        if fc is not None:
+            self._ledger(fc, m)
+        self._call(m, op, lambda outcome: self._stopped(m, op, outcome))
+
+    def _stopped(self, m: Machine, op: str, outcome: str) -> None:
+        now = self.q.now
+        if outcome == "refused":
+            f = self._inject(m, "call_failed", now)
+            if self.policy == "oracle":
+                self._oracle_finish(m, f)
+            return
+        self._provider_does(m, op)
+        if outcome == "lost":
+            f = self._inject(m, "answer_lost", now)
+            if self.policy == "oracle":
+                self._oracle_finish(m, f)
+            return
+        self._finish(m, "STOPPED" if op == "stop" else "DESTROYED", lifecycle.Actor.REAPER)
+
+    def _provider_does(self, m: Machine, op: str) -> None:
+        now = self.q.now
+        self._bill(m, now)
+        m.inst_status = "STOPPED" if op == "stop" else "TERMINATED"
+        m.run_since = INF
+        m.earlier_probe_ok_at = m.probe_ok_at(now) or m.earlier_probe_ok_at
+        if m.startup_done_at < INF:
+            m.earlier_report_at = m.worker_report_at(now, self.heartbeat_s)
+        m.reachable_since = INF
+        m.unreachable_since = INF
+        m.life += 1  # whatever this life had scheduled is void
+
+    def _finish(self, m: Machine, end: str, by: lifecycle.Actor) -> None:
+        if m.state == end:
+            return
+        self._move(m, end, by)
+        if end == "STOPPED":
+            m.lost = False
+            if m.destroy_due_at is not None:
+                self._due("auto_destroy", m, secs(m.destroy_due_at))
+        for a in _live(m):
+            self._end_attempt(a, "LOST", charged=False, why="machine gone")
+
+    # -- the nets ------------------------------------------------------------------------
+
+    def _net_tick(self, name: str, every: float) -> Callable[[], None]:
+        def tick() -> None:
+            now = self.q.now
+            if now >= self.down_until:
+                handler = getattr(self, f"_net_{name}")
+                handler(now)
+            self.q.after(every, tick)
+
+        return tick
+
+    def _pop_due(self, net: str, now: float) -> list[Machine]:
+        due = self.due[net]
+        ready = [mid for mid, t in due.items() if t <= now]
+        for mid in ready:
+            del due[mid]
+        return [self.machines[mid] for mid in sorted(ready) if mid in self.live]
+
+    def snapshot(self, m: Machine, now: float) -> MachineSnapshot:
+        first = m.first_observed(now)
+        return MachineSnapshot(
+            machine_id=m.id,
+            origin="PROVISIONED",
+            managed=True,
+            state=m.state,
+            intent=m.intent,
+            workload_class="REPORTING",
+            live_attempts=len(_live(m)),
+            first_observed_at=dt(first) if first < INF else None,
+            stop_due_at=m.stop_due_at,
+            destroy_due_at=m.destroy_due_at,
+            agent_address="sim",
+            provider_instance_id=m.provider_instance_id,
+            lost=m.lost,
+            requested_at=m.requested_at,
+            provision_deadline_at=m.provision_deadline_at,
+            state_changed_at=m.state_changed_at,
+            startup_failed_at=m.startup_failed_at,
+            provider_seen_at=m.provider_seen_at(now),
+            probe_ok_at=m.probe_ok_at(now),
+            probe_failed_since=m.probe_failed_since(now),
+            worker_report_at=m.worker_report_at(now, self.heartbeat_s),
+        )
+
+    def _refused(self, net: str, reason: RefusalReason) -> None:
+        self.metrics.refusals[f"{net}:{reason.value}"] += 1
+
+    def _net_idle_scanner(self, now: float) -> None:
+        policy = self.nets["idle_scanner"][1]
+        assert isinstance(policy, idle_scanner.IdlePolicy)
+        nowd = dt(now)
+        for mid in sorted(self.idle_watch):
+            m = self.machines[mid]
+            if m.state == "DESTROYED" or m.state not in RUNNING:
+                self.idle_watch.discard(mid)
+                continue
+            sample = None
+            if m.agent_reachable(now):
+                busy = bool(m.attempts) and (m.reporting(now) or m.gpu_stuck_busy)
+                sample = idle_scanner.UtilisationSample(
+                    gpu_utilization_percent=90.0 if busy or m.gpu_stuck_busy else 0.0,
+                    running_attempts=len(m.attempts) if m.reporting(now) else 0,
+                    requests_since_last_sample=0,
+                )
+            actions = idle_scanner.decide(nowd, self.snapshot(m, now), sample, policy)
+            self.metrics.decisions["idle_scanner"] += 1
+            settled = sample is not None
+            for act in actions:
+                if isinstance(act, idle_scanner.ArmIdleTimers):
+                    m.stop_due_at, m.destroy_due_at = act.stop_due_at, act.destroy_due_at
+                    self._due("auto_stop", m, secs(act.stop_due_at))
+                    self._due("auto_destroy", m, secs(act.destroy_due_at))
+                elif isinstance(act, idle_scanner.ClearIdleTimers):
+                    self._clear_timers(m)
+            if settled:
+                self.idle_watch.discard(mid)
+
+    def _net_auto_stop(self, now: float) -> None:
+        policy = self.nets["auto_stop"][1]
+        assert isinstance(policy, auto_stop.AutoStopPolicy)
+        for m in self._pop_due("auto_stop", now):
+            d = auto_stop.decide(dt(now), self.snapshot(m, now), policy)
+            self.metrics.decisions["auto_stop"] += 1
+            if isinstance(d, auto_stop.StopMachine):
+                self._stop_or_destroy(m, "stop", "auto_stop", None)
+            elif isinstance(d, Refuse):
+                self._refused("auto_stop", d.reason)
+                if d.reason is RefusalReason.IN_GRACE_WINDOW and m.stop_due_at is not None:
+                    self._due("auto_stop", m, now + 30.0)
+
+    def _net_auto_destroy(self, now: float) -> None:
+        policy = self.nets["auto_destroy"][1]
+        assert isinstance(policy, auto_destroy.AutoDestroyPolicy)
+        for m in self._pop_due("auto_destroy", now):
+            d = auto_destroy.decide(dt(now), self.snapshot(m, now), policy)
+            self.metrics.decisions["auto_destroy"] += 1
+            if isinstance(d, auto_destroy.DestroyMachine):
+                self._stop_or_destroy(m, "destroy", "auto_destroy", None)
+            elif isinstance(d, Refuse):
+                self._refused("auto_destroy", d.reason)
+                if m.destroy_due_at is not None and d.reason in (
+                    RefusalReason.STOP_PENDING,
+                    RefusalReason.IN_GRACE_WINDOW,
+                    RefusalReason.NOT_STOPPED_OR_IDLE,
+                ):
+                    self._due("auto_destroy", m, now + 30.0)
+
+    def _net_provision_deadline(self, now: float) -> None:
+        policy = self.nets["provision_deadline"][1]
+        assert isinstance(policy, provision_deadline.ProvisionDeadlinePolicy)
+        for m in self._pop_due("provision_deadline", now):
+            d = provision_deadline.decide(dt(now), self.snapshot(m, now), policy)
+            self.metrics.decisions["provision_deadline"] += 1
+            if isinstance(d, provision_deadline.DestroyMachine):
+                self._stop_or_destroy(m, "destroy", "provision_deadline", FailureClass.PROVISION_TIMEOUT)
+            elif isinstance(d, Refuse):
+                self._refused("provision_deadline", d.reason)
+                self._due("provision_deadline", m, now + 60.0)
+
+    def _net_boot_failure(self, now: float) -> None:
+        policy = self.nets["boot_failure"][1]
+        assert isinstance(policy, boot_failure.BootFailurePolicy)
+        for m in self._pop_due("boot_failure", now):
+            snap = self.snapshot(m, now)
+            if boot_failure.gate(dt(now), snap, policy) is None:
+                continue
+            probe = None
+            if m.agent_reachable(now):
+                probe = StartupProbe(
+                    startup_complete=m.startup_done_at <= now,
+                    startup_error="",
+                    worker_alive=m.worker_stopped_at > now,
+                )
+            self.metrics.decisions["boot_failure"] += 1
+            for act in boot_failure.decide(dt(now), snap, probe, policy):
+                if isinstance(act, boot_failure.DestroyMachine):
+                    self._stop_or_destroy(m, "destroy", "boot_failure", FailureClass.BOOT_FAILED)
+                    break
+                if isinstance(act, boot_failure.RecordStartupFailure):
+                    m.startup_failed_at = act.at
+                elif isinstance(act, boot_failure.ClearStartupFailure):
+                    m.startup_failed_at = None
+                elif isinstance(act, Refuse):
+                    self._refused("boot_failure", act.reason)
+            else:
+                self._due("boot_failure", m, now + 60.0)
+
+    def _net_went_silent(self, now: float) -> None:
+        policy = self.nets["went_silent"][1]
+        assert isinstance(policy, went_silent.WentSilentPolicy)
+        for m in self._pop_due("went_silent", now):
+            snap = self.snapshot(m, now)
+            if self.plant == "went_silent_reads_composite":
+                # The planted bug: the net reads the freshest of the three channels.
+                fresh = max(c for c in (snap.worker_report_at, snap.probe_ok_at, snap.provider_seen_at) if c)
+                snap = MachineSnapshot(**{**snap.__dict__, "worker_report_at": fresh})
+            d = went_silent.decide(dt(now), snap, policy)
+            self.metrics.decisions["went_silent"] += 1
+            if isinstance(d, went_silent.DestroyMachine):
+                self._stop_or_destroy(m, "destroy", "went_silent", FailureClass.WENT_SILENT)
+            elif isinstance(d, Refuse):
+                self._refused("went_silent", d.reason)
+                self._due("went_silent", m, now + 60.0)
+            elif m.state in RUNNING and m.worker_stopped_at <= now:
+                self._due("went_silent", m, now + 60.0)
+
+    def _net_lost_detector(self, now: float) -> None:
+        policy = self.nets["lost_detector"][1]
+        assert isinstance(policy, lost_detector.LostPolicy)
+        for m in self._pop_due("lost_detector", now):
+            d = lost_detector.decide(dt(now), self.snapshot(m, now), policy)
+            self.metrics.decisions["lost_detector"] += 1
+            if isinstance(d, lost_detector.MarkLost):
+                m.lost = True
+                self._ledger(FailureClass.MACHINE_LOST, m)
+                for f in m.life_failures:
+                    if f.cls == "path_drop" and f.caught_at is None:
+                        self._caught(f, "lost_detector")
+                self._touch(m.offering.pool)
+            elif isinstance(d, lost_detector.UnmarkLost):
+                m.lost = False
+                self._touch(m.offering.pool)
+            elif isinstance(d, Refuse):
+                self._refused("lost_detector", d.reason)
+                self._due("lost_detector", m, now + 60.0)
+            elif m.unreachable_since <= now or m.lost:
+                self._due("lost_detector", m, now + 60.0)
+
+    def _net_merged_check(self, now: float) -> None:
+        """The counterfactual: one composite freshness over the three channels, behind the
+        same ladder (its grace is the boot window it must not kill)."""
+        threshold = timedelta(seconds=self.cfg.merged_threshold_s)
+        gates = NetGates(net="merged_check", grace=timedelta(minutes=10), reads_reports=False)
+        for m in self._pop_due("merged_check", now):
+            snap = self.snapshot(m, now)
+            if m.state not in RUNNING:
+                continue
+            heard = [c for c in (snap.worker_report_at, snap.probe_ok_at, snap.provider_seen_at) if c]
+            newest = max(heard) if heard else snap.requested_at or dt(now)
+            self.metrics.decisions["merged_check"] += 1
+            if dt(now) - newest < threshold:
+                self._due("merged_check", m, secs(newest + threshold))
+                continue
+            reason = first_refusal(dt(now), snap, gates)
+            if reason is not None:
+                self._refused("merged_check", reason)
+                self._due("merged_check", m, now + 60.0)
+                continue
+            self._stop_or_destroy(m, "destroy", "merged_check", FailureClass.WENT_SILENT)
+
+    def _net_stuck_transition(self, now: float) -> None:
+        policy = self.nets["stuck_transition"][1]
+        assert isinstance(policy, stuck_transition.StuckPolicy)
+        for m in self._pop_due("stuck_transition", now):
+            snap = self.snapshot(m, now)
+            gated = stuck_transition.gate(dt(now), snap, policy)
+            if gated is None:
+                if m.state in TRANSITIONAL and m.state_changed_at is not None:
+                    self._due("stuck_transition", m, secs(m.state_changed_at) + 600.0)
+                continue
+            status = m.inst_status or stuck_transition.GONE
+            view = stuck_transition.ProviderView(status=status, provider_instance_id=f"i-{m.id}")
+            d = stuck_transition.decide(dt(now), snap, view, policy)
+            self.metrics.decisions["stuck_transition"] += 1
+            for f in m.life_failures:
+                if f.cls in ("call_failed", "call_timed_out", "answer_lost") and f.caught_at is None:
+                    self._caught(f, "stuck_transition")
+            if isinstance(d, stuck_transition.FinishTransition):
+                end = d.end.value
+                if end == "BOOTING":
+                    m.provider_instance_id = m.provider_instance_id or f"i-{m.id}"
+                    self._move(m, "BOOTING", lifecycle.Actor.REAPER)
+                    self._watch_boot(m, now)
+                else:
+                    self._finish(m, end, lifecycle.Actor.REAPER)
+            elif isinstance(d, stuck_transition.AlertStuck):
+                self._ledger(FailureClass.TRANSITION_STUCK, m)
+                self.q.after(self.cfg.faults.human_response_s, partial(self._human, m))
+
+    def _human(self, m: Machine) -> None:
+        """An operator answers the incident: the call is made again (or the row ended when
+        the provider has nothing)."""
+        if m.state not in TRANSITIONAL:
+            return
+        if m.state == "PROVISIONING" and not m.inst_status:
+            m.intent = "DESTROYED"
+            self._move(m, "DESTROYED", lifecycle.Actor.REAPER)
+        elif m.state == "STARTING" and m.inst_status == "STOPPED":
+            self._finish(m, "STOPPED", lifecycle.Actor.REAPER)
+        elif m.state in ("STOPPING", "DESTROYING"):
+            op = "stop" if m.state == "STOPPING" else "destroy"
+            self._call(m, op, lambda outcome: self._stopped(m, op, outcome))
+
+    def _net_inventory_reconcile(self, now: float) -> None:
+        if not self.recon_watch:
+            return
+        ms = [self.machines[mid] for mid in sorted(self.recon_watch) if mid in self.live]
+        rows = [
+            inventory_reconcile.ReconcileMachine(
+                machine_id=m.id,
+                provider=m.offering.provider,
+                provider_instance_id=m.provider_instance_id,
+                origin="PROVISIONED",
+                managed=True,
+                state=m.state,
+                intent=m.intent,
+                capacity_type=m.offering.capacity_type,
+                state_changed_at=m.state_changed_at,
+            )
+            for m in ms
+        ]
+        listed = [
+            ListedInstance(
+                provider=m.offering.provider,
+                provider_instance_id=m.provider_instance_id or "",
+                machine_label=m.id,
+                status=m.inst_status,
+                deployment_label=DEPLOYMENT,
+            )
+            for m in ms
+            if m.inst_status not in ("", "TERMINATED")
+        ]
+        d = inventory_reconcile.decide(dt(now), rows, listed, [])
+        self.metrics.decisions["inventory_reconcile"] += len(rows)
+        for mid in d.seen + d.not_reconciled:
+            self.recon_watch.discard(mid)
+        for loss in d.losses:
+            m = self.machines[loss.machine_id]
+            self.recon_watch.discard(m.id)
+            self._record_loss(m, loss.failure_class, loss.end_state.value, "inventory_reconcile")
+
+    def _record_loss(self, m: Machine, fc: FailureClass, end: str, by: str) -> None:
+        for f in m.life_failures:
+            if f.cls == "preemption" and f.caught_at is None:
+                self._caught(f, by)
+        if fc is FailureClass.PREEMPTED:
+            m.preemptions += 1
+        m.intent = "STOPPED" if end == "STOPPED" else "DESTROYED"
+        self._ledger(fc, m)
+        self._finish(m, end, lifecycle.Actor.SWEEPER)
+
+    def _net_orphan_sweep(self, now: float) -> None:
+        policy = self.nets["orphan_sweep"][1]
+        assert isinstance(policy, orphan_sweep.OrphanPolicy)
+        if not self.orphans and not self.orphan_tracked:
+            return
+        instances = [inst for inst, _, _ in self.orphans.values()]
+        inventory = orphan_sweep.Inventory(machine_ids=frozenset(), instance_keys=frozenset())
+        d = orphan_sweep.decide(dt(now), instances, [], inventory, self.orphan_tracked, policy)
+        self.metrics.decisions["orphan_sweep"] += len(instances)
+        for view in d.orphans:
+            self.orphan_tracked[view.key] = orphan_sweep.TrackedOrphan(view.first_seen_at, view.action.value)
+            if view.action is OrphanAction.DESTROYING and view.newly_found:
+                self._destroy_orphan(view.instance.provider_instance_id, "orphan_sweep")
+        for key, _ in d.settled:
+            self.orphan_tracked.pop(key, None)
+
+    def _destroy_orphan(self, iid: str, by: str) -> None:
+        entry = self.orphans.get(iid)
+        if entry is None:
+            return
+        for f in self.failures:
+            if f.cls == "orphan" and f.machine_id == iid and f.caught_at is None:
+                self._caught(f, by)
+
+        def gone() -> None:
+            entry = self.orphans.pop(iid, None)
+            if entry is not None:
+                self._bill_orphan(entry[1], entry[2], self.q.now)
+
+        self.metrics.provider_calls += 1
+        self.q.after(self.rng_calls.uniform(*self.cfg.timing.call_s), gone)
+
+    # -- the oracle: each failure dealt with the instant it happens ----------------------
+
+    def _oracle_destroy(self, m: Machine) -> None:
+        for a in _live(m):
+            self._end_attempt(a, "LOST", charged=False, why="oracle")
+        self._clear_timers(m)
+        if m.state in RUNNING or m.state == "PROVISIONING":
+            self._stop_or_destroy(m, "destroy", "oracle", None)
+
+    def _oracle_lost(self, m: Machine, f: Failure, lost: bool) -> None:
+        m.lost = lost
+        if lost:
+            self._caught(f, "oracle")
+        self._touch(m.offering.pool)
+
+    def _oracle_finish(self, m: Machine, f: Failure) -> None:
+        self._caught(f, "oracle")
+        if m.state == "PROVISIONING":
+            if m.inst_status:
+                self._move(m, "BOOTING", lifecycle.Actor.REAPER)
+            else:
+                m.intent = "DESTROYED"
+                self._move(m, "DESTROYED", lifecycle.Actor.REAPER)
+        elif m.state == "STARTING":
+            if m.inst_status == "RUNNING":
+                self._move(m, "BOOTING", lifecycle.Actor.REAPER)
+            else:
+                self._finish(m, "STOPPED", lifecycle.Actor.REAPER)
+        elif m.state in ("STOPPING", "DESTROYING"):
+            want = "STOPPED" if m.state == "STOPPING" else "TERMINATED"
+            if m.inst_status == want:
+                self._finish(m, "STOPPED" if want == "STOPPED" else "DESTROYED", lifecycle.Actor.REAPER)
+            else:
+                op = "stop" if m.state == "STOPPING" else "destroy"
+                self._call(m, op, lambda outcome: self._stopped(m, op, outcome))
+
+    # -- the environment: pre-emptions, stockouts, orphans, restarts, pauses ------------
+
+    def _preempt(self, m: Machine, life: int) -> None:
+        """The provider takes a spot instance back (only while it runs here: a machine
+        mid-transition is left to that transition)."""
+        if not self._alive(m, life) or m.state not in RUNNING or m.intent != "RUNNING":
+            return
+        self._inject(m, "preemption", self.q.now)
+        self._provider_does(m, "destroy")
+        if self.policy == "oracle":
+            self._record_loss(m, FailureClass.PREEMPTED, "DESTROYED", "oracle")
+            return
+        self.recon_watch.add(m.id)
+
+    def _environment(self) -> None:
+        f = self.cfg.faults
+        rng = self.rng_env
+        zones = sorted({o.zone for o in self.offerings})
+        for zone in zones:
+            t = 0.0
+            while True:
+                t += rng.expovariate(f.stockouts_per_zone_month / (30 * 86400.0))
+                if t > self.end:
+                    break
+                self.q.at(t, partial(self._stockout, zone, rng.uniform(*f.stockout_s)))
+        t = 0.0
+        scale = self.cfg.machines / 500.0
+        while True:
+            t += rng.expovariate(f.orphans_per_day * scale / 86400.0)
+            if t > self.end:
+                break
+            self.q.at(t, partial(self._orphan, rng.choice(self.offerings)))
+        for kind, per_month in (("restart", f.restarts_per_month), ("pause", f.leader_pauses_per_month)):
+            t = 0.0
+            while True:
+                t += rng.expovariate(per_month / (30 * 86400.0))
+                if t > self.end:
+                    break
+                self.q.at(t, partial(self._outage, kind, rng.uniform(20.0, 120.0)))
+
+    def _stockout(self, zone: str, duration: float) -> None:
+        self.stockouts[zone] = max(self.stockouts.get(zone, 0.0), self.q.now + duration)
+
+    def _orphan(self, o: Offering) -> None:
+        """A create that reached the provider while its record was lost."""
+        now = self.q.now
+        self.ordinal += 1
+        iid = f"i-orphan-{self.ordinal}"
+        inst = ListedInstance(
+            provider=o.provider,
+            provider_instance_id=iid,
+            machine_label=f"m{self.ordinal:06d}",
+            status="RUNNING",
+            deployment_label=DEPLOYMENT,
+            launch_time=dt(now),
+            instance_type=o.instance_type,
+        )
+        self.orphans[iid] = (inst, now, o)
+        f = Failure("orphan", now, machine_id=iid)
+        self.failures.append(f)
+        if self.policy == "oracle":
+            self._destroy_orphan(iid, "oracle")
+
+    def _outage(self, kind: str, duration: float) -> None:
+        now = self.q.now
+        cls = "control_plane_restart" if kind == "restart" else "leader_paused"
+        f = Failure(cls, now)
+        self.failures.append(f)
+        self.outages.append((now, now + duration))
+        if kind == "restart":
+            self.down_until = max(self.down_until, now + duration)
+        else:
+            self.reaper_paused_until = max(self.reaper_paused_until, now + duration)
+        # Recovered when it is back: a restart resumes every loop; a new leader takes over.
+        self.q.at(now + duration, lambda: self._caught(f, "leadership"))
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def _inject(self, m: Machine, cls: str, at: float) -> Failure:
+        self._segment(m)
+        f = Failure(cls, at, machine_id=m.id)
+        m.life_failures.append(f)
+        self.failures.append(f)
+        if cls == "clock_skew":
+            f.caught_at, f.caught_by = at, "n/a"
+        if cls == "provision_stall" and self.policy == "oracle":
+            self.q.after(0.0, lambda: self._oracle_destroy(m))
+        if cls == "boot_never_completes" and self.policy == "oracle":
+            self.q.after(0.0, lambda: self._oracle_destroy(m))
+        return f
+
+    def _caught(self, f: Failure, by: str) -> None:
+        m = self.machines.get(f.machine_id)
+        if m is not None:
+            self._segment(m)
+        if f.caught_at is None:
+            f.caught_at = self.q.now
+            f.caught_by = by
+            f.outage_s = sum(max(0.0, min(b, f.caught_at) - max(a, f.at)) for a, b in self.outages)
+
+    def _broken(self, what: str) -> None:
+        message = f"{what} at {dt(self.q.now).isoformat()} (seed {self.cfg.seed}, policy {self.policy})"
+        if self.strict:
+            raise InvariantBroken(message)
+        self.violations.append(message)
+
+    def _sample(self) -> None:
+        now = self.q.now
+        by_state = Counter(self.machines[m].state for m in self.live)
+        billed, useful = self.metrics.billed_s, self.metrics.useful_s
+        for mid in self.live:
+            m = self.machines[mid]
+            if m.bill_from is not None:
+                billed += now - m.bill_from
+            if m.useful_from is not None:
+                useful += now - m.useful_from
+        self.metrics.samples.append((now, dict(by_state), billed, useful))
+        self._check_books(now)
+        self.q.after(3600.0, self._sample)
+
+    def _check_books(self, now: float) -> None:
+        """Every instance the provider bills is known here or is an orphan being swept;
+        no job is lost."""
+        for mid in self.live:
+            m = self.machines[mid]
+            if m.bill_from is not None and m.inst_status not in ("RUNNING", "PENDING"):
+                self._broken(f"machine {m.id} billed while the provider says {m.inst_status}")
+        for pool, queue in self.queued.items():
+            for job in queue.values():
+                if job.state != "QUEUED" or job.live is not None:
+                    self._broken(f"job {job.id} in the queue of {pool} while {job.state}")
+        for mid in self.live:
+            for a in _live(self.machines[mid]):
+                if a.job.live is not a:
+                    self._broken(f"attempt {a.id} holds a slot but is not its job's live attempt")
+
+    def _close_books(self) -> None:
+        now = self.end
+        for mid in list(self.live):
+            m = self.machines[mid]
+            self._bill(m, now)
+        for _, launched, o in self.orphans.values():
+            self._bill_orphan(launched, o, now)
+        self._check_books(now)
+        for job in self.jobs.values():
+            if job.state == "QUEUED" and job.id not in self.queued[job.pool]:
+                self._broken(f"job {job.id} lost: queued in no queue")
+            elif job.state in ("DISPATCHING", "RUNNING") and job.live is None:
+                self._broken(f"job {job.id} lost: running with no live attempt")
+
+    def _bill_orphan(self, launched: float, o: Offering, now: float) -> None:
+        """An orphan bills and never does useful work."""
+        span = now - launched
+        self.metrics.idle_by_cause["orphan (until swept)"] += span
+        self.metrics.billed_s += span
+        self.metrics.cost_micros += span * o.hourly_price_micros / 3600.0
+
+
+def _live(m: Machine) -> list[Attempt]:
+    """The machine's live attempts, each once (a film holds every slot)."""
+    return list(m.live_attempts)
+
+
+def _pick(rng: random.Random, table: tuple[tuple[str, float], ...]) -> str:
+    return rng.choices([k for k, _ in table], weights=[w for _, w in table])[0]
+
+
+def _lognorm(rng: random.Random, p50: float, p_hi: float, z: float, cap: float) -> float:
+    sigma = math.log(p_hi / p50) / z
+    return min(rng.lognormvariate(math.log(p50), sigma), cap)
