@@ -142,6 +142,10 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["simulate"]:
+        # Every argument after the command is the simulator's own (its --help included).
+        sys.exit(run_simulate(argparse.Namespace(rest=argv[1:])))
     args = build_parser().parse_args(argv)
     sys.exit(args.func(args))
 

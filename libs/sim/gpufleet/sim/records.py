@@ -97,6 +97,7 @@ class Machine:
     provision_deadline_at: datetime | None = None
     state_changed_at: datetime | None = None
     startup_failed_at: datetime | None = None
+    alerted_for: datetime | None = None  # the stuck transition's incident, opened once
     provider_instance_id: str | None = None
     backoff_until: datetime | None = None
     dispatch_backoff_until: datetime | None = None

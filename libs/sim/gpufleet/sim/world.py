@@ -645,6 +645,11 @@ class Sim:
 
     def _move(self, m: Machine, to: str, by: lifecycle.Actor) -> None:
         self._segment(m)
+        if m.state in RUNNING and to not in RUNNING:
+            for f in m.life_failures:
+                if f.cls == "path_drop" and f.caught_at is None:
+                    # It stops running before the path was judged: nothing is routed to it now.
+                    self._caught(f, "machine left")
         if not lifecycle.allowed(MachineState(m.state), MachineState(to), by):
             self._broken(f"{by.value} moved machine {m.id} {m.state} -> {to}, which the lifecycle forbids")
         m.state = to
@@ -776,6 +781,8 @@ class Sim:
     def _fail_later(self, m: Machine, life: int, cls: str, heal: float) -> None:
         if not self._alive(m, life) or m.startup_done_at > self.q.now or m.worker_stopped_at < INF:
             return
+        if m.intent != "RUNNING":
+            return  # already being stopped or destroyed: what fails now is moot
         now = self.q.now
         if cls == "path_drop":
             if m.reachable_since > now:
@@ -803,6 +810,9 @@ class Sim:
     def _heal(self, m: Machine, life: int, f: Failure) -> None:
         if not self._alive(m, life):
             return
+        if f.caught_at is None and self.q.now - f.at <= 30.0 + 180.0 + 60.0:
+            # Back within the lost detector's threshold and cadence: a flap, rightly unmarked.
+            self._caught(f, "healed before its threshold")
         self._reach(m, life, True)
         if self.policy == "oracle":
             self._oracle_lost(m, f, False)
@@ -877,8 +887,11 @@ class Sim:
         if m.startup_done_at <= now and m.worker_stopped_at > now:
             # The worker was already reporting while the row caught up (a lost create answer).
             self.q.after(self.heartbeat_s, partial(self._first_report, m, m.life))
-        self._due("boot_failure", m, now + 30 * 60.0)
-        self._due("merged_check", m, now + self.cfg.merged_threshold_s)
+        # The boot window counts from first observed, which can precede this move (a create
+        # whose answer was lost is observed by the listing before the row catches up).
+        since = m.run_since if m.run_since < INF else now
+        self._due("boot_failure", m, since + 30 * 60.0)
+        self._due("merged_check", m, since + self.cfg.merged_threshold_s)
 
     def _provider_refused(self, m: Machine, op: str, outcome: str) -> None:
         now = self.q.now
@@ -959,8 +972,10 @@ class Sim:
         """The refusal ladder has passed: intent and transitional state first, then the call."""
         now = self.q.now
         if now < self.reaper_paused_until and detector != "oracle":
-            # A paused leader's decision: its fenced write is refused when it wakes.
+            # A paused leader's decision: its fenced write is refused when it wakes, and the
+            # next leader's scan reads the row again.
             self.metrics.fenced_writes += 1
+            self._due(detector, m, self.reaper_paused_until + 1.0)
             return
         if op == "destroy" and fc is not None and m.healthy_truth(now):
             self.metrics.healthy_destroys += 1
@@ -1004,6 +1019,10 @@ class Sim:
             m.earlier_report_at = m.worker_report_at(now, self.heartbeat_s)
         m.reachable_since = INF
         m.unreachable_since = INF
+        for f in m.life_failures:
+            if f.cls == "path_drop" and f.caught_at is None:
+                # The machine left before the path was judged: nothing is routed to it now.
+                self._caught(f, "machine left")
         m.life += 1  # whatever this life had scheduled is void
 
     def _finish(self, m: Machine, end: str, by: lifecycle.Actor) -> None:
@@ -1254,8 +1273,15 @@ class Sim:
                 else:
                     self._finish(m, end, lifecycle.Actor.REAPER)
             elif isinstance(d, stuck_transition.AlertStuck):
-                self._ledger(FailureClass.TRANSITION_STUCK, m)
-                self.q.after(self.cfg.faults.human_response_s, partial(self._human, m))
+                # The scan reads it again every tick; the incident is opened once.
+                self._due("stuck_transition", m, now + 60.0)
+                if m.alerted_for != m.state_changed_at:
+                    m.alerted_for = m.state_changed_at
+                    self._ledger(FailureClass.TRANSITION_STUCK, m)
+                    self.q.after(self.cfg.faults.human_response_s, partial(self._human, m))
+            elif isinstance(d, Refuse):
+                self._refused("stuck_transition", d.reason)
+                self._due("stuck_transition", m, now + 60.0)
 
     def _human(self, m: Machine) -> None:
         """An operator answers the incident: the call is made again (or the row ended when
