@@ -34,6 +34,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=sorted(PROFILES), default="default", help="fault rates (default)")
     p.add_argument("--load", type=float, default=Workload().mean_load, help="mean share of slots asked for")
     p.add_argument(
+        "--tick-s", type=float, default=SimConfig().tick_s, help="fleet tick cadence (30; the scheduler's is 5)"
+    )
+    p.add_argument(
         "--policies", default=",".join(POLICIES), help="comma-separated subset of nets,oracle,merged"
     )
     p.add_argument("--plant", choices=["went_silent_reads_composite"], help=argparse.SUPPRESS)
@@ -126,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("--days and --machines must be positive")
     if not 0 < args.load <= 2:
         parser().error("--load must be in (0, 2]")
+    if not 1 <= args.tick_s <= 600:
+        parser().error("--tick-s must be between 1 and 600")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
@@ -136,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         days=args.days,
         machines=args.machines,
         seed=args.seed,
+        tick_s=args.tick_s,
         faults=PROFILES[args.profile],
         workload=dataclasses.replace(Workload(), mean_load=args.load),
     )

@@ -144,7 +144,9 @@ class Timing:
     agent_up_p50_s: float = 90.0
     agent_up_p99_s: float = 8 * 60.0
     startup_p50_s: float = 3 * 60.0
-    # Cold image pulls: a long tail, up to the slowest boot the design is sized for.
+    # Cold image pulls: a long tail, up to the slowest boot the design is sized for: a
+    # healthy boot reports within startup_max_s of the instance starting, under the 30-min
+    # boot window (a slower one is, by the seed's definition, a boot failure).
     startup_p99_s: float = 18 * 60.0
     startup_max_s: float = 25 * 60.0
     call_s: tuple[float, float] = (2.0, 40.0)  # provider call latency

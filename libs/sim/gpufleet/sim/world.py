@@ -731,7 +731,12 @@ class Sim:
         if rng.random() < f.boot_never_completes:
             self._inject(m, "boot_never_completes", boot_at)
         else:
-            done = agent_up + _lognorm(rng, t.startup_p50_s, t.startup_p99_s, 2.326, t.startup_max_s)
+            # A healthy boot ends within startup_max_s of the instance starting: the boot
+            # window (30 min from first observed) is sized for the slowest healthy boot.
+            done = min(
+                agent_up + _lognorm(rng, t.startup_p50_s, t.startup_p99_s, 2.326, t.startup_max_s),
+                boot_at + t.startup_max_s,
+            )
             life = m.life
             self.q.at(done, lambda: self._first_report(m, life))
         # This life's later failures, each at an exponential time from the boot.
