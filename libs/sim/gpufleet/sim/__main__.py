@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=sorted(PROFILES), default="default", help="fault rates (default)")
     p.add_argument("--load", type=float, default=Workload().mean_load, help="mean share of slots asked for")
     p.add_argument(
-        "--tick-s", type=float, default=SimConfig().tick_s, help="fleet tick cadence (30; the scheduler's is 5)"
+        "--tick-s", type=float, default=SimConfig().tick_s, help="fleet tick cadence (30; scheduler: 5)"
     )
     p.add_argument(
         "--policies", default=",".join(POLICIES), help="comma-separated subset of nets,oracle,merged"
