@@ -125,8 +125,6 @@ class Machine:
     bill_from: float | None = None
     seg_from: float = 0.0
     useful_from: float | None = None
-    # Bumped by every change of the row; the tick's cached view is kept while it matches.
-    version: int = 0
     view: MachineView | None = None
     view_key: tuple[object, ...] = ()
     # The report clock as the current tick read it (once per machine and tick).

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Any
 
 from gpufleet.common import lifecycle
 from gpufleet.common.catalog import DEFAULT_CATALOG
@@ -122,6 +123,22 @@ class Sim:
         self.failures: list[Failure] = []
         self.offerings = load_offerings()
         self.offering_by_id = {o.id: o for o in self.offerings}
+        # The catalogue's offerings as the tick reads them: the same every tick.
+        self.offering_views: dict[str, list[OfferingView]] = defaultdict(list)
+        for i, o in enumerate(self.offerings):
+            self.offering_views[o.pool].append(
+                OfferingView(
+                    id=o.id,
+                    pool_id=o.pool,
+                    rank=i,
+                    provider=o.provider,
+                    region=o.region,
+                    zone=o.zone,
+                    slots=SLOTS_PER_MACHINE,
+                    capacity_type=o.capacity_type,
+                    hourly_price_micros=o.hourly_price_micros,
+                )
+            )
         self.pools = sorted({o.pool for o in self.offerings})
         self.machines: dict[str, Machine] = {}
         self.live: set[str] = set()  # machines not DESTROYED
@@ -365,21 +382,7 @@ class Sim:
             pools={
                 pool: PoolView(id=pool, slots_per_machine=SLOTS_PER_MACHINE, max_machines=self.cfg.machines)
             },
-            offerings=[
-                OfferingView(
-                    id=o.id,
-                    pool_id=o.pool,
-                    rank=i,
-                    provider=o.provider,
-                    region=o.region,
-                    zone=o.zone,
-                    slots=SLOTS_PER_MACHINE,
-                    capacity_type=o.capacity_type,
-                    hourly_price_micros=o.hourly_price_micros,
-                )
-                for i, o in enumerate(self.offerings)
-                if o.pool == pool
-            ],
+            offerings=self.offering_views[pool],
             live_attempts=attempts,
             quarantined_offerings=frozenset(o for o, until in self.quarantined.items() if until > now),
             halted_regions=frozenset(r for r, until in self.halted.items() if until > now),
@@ -654,7 +657,6 @@ class Sim:
             self._broken(f"{by.value} moved machine {m.id} {m.state} -> {to}, which the lifecycle forbids")
         m.state = to
         m.state_changed_at = dt(self.q.now)
-        m.version += 1
         if to in TRANSITIONAL:
             self._due("stuck_transition", m, self.q.now + 600.0)
         if to == "DESTROYED":
@@ -772,7 +774,6 @@ class Sim:
             m.reachable_since = INF
             m.unreachable_since = now
             self._due("lost_detector", m, now + 30.0 + 180.0)
-        m.version += 1
 
     def _first_report(self, m: Machine, life: int) -> None:
         if not self._alive(m, life):
@@ -1120,46 +1121,61 @@ class Sim:
                 self.idle_watch.discard(mid)
 
     def _net_auto_stop(self, now: float) -> None:
-        policy = self.nets["auto_stop"][1]
-        assert isinstance(policy, auto_stop.AutoStopPolicy)
-        for m in self._pop_due("auto_stop", now):
-            d = auto_stop.decide(dt(now), self.snapshot(m, now), policy)
-            self.metrics.decisions["auto_stop"] += 1
-            if isinstance(d, auto_stop.StopMachine):
-                self._stop_or_destroy(m, "stop", "auto_stop", None)
-            elif isinstance(d, Refuse):
-                self._refused("auto_stop", d.reason)
-                if d.reason is RefusalReason.IN_GRACE_WINDOW and m.stop_due_at is not None:
-                    self._due("auto_stop", m, now + 30.0)
+        self._one_step_net(
+            now,
+            "auto_stop",
+            auto_stop.decide,
+            auto_stop.StopMachine,
+            "stop",
+            None,
+            lambda m, why: why is RefusalReason.IN_GRACE_WINDOW and m.stop_due_at is not None,
+        )
 
     def _net_auto_destroy(self, now: float) -> None:
-        policy = self.nets["auto_destroy"][1]
-        assert isinstance(policy, auto_destroy.AutoDestroyPolicy)
-        for m in self._pop_due("auto_destroy", now):
-            d = auto_destroy.decide(dt(now), self.snapshot(m, now), policy)
-            self.metrics.decisions["auto_destroy"] += 1
-            if isinstance(d, auto_destroy.DestroyMachine):
-                self._stop_or_destroy(m, "destroy", "auto_destroy", None)
-            elif isinstance(d, Refuse):
-                self._refused("auto_destroy", d.reason)
-                if m.destroy_due_at is not None and d.reason in (
-                    RefusalReason.STOP_PENDING,
-                    RefusalReason.IN_GRACE_WINDOW,
-                    RefusalReason.NOT_STOPPED_OR_IDLE,
-                ):
-                    self._due("auto_destroy", m, now + 30.0)
+        waits = (RefusalReason.STOP_PENDING, RefusalReason.IN_GRACE_WINDOW, RefusalReason.NOT_STOPPED_OR_IDLE)
+        self._one_step_net(
+            now,
+            "auto_destroy",
+            auto_destroy.decide,
+            auto_destroy.DestroyMachine,
+            "destroy",
+            None,
+            lambda m, why: m.destroy_due_at is not None and why in waits,
+        )
 
     def _net_provision_deadline(self, now: float) -> None:
-        policy = self.nets["provision_deadline"][1]
-        assert isinstance(policy, provision_deadline.ProvisionDeadlinePolicy)
-        for m in self._pop_due("provision_deadline", now):
-            d = provision_deadline.decide(dt(now), self.snapshot(m, now), policy)
-            self.metrics.decisions["provision_deadline"] += 1
-            if isinstance(d, provision_deadline.DestroyMachine):
-                self._stop_or_destroy(m, "destroy", "provision_deadline", FailureClass.PROVISION_TIMEOUT)
+        self._one_step_net(
+            now,
+            "provision_deadline",
+            provision_deadline.decide,
+            provision_deadline.DestroyMachine,
+            "destroy",
+            FailureClass.PROVISION_TIMEOUT,
+            lambda m, why: True,
+        )
+
+    def _one_step_net(
+        self,
+        now: float,
+        net: str,
+        decide: Callable[[datetime, MachineSnapshot, Any], object],
+        acts: type,
+        op: str,
+        fc: FailureClass | None,
+        read_again: Callable[[Machine, RefusalReason], bool],
+    ) -> None:
+        """A net whose decision is act, refuse or nothing: its due rows decided with its real
+        policy; a refusal that time alone can lift puts the row back for its next tick."""
+        every, policy = self.nets[net]
+        for m in self._pop_due(net, now):
+            d = decide(dt(now), self.snapshot(m, now), policy)
+            self.metrics.decisions[net] += 1
+            if isinstance(d, acts):
+                self._stop_or_destroy(m, op, net, fc)
             elif isinstance(d, Refuse):
-                self._refused("provision_deadline", d.reason)
-                self._due("provision_deadline", m, now + 60.0)
+                self._refused(net, d.reason)
+                if read_again(m, d.reason):
+                    self._due(net, m, now + every)
 
     def _net_boot_failure(self, now: float) -> None:
         policy = self.nets["boot_failure"][1]
