@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpufleet.scheduler.tick.model import AttemptView, MachineView
+from gpufleet.scheduler.tick.model import AttemptView, JobView, MachineView
 from gpufleet.sim.clock import EPOCH, dt, grid_ceil, grid_floor
 from gpufleet.sim.profile import Offering
 
@@ -38,6 +38,7 @@ class Attempt:
     charged_micros: int = 0
     end_event: int = 0  # generation: an end scheduled for an older state is ignored
     view: AttemptView | None = None
+    lease_from: datetime | None = None  # the report clock its view's lease was read from
     started_dt: datetime = EPOCH
 
 
@@ -65,6 +66,7 @@ class Job:
     first_start: float | None = None
     created_dt: datetime | None = None
     failed_our_side: bool = False
+    view: JobView | None = None  # as the tick reads it while queued (its usage read anew)
 
 
 @dataclass
@@ -125,11 +127,17 @@ class Machine:
     bill_from: float | None = None
     seg_from: float = 0.0
     useful_from: float | None = None
+    # The row as the fleet tick's snapshot reads it, kept while nothing it shows changed:
+    # writing any field it is built from drops it (``__setattr__``; the slot map, changed
+    # in place, is dropped by hand where it changes).
     view: MachineView | None = None
-    view_key: tuple[object, ...] = ()
-    # The report clock as the current tick read it (once per machine and tick).
-    rep_at: float = -1.0
-    rep_dt: datetime | None = None
+    # Until when the kept view's report clock answers "fresh" as a new read would.
+    view_fresh_until: float = -1.0
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in VIEW_FIELDS:
+            object.__setattr__(self, "view", None)
+        object.__setattr__(self, name, value)
 
     # -- the three liveness channels, as their writers would have left them -------------
 
@@ -190,6 +198,25 @@ class Machine:
             return False
         return not any(f.cls in USELESS_CLASSES and f.at <= now for f in self.life_failures)
 
+
+# The fields a machine's tick view is built from (its report clock from the last three).
+VIEW_FIELDS = frozenset(
+    {
+        "state",
+        "intent",
+        "lost",
+        "cordoned",
+        "earmarked_for",
+        "backoff_until",
+        "dispatch_backoff_until",
+        "preemptions",
+        "spot_seconds",
+        "attempts",
+        "startup_done_at",
+        "worker_stopped_at",
+        "earlier_report_at",
+    }
+)
 
 # What makes a machine useless: these are the failures a destroy is right for.
 USELESS_CLASSES = frozenset({"provision_stall", "boot_never_completes", "worker_dies", "worker_wedges"})

@@ -81,6 +81,9 @@ FAIR_SHARE_HALF_LIFE_S = 86400.0
 
 _SECONDS = [timedelta(seconds=i) for i in range(3600)]
 _LEASE = timedelta(seconds=LEASE_S)
+NOT_RUNNING = frozenset({"STOPPED", "DESTROYED"})
+# A kept report clock this old still reads fresh to the tick (its worker_fresh_s is 60 s).
+REPORT_REFRESH_S = 50.0
 
 
 class InvariantBroken(AssertionError):
@@ -143,6 +146,8 @@ class Sim:
         self.machines: dict[str, Machine] = {}
         self.live: set[str] = set()  # machines not DESTROYED
         self.by_pool: dict[str, set[str]] = {p: set() for p in self.pools}
+        # Each pool's machines that bill or are about to (not STOPPED or DESTROYED).
+        self.running: Counter[str] = Counter()
         self.pool_order: dict[str, list[Machine]] = {}  # the pool's live machines by id, cached
         self.jobs: dict[str, Job] = {}
         self.queued: dict[str, dict[str, Job]] = {p: {} for p in self.pools}
@@ -320,13 +325,8 @@ class Sim:
             self.q.at(self.down_until, self._tick)
             return
         pools, self.dirty = sorted(self.dirty), set()
-        running_elsewhere = Counter(
-            self.machines[m].offering.pool
-            for m in self.live
-            if self.machines[m].state not in ("STOPPED", "DESTROYED")
-        )
         for pool in pools:
-            others = sum(n for p, n in running_elsewhere.items() if p != pool)
+            others = sum(n for p, n in self.running.items() if p != pool)
             snapshot = self._snapshot(pool, now)
             policy = Policy(
                 max_running_machines=max(0, self.cfg.machines - others),
@@ -335,9 +335,6 @@ class Sim:
             plan = tick_decide.decide(snapshot, policy)
             self.metrics.decisions["fleet_tick"] += 1
             self._apply_plan(pool, plan, now)
-            running_elsewhere[pool] = sum(
-                1 for m in self.by_pool[pool] if self.machines[m].state not in ("STOPPED", "DESTROYED")
-            )
 
     def _usage(self, ws: str, now: float) -> float:
         used, at = self.usage.get(ws, (0.0, now))
@@ -349,30 +346,36 @@ class Sim:
         for j in self.queued[pool].values():
             if j.workspace not in usage:
                 usage[j.workspace] = self._usage(j.workspace, now)
-        queued = [
-            JobView(
-                id=j.id,
-                workspace_id=j.workspace,
-                pool_id=j.pool,
-                kind_id=j.kind,
-                slots_needed=j.slots_needed,
-                whole_machine=j.whole,
-                tier=j.tier,
-                weight=j.weight,
-                created_at=j.created_dt or nowd,
-                usage=usage[j.workspace],
-            )
-            for j in self.queued[pool].values()
-            if j.backoff_until <= now
-        ]
+        queued = []
+        for j in self.queued[pool].values():
+            if j.backoff_until > now:
+                continue
+            jview = j.view
+            if jview is None:
+                jview = j.view = JobView(
+                    id=j.id,
+                    workspace_id=j.workspace,
+                    pool_id=j.pool,
+                    kind_id=j.kind,
+                    slots_needed=j.slots_needed,
+                    whole_machine=j.whole,
+                    tier=j.tier,
+                    weight=j.weight,
+                    created_at=j.created_dt or nowd,
+                    usage=usage[j.workspace],
+                )
+            else:  # the workspace's fair-share usage decays with time: read it anew
+                object.__setattr__(jview, "usage", usage[j.workspace])
+            queued.append(jview)
         machines, attempts = [], []
         order = self.pool_order.get(pool)
         if order is None:
             order = self.pool_order[pool] = [self.machines[mid] for mid in sorted(self.by_pool[pool])]
         for m in order:
-            machines.append(self._view(m, now))
+            view = self._view(m, now)
+            machines.append(view)
             for a in m.live_attempts:
-                attempts.append(self._attempt_view(a, now))
+                attempts.append(self._attempt_view(a, view))
         return FleetSnapshot(
             now=nowd,
             queued=queued,
@@ -389,33 +392,29 @@ class Sim:
         )
 
     def _view(self, m: Machine, now: float) -> MachineView:
-        """The row as the tick's snapshot reads it, kept between ticks while it has not
-        changed. A reporting worker's report clock is refreshed once it is 30 s old: the
-        tick only asks whether it is under ``worker_fresh_s`` (60 s), so the answer is the
-        one a fresher read would give."""
-        reporting = m.reporting(now)
-        key = (
-            m.state,
-            m.intent,
-            m.lost,
-            m.earmarked_for,
-            tuple(m.attempts),
-            m.backoff_until,
-            m.dispatch_backoff_until,
-            m.preemptions,
-            m.spot_seconds,
-            reporting,
-            m.worker_stopped_at,
-        )
-        cached = m.view
-        if cached is not None and m.view_key == key:
-            # The row's report clock moves with the worker's heartbeats: written in place, as
-            # the database row would be (the tick keeps no view from one tick to the next).
-            object.__setattr__(cached, "worker_report_at", self._report(m, now))
-            return cached
-        view = self._build_view(m, now)
-        m.view, m.view_key = view, key
+        """The row as the tick's snapshot reads it, kept between ticks while none of the
+        fields it is built from has been written (``Machine.__setattr__`` drops it). The
+        only thing that moves on its own is a reporting worker's report clock, which the
+        tick reads for one question: is it under ``worker_fresh_s`` old? It is refreshed
+        once it is ``REPORT_REFRESH_S`` old, so the answer is the one a fresh read gives
+        (a kept value is at most that old, a fresh one at most a heartbeat)."""
+        view = m.view
+        if view is None:
+            view = m.view = self._build_view(m, now)
+            m.view_fresh_until = self._fresh_until(m, now)
+        elif now > m.view_fresh_until:
+            # Written in place, as the database row would be (the tick keeps no view from
+            # one tick to the next).
+            object.__setattr__(view, "worker_report_at", self._report(m, now))
+            m.view_fresh_until = self._fresh_until(m, now)
         return view
+
+    def _fresh_until(self, m: Machine, now: float) -> float:
+        """Until when the view's report clock may be kept: forever for a worker that does
+        not report (its clock stands still)."""
+        if not m.reporting(now):
+            return INF
+        return now - int((now - m.startup_done_at) % self.heartbeat_s) + REPORT_REFRESH_S
 
     def _build_view(self, m: Machine, now: float) -> MachineView:
         return MachineView(
@@ -440,55 +439,49 @@ class Sim:
             earmarked_for=m.earmarked_for,
         )
 
-    def _attempt_view(self, a: Attempt, now: float) -> AttemptView:
-        """Kept between ticks like the machine's view: a reporting worker's lease is
-        refreshed while more than half of it is left, so no lease reads as expired that a
-        fresher read would have extended."""
-        cached = a.view
-        if cached is not None and cached.state == a.state:
-            object.__setattr__(cached, "lease_expires_at", self._lease(a, now))
-            return cached
-        view = self._build_attempt_view(a, now)
-        a.view = view
+    def _attempt_view(self, a: Attempt, m: MachineView) -> AttemptView:
+        """Kept between ticks like the machine's view. Its lease is the machine's report
+        clock (as that view holds it) plus the attempt lease, so a reporting worker's lease
+        is always more than ``LEASE_S - REPORT_REFRESH_S`` ahead — never expired, as a
+        fresh read would say — and a silent worker's stands still at the true one."""
+        view = a.view
+        if view is None or view.state != a.state:
+            view = a.view = AttemptView(
+                id=a.id,
+                job_id=a.job.id,
+                machine_id=m.id,
+                state=a.state,
+                started_at=a.started_dt,
+                lease_expires_at=self._lease(a, m.worker_report_at),
+                slots=len(a.slots),
+                time_limit_s=a.job.time_limit_s,
+                expected_s=a.job.expected_s,
+                whole_machine=a.job.whole,
+            )
+        elif a.lease_from is not m.worker_report_at:
+            object.__setattr__(view, "lease_expires_at", self._lease(a, m.worker_report_at))
+        a.lease_from = m.worker_report_at
         return view
 
     def _report(self, m: Machine, now: float) -> datetime | None:
-        """The report clock at ``now``, once per machine and tick. A reporting worker's last
-        heartbeat is taken to the whole second below it (at most a second older: never a
-        fresher channel than the truth)."""
-        if m.rep_at == now:
-            return m.rep_dt
+        """The report clock at ``now``. A reporting worker's last heartbeat is taken to the
+        whole second below it (at most a second older: never a fresher channel than the
+        truth)."""
         if m.reporting(now):
             assert self.nowd is not None
-            r: datetime | None = self.nowd - _SECONDS[int((now - m.startup_done_at) % self.heartbeat_s)]
-        else:
-            r = m.worker_report_at(now, self.heartbeat_s)
-        m.rep_at, m.rep_dt = now, r
-        return r
+            return self.nowd - _SECONDS[int((now - m.startup_done_at) % self.heartbeat_s)]
+        return m.worker_report_at(now, self.heartbeat_s)
 
-    def _lease(self, a: Attempt, now: float) -> datetime:
-        last = self._report(a.machine, now)
+    @staticmethod
+    def _lease(a: Attempt, last: datetime | None) -> datetime:
         if last is None or last < a.started_dt:
             return a.started_dt + _LEASE
         return last + _LEASE
 
-    def _build_attempt_view(self, a: Attempt, now: float) -> AttemptView:
-        m = a.machine
-        return AttemptView(
-            id=a.id,
-            job_id=a.job.id,
-            machine_id=m.id,
-            state=a.state,
-            started_at=a.started_dt,
-            lease_expires_at=self._lease(a, now),
-            slots=len(a.slots),
-            time_limit_s=a.job.time_limit_s,
-            expected_s=a.job.expected_s,
-            whole_machine=a.job.whole,
-        )
-
     def _apply_plan(self, pool: str, plan: TickPlan, now: float) -> None:
-        attempts = {a.id: a for mid in self.by_pool[pool] for a in _live(self.machines[mid])}
+        attempts: dict[str, Attempt] = {}
+        if plan.expired_leases or plan.over_limit:
+            attempts = {a.id: a for mid in self.by_pool[pool] for a in _live(self.machines[mid])}
         for aid in plan.expired_leases:
             a = attempts.get(aid)
             if a is not None and a.state in ("STARTING", "RUNNING"):
@@ -526,6 +519,7 @@ class Sim:
         a.started_dt = dt(now)
         for s in slots:
             m.attempts[s] = a
+        m.view = None  # the slot map changed in place
         m.live_attempts.append(a)
         job.live = a
         job.state = "DISPATCHING"
@@ -585,6 +579,7 @@ class Sim:
         for s in a.slots:
             if m.attempts.get(s) is a:
                 del m.attempts[s]
+        m.view = None  # the slot map changed in place
         if a in m.live_attempts:
             m.live_attempts.remove(a)
         job.live = None
@@ -655,6 +650,7 @@ class Sim:
                     self._caught(f, "machine left")
         if not lifecycle.allowed(MachineState(m.state), MachineState(to), by):
             self._broken(f"{by.value} moved machine {m.id} {m.state} -> {to}, which the lifecycle forbids")
+        self.running[m.offering.pool] += (to not in NOT_RUNNING) - (m.state not in NOT_RUNNING)
         m.state = to
         m.state_changed_at = dt(self.q.now)
         if to in TRANSITIONAL:
@@ -865,6 +861,7 @@ class Sim:
         self.machines[m.id] = m
         self.live.add(m.id)
         self.by_pool[o.pool].add(m.id)
+        self.running[o.pool] += 1
         self.pool_order.pop(o.pool, None)
         self._due("stuck_transition", m, now + 600.0)
         self._due("provision_deadline", m, now + 20 * 60.0)

@@ -196,6 +196,8 @@ def scale(
     cap while shorts wait. Shorts then scale on what is left; a machine earmarked for a
     film is not counted as arriving for them. Last, a pool short of its warm target
     (``warm``: machines missing) is topped up to it."""
+    if not unmet and not warm:
+        return []  # nothing waits and no pool is short of its warm machines
     if book is None:
         book = film_book(snapshot, policy, unmet, [])
     earmarked = book.earmarked

@@ -115,7 +115,6 @@ def film_book(
     earmark_of: dict[str, MachineView] = {}
     held: Counter[str] = Counter()
     live: Counter[str] = Counter()
-    pool_of = {m.id: m.pool_id for m in snapshot.machines}
     for m in snapshot.machines:
         if m.pool_id is None or m.state not in _LIVE or m.lost:
             continue
@@ -127,6 +126,7 @@ def film_book(
     # The attempts' ends and the machines films run on matter only to a film that waits:
     # with none in the demand, the tick skips the pass over every live attempt.
     if any(j.whole_machine for j in demand):
+        pool_of = {m.id: m.pool_id for m in snapshot.machines}
         for a in snapshot.live_attempts:
             end = max(a.expected_end, snapshot.now)
             ends_at[a.machine_id] = max(ends_at.get(a.machine_id, end), end)

@@ -31,11 +31,12 @@ LIVE = frozenset(
 
 
 def busy_pools(snapshot: FleetSnapshot) -> frozenset[str]:
-    """Pools with queued work or a live attempt on one of their machines."""
-    pool_of = {m.id: m.pool_id for m in snapshot.machines}
+    """The snapshot's pools with queued work or a live attempt on one of their machines."""
     busy = {j.pool_id for j in snapshot.queued}
-    busy.update(p for a in snapshot.live_attempts if (p := pool_of.get(a.machine_id)) is not None)
-    return frozenset(busy)
+    if not busy.issuperset(snapshot.pools):  # every pool has queued work: no attempt changes that
+        pool_of = {m.id: m.pool_id for m in snapshot.machines}
+        busy.update(p for a in snapshot.live_attempts if (p := pool_of.get(a.machine_id)) is not None)
+    return frozenset(busy.intersection(snapshot.pools))
 
 
 def pool_clocks(snapshot: FleetSnapshot, busy: frozenset[str]) -> list[PoolClock]:
