@@ -86,6 +86,13 @@ NOT_RUNNING = frozenset({"STOPPED", "DESTROYED"})
 REPORT_REFRESH_S = 50.0
 
 
+def _lease(a: Attempt, last: datetime | None) -> datetime:
+    """An attempt's lease: its worker's last report (or its start, if later) plus the lease."""
+    if last is None or last < a.started_dt:
+        return a.started_dt + _LEASE
+    return last + _LEASE
+
+
 class InvariantBroken(AssertionError):
     """A rule the money path must keep was broken; the message names the seed."""
 
@@ -371,11 +378,33 @@ class Sim:
         order = self.pool_order.get(pool)
         if order is None:
             order = self.pool_order[pool] = [self.machines[mid] for mid in sorted(self.by_pool[pool])]
+        # ``_view`` and ``_attempt_view`` written out in the loop: this is the simulator's
+        # hottest path (every machine and attempt of the pool, every tick).
+        hb = self.heartbeat_s
         for m in order:
-            view = self._view(m, now)
+            view = m.view
+            if view is None:
+                view = self._view(m, now)
+            elif now > m.view_fresh_until:
+                sd = m.startup_done_at
+                if sd <= now < m.worker_stopped_at:
+                    k = int((now - sd) % hb)
+                    object.__setattr__(view, "worker_report_at", nowd - _SECONDS[k])
+                    m.view_fresh_until = now - k + REPORT_REFRESH_S
+                else:
+                    object.__setattr__(view, "worker_report_at", m.worker_report_at(now, hb))
+                    m.view_fresh_until = INF
             machines.append(view)
-            for a in m.live_attempts:
-                attempts.append(self._attempt_view(a, view))
+            if m.live_attempts:
+                report = view.worker_report_at
+                for a in m.live_attempts:
+                    av = a.view
+                    if av is None or av.state != a.state:
+                        av = self._attempt_view(a, view)
+                    elif a.lease_from is not report:
+                        object.__setattr__(av, "lease_expires_at", _lease(a, report))
+                        a.lease_from = report
+                    attempts.append(av)
         return FleetSnapshot(
             now=nowd,
             queued=queued,
@@ -452,14 +481,14 @@ class Sim:
                 machine_id=m.id,
                 state=a.state,
                 started_at=a.started_dt,
-                lease_expires_at=self._lease(a, m.worker_report_at),
+                lease_expires_at=_lease(a, m.worker_report_at),
                 slots=len(a.slots),
                 time_limit_s=a.job.time_limit_s,
                 expected_s=a.job.expected_s,
                 whole_machine=a.job.whole,
             )
         elif a.lease_from is not m.worker_report_at:
-            object.__setattr__(view, "lease_expires_at", self._lease(a, m.worker_report_at))
+            object.__setattr__(view, "lease_expires_at", _lease(a, m.worker_report_at))
         a.lease_from = m.worker_report_at
         return view
 
@@ -471,12 +500,6 @@ class Sim:
             assert self.nowd is not None
             return self.nowd - _SECONDS[int((now - m.startup_done_at) % self.heartbeat_s)]
         return m.worker_report_at(now, self.heartbeat_s)
-
-    @staticmethod
-    def _lease(a: Attempt, last: datetime | None) -> datetime:
-        if last is None or last < a.started_dt:
-            return a.started_dt + _LEASE
-        return last + _LEASE
 
     def _apply_plan(self, pool: str, plan: TickPlan, now: float) -> None:
         attempts: dict[str, Attempt] = {}
@@ -552,13 +575,19 @@ class Sim:
             self.metrics.waits[(job.kind, job.plan)].append(now - job.created)
         ends = "FAILED" if job.fails_own else "SUCCEEDED"
         self.q.after(job.duration_s, lambda: self._job_done(a, gen, ends))
-        # The time limit and the lease are read by the tick: make it look when they fall due.
-        self.q.after(job.time_limit_s + 1.0, lambda: self._touch(job.pool))
+        # The tick reads the time limit: make it look when it falls due, if the attempt is
+        # still live then (most end long before; a tick for them would decide nothing new).
+        self.q.after(job.time_limit_s + 1.0, lambda: self._limit_due(a, gen))
+
+    def _limit_due(self, a: Attempt, gen: int) -> None:
+        if a.state in ("STARTING", "RUNNING") and a.end_event == gen:
+            self._touch(a.job.pool)
 
     def _dispatch_failed(self, a: Attempt, gen: int) -> None:
         if a.state != "STARTING" or a.end_event != gen:
             return
         a.machine.dispatch_backoff_until = dt(self.q.now + 60.0)
+        self.q.after(61.0, lambda: self._touch(a.machine.offering.pool))  # it may take jobs again
         self._end_attempt(a, "TAKEN_BACK", charged=False, why="dispatch_deadline", spend_retry=False)
 
     def _job_done(self, a: Attempt, gen: int, state: str) -> None:
