@@ -60,6 +60,7 @@ EXPECTED = {
     "provider_call_failed": "ALERT_HUMAN",
     "provider_not_served": "HALT_PROVISIONING",
     "transition_stuck": "ALERT_HUMAN",
+    "transition_reissued": "NOTHING",
     "slot_could_not_be_closed": "RETRY_SAME_MACHINE",
     "job_infra_error": "RETRY_SAME_MACHINE",
     "job_failed": "FAIL_JOB",

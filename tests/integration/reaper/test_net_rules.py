@@ -1,6 +1,8 @@
 """The nets' own rules in a running control plane: went silent's floor, boot failure's
 live re-confirmation, and a provider error during stop or destroy left for the
-stuck-transition watchdog, which finishes it once the provider agrees, or alerts."""
+stuck-transition watchdog, which finishes it once the provider agrees, re-issues a stop or
+destroy the provider never carried out (recorded first, a bounded number of times), and
+alerts a human once those are spent."""
 
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ def test_a_start_up_that_fails_once_then_passes_is_not_destroyed(pg_url: str) ->
         assert plane.provider_ops(mid) == [] and plane.ledger(mid) == []
 
 
-def test_a_failed_stop_stays_stopping_and_is_finished_once_the_provider_agrees(pg_url: str) -> None:
+def test_a_failed_stop_is_reissued_once_stuck_and_then_done(pg_url: str) -> None:
     with running_plane(pg_url) as plane:
         now = plane.clock.now()
         mid = plane.machine(stop_due_at=now - timedelta(seconds=1), destroy_due_at=now + timedelta(hours=2))
@@ -84,25 +86,66 @@ def test_a_failed_stop_stays_stopping_and_is_finished_once_the_provider_agrees(p
         plane.tick()
         assert (plane.row(mid).state, plane.row(mid).intent) == ("STOPPING", "STOPPED")
         assert plane.ledger(mid) == [("provider_call_failed", "auto_stop", "ALERT_HUMAN")]
-
-        # Ten minutes in STOPPING: a fresh read finds the instance still running — it
-        # disagrees with the intent, so a human is alerted; the stop is not retried.
-        alerted = plane.run_until(lambda: len(plane.ledger(mid)) == 2, within_s=11 * 60)
-        assert alerted is not None and alerted <= now + timedelta(minutes=11)
-        assert plane.ledger(mid)[1] == ("transition_stuck", "stuck_transition", "ALERT_HUMAN")
-        assert sorted(plane.incidents(mid)) == ["provider_call_failed", "transition_stuck"]
-        for _ in range(5):
+        for _ in range(9):  # inside the ten minutes: only reads, if anything
             plane.step(60)
         assert plane.row(mid).state == "STOPPING"
-        assert len(plane.ledger(mid)) == 2  # one alert per stuck transition, not one a tick
+        assert [c for c in plane.provider_ops(mid) if c != "get"] == ["stop"]
+
+        # Ten minutes in STOPPING: a fresh read finds the instance still running, so the
+        # stop is sent again — recorded in the ledger first — and this time it goes through.
+        done = plane.run_until(lambda: plane.row(mid).state == "STOPPED", within_s=2 * 60)
+        assert done is not None and done <= now + timedelta(minutes=11)
+        row = plane.row(mid)
+        assert (row.intent, row.stop_due_at) == ("STOPPED", None)
+        assert plane.instance_status(mid) is InstanceStatus.STOPPED
+        assert plane.ledger(mid) == [
+            ("provider_call_failed", "auto_stop", "ALERT_HUMAN"),
+            ("transition_reissued", "stuck_transition", "NOTHING"),
+        ]
+        assert [c for c in plane.provider_ops(mid) if c != "get"] == ["stop", "stop"]
+        assert plane.acted(mid)["stuck_transition"] == {"stop_reissued"}
+        assert sorted(plane.incidents(mid)) == ["provider_call_failed"]
+
+
+def test_a_stop_that_keeps_failing_is_reissued_twice_then_left_for_a_human(pg_url: str) -> None:
+    with running_plane(pg_url) as plane:
+        now = plane.clock.now()
+        mid = plane.machine(stop_due_at=now - timedelta(seconds=1), destroy_due_at=now + timedelta(hours=2))
+        plane.agents[mid].quiet()
+        plane.reporting.add(mid)
+        plane.sim.cloud.fail_next("stop", Transient("throttled"), times=3)
+        plane.tick()
+        alerted = plane.run_until(
+            lambda: any(c == "transition_stuck" for c, _, _ in plane.ledger(mid)), within_s=25 * 60
+        )
+        # Re-issued at about 10 and 15 minutes; the alert once the second is 5 minutes old.
+        assert alerted is not None and now + timedelta(minutes=20) <= alerted <= now + timedelta(minutes=22)
+        assert plane.ledger(mid) == [
+            ("provider_call_failed", "auto_stop", "ALERT_HUMAN"),
+            ("transition_reissued", "stuck_transition", "NOTHING"),
+            ("provider_call_failed", "stuck_transition", "ALERT_HUMAN"),
+            ("transition_reissued", "stuck_transition", "NOTHING"),
+            ("provider_call_failed", "stuck_transition", "ALERT_HUMAN"),
+            ("transition_stuck", "stuck_transition", "ALERT_HUMAN"),
+        ]
+        # The same call each time (one idempotency key), so one incident for it.
+        assert sorted(plane.incidents(mid)) == ["provider_call_failed", "transition_stuck"]
+        for _ in range(10):
+            plane.step(60)
+        assert plane.row(mid).state == "STOPPING"
+        assert [c for c in plane.provider_ops(mid) if c != "get"] == ["stop"] * 3
+        assert len(plane.ledger(mid)) == 6  # nothing more: one alert, no third re-issue
 
         plane.provider_stops(mid)  # a human stops it at the provider
         plane.step(60)
         row = plane.row(mid)
         assert (row.state, row.intent, row.stop_due_at) == ("STOPPED", "STOPPED", None)
-        assert plane.instance_status(mid) is InstanceStatus.STOPPED
-        assert plane.provider_ops(mid).count("stop") == 1
-        assert plane.acted(mid)["stuck_transition"] == {"alert", "still_stuck", "finish"}
+        assert plane.acted(mid)["stuck_transition"] == {
+            "stop_reissue_failed",
+            "alert",
+            "still_stuck",
+            "finish",
+        }
 
 
 def test_a_failed_destroy_the_provider_carried_out_anyway_is_finished(pg_url: str) -> None:
@@ -122,7 +165,9 @@ def test_a_failed_destroy_the_provider_carried_out_anyway_is_finished(pg_url: st
         assert plane.acted(mid)["stuck_transition"] == {"finish"}
 
 
-def test_a_failed_destroy_the_provider_never_carried_out_alerts_once_and_is_not_retried(pg_url: str) -> None:
+def test_a_failed_destroy_the_provider_never_carried_out_is_reissued_and_the_instance_ends(
+    pg_url: str,
+) -> None:
     with running_plane(pg_url) as plane:
         now = plane.clock.now()
         mid = plane.machine(
@@ -130,12 +175,12 @@ def test_a_failed_destroy_the_provider_never_carried_out_alerts_once_and_is_not_
         )
         plane.sim.cloud.fail_next("destroy", Transient("throttled"))
         plane.tick()
-        for _ in range(20):
-            plane.step(60)
         assert plane.row(mid).state == "DESTROYING"
-        assert plane.instance_status(mid) is InstanceStatus.RUNNING
-        assert [c for c in plane.provider_ops(mid) if c != "get"] == ["destroy"]
+        done = plane.run_until(lambda: plane.row(mid).state == "DESTROYED", within_s=12 * 60)
+        assert done is not None and done <= now + timedelta(minutes=11)
+        assert plane.instance_status(mid) is None
+        assert [c for c in plane.provider_ops(mid) if c != "get"] == ["destroy", "destroy"]
         assert plane.ledger(mid) == [
             ("provider_call_failed", "auto_destroy", "ALERT_HUMAN"),
-            ("transition_stuck", "stuck_transition", "ALERT_HUMAN"),
+            ("transition_reissued", "stuck_transition", "NOTHING"),
         ]

@@ -1,5 +1,7 @@
 """Stuck transition's decision, from a table: finish when the provider agrees with the
-recorded intent, alert otherwise, never retry."""
+recorded intent; re-issue a stop or destroy the provider has not carried out, a bounded
+number of times, walking the ladder; alert otherwise — and never re-issue a create or a
+start."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from gpufleet.reaper.stuck_transition import (
     AlertStuck,
     FinishTransition,
     ProviderView,
+    ReissueCall,
     StuckPolicy,
     decide,
 )
@@ -28,6 +31,8 @@ def stuck(state: str, intent: str, minutes: float = 10) -> MachineSnapshot:
 
 
 ALERT = "alert"
+STOP = "stop"
+DESTROY = "destroy"
 CASES: list[tuple[str, MachineSnapshot, ProviderView, object]] = [
     (
         "stop happened",
@@ -35,7 +40,8 @@ CASES: list[tuple[str, MachineSnapshot, ProviderView, object]] = [
         ProviderView("STOPPED"),
         FinishTransition(MachineState.STOPPED),
     ),
-    ("stop never happened", stuck("STOPPING", "STOPPED"), ProviderView("RUNNING"), ALERT),
+    ("stop never happened", stuck("STOPPING", "STOPPED"), ProviderView("RUNNING"), STOP),
+    ("pending: cannot be stopped yet", stuck("STOPPING", "STOPPED"), ProviderView("PENDING"), ALERT),
     ("stop still in progress after 10 min", stuck("STOPPING", "STOPPED"), ProviderView("STOPPING"), ALERT),
     ("stopping an instance that vanished", stuck("STOPPING", "STOPPED"), ProviderView(GONE), ALERT),
     (
@@ -50,13 +56,15 @@ CASES: list[tuple[str, MachineSnapshot, ProviderView, object]] = [
         ProviderView("TERMINATED"),
         FinishTransition(MachineState.DESTROYED),
     ),
-    ("destroy never happened", stuck("DESTROYING", "DESTROYED"), ProviderView("RUNNING"), ALERT),
+    ("destroy never happened", stuck("DESTROYING", "DESTROYED"), ProviderView("RUNNING"), DESTROY),
     (
         "destroy of a stopped instance never happened",
         stuck("DESTROYING", "DESTROYED"),
         ProviderView("STOPPED"),
-        ALERT,
+        DESTROY,
     ),
+    ("destroy of a pending instance", stuck("DESTROYING", "DESTROYED"), ProviderView("PENDING"), DESTROY),
+    ("stopping, and meant to be destroyed", stuck("STOPPING", "DESTROYED"), ProviderView("RUNNING"), DESTROY),
     (
         "start happened",
         stuck("STARTING", "RUNNING"),
@@ -109,12 +117,47 @@ def test_decide(machine: MachineSnapshot, view: ProviderView, expected: object) 
     decision = decide(NOW, machine, view, POLICY)
     if expected == ALERT:
         assert isinstance(decision, AlertStuck)
+    elif expected in (STOP, DESTROY):
+        assert isinstance(decision, ReissueCall)
+        assert decision.operation == expected
+        assert decision.end is (MachineState.STOPPED if expected == STOP else MachineState.DESTROYED)
+        assert "1 of 2" in decision.details
     else:
         assert decision == expected
 
 
-def test_the_net_holds_no_call_but_a_read() -> None:
-    from gpufleet.reaper.stuck_transition import InstanceReader
+def test_a_reissue_is_followed_by_a_wait_then_another_then_an_alert() -> None:
+    machine, view = stuck("STOPPING", "STOPPED", minutes=30), ProviderView("RUNNING")
+    # Re-issued 4 minutes ago: it may still be under way — nothing, not even an alert.
+    assert decide(NOW, machine, view, POLICY, [ago(minutes=4)]) is None
+    # Five minutes on, and the provider still says running: the second re-issue.
+    second = decide(NOW, machine, view, POLICY, [ago(minutes=5)])
+    assert isinstance(second, ReissueCall) and "2 of 2" in second.details
+    # Both spent: a human.
+    spent = decide(NOW, machine, view, POLICY, [ago(minutes=12), ago(minutes=6)])
+    assert isinstance(spent, AlertStuck) and "after 2 re-issued stops" in spent.details
+    # A provider that agrees meanwhile finishes it, however recent the re-issue.
+    done = decide(NOW, machine, ProviderView("STOPPED"), POLICY, [ago(minutes=1)])
+    assert done == FinishTransition(MachineState.STOPPED)
+    # A policy that allows none alerts at once.
+    assert isinstance(decide(NOW, machine, view, replace(POLICY, reissues=0)), AlertStuck)
 
-    methods = {m for m in vars(InstanceReader) if not m.startswith("_")}
-    assert methods == {"get"}
+
+@pytest.mark.parametrize(
+    ("machine", "reason"),
+    [
+        (replace(stuck("DESTROYING", "DESTROYED"), live_attempts=1), RefusalReason.WORK_PINNED),
+        (replace(stuck("STOPPING", "STOPPED"), live_attempts=2), RefusalReason.WORK_PINNED),
+        (replace(stuck("DESTROYING", "DESTROYED"), managed=False), RefusalReason.NOT_OURS),
+    ],
+    ids=["destroy with work on it", "stop with work on it", "not managed by us"],
+)
+def test_a_reissue_walks_the_ladder(machine: MachineSnapshot, reason: RefusalReason) -> None:
+    assert decide(NOW, machine, ProviderView("RUNNING"), POLICY) == Refuse(reason)
+
+
+def test_the_net_may_read_stop_and_destroy_but_never_create_or_start() -> None:
+    from gpufleet.reaper.stuck_transition import StuckProvider
+
+    methods = {m for c in StuckProvider.__mro__ for m in vars(c) if not m.startswith("_")}
+    assert methods == {"get", "stop", "destroy"}

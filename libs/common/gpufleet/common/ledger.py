@@ -60,6 +60,8 @@ class FailureClass(StrEnum):
     # until an operator configures it.
     PROVIDER_NOT_SERVED = "provider_not_served"
     TRANSITION_STUCK = "transition_stuck"
+    # The stuck-transition net sent a stop or destroy again (the row is written first).
+    TRANSITION_REISSUED = "transition_reissued"
     SLOT_NOT_CLOSED = "slot_could_not_be_closed"
     JOB_FAILED = "job_failed"
     JOB_INFRA_ERROR = "job_infra_error"
@@ -87,6 +89,8 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     FailureClass.PROVIDER_CALL_FAILED: LedgerOutcome.ALERT_HUMAN,
     FailureClass.PROVIDER_NOT_SERVED: LedgerOutcome.HALT_PROVISIONING,
     FailureClass.TRANSITION_STUCK: LedgerOutcome.ALERT_HUMAN,
+    # The re-issued call is the whole act; the row is its record (and counts re-issues).
+    FailureClass.TRANSITION_REISSUED: LedgerOutcome.NOTHING,
     FailureClass.SLOT_NOT_CLOSED: LedgerOutcome.RETRY_SAME_MACHINE,
     FailureClass.JOB_FAILED: LedgerOutcome.FAIL_JOB,
     FailureClass.JOB_INFRA_ERROR: LedgerOutcome.RETRY_SAME_MACHINE,

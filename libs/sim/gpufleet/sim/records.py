@@ -100,6 +100,10 @@ class Machine:
     state_changed_at: datetime | None = None
     startup_failed_at: datetime | None = None
     alerted_for: datetime | None = None  # the stuck transition's incident, opened once
+    # When the stuck-transition net re-issued this transition's call (its ledger rows),
+    # and which transition (its ``state_changed_at``) they belong to.
+    reissued: list[datetime] = field(default_factory=list)
+    reissued_for: datetime | None = None
     provider_instance_id: str | None = None
     backoff_until: datetime | None = None
     dispatch_backoff_until: datetime | None = None

@@ -1306,7 +1306,9 @@ class Sim:
                 continue
             status = m.inst_status or stuck_transition.GONE
             view = stuck_transition.ProviderView(status=status, provider_instance_id=f"i-{m.id}")
-            d = stuck_transition.decide(dt(now), snap, view, policy)
+            if m.reissued_for != m.state_changed_at:
+                m.reissued, m.reissued_for = [], m.state_changed_at
+            d = stuck_transition.decide(dt(now), snap, view, policy, m.reissued)
             self.metrics.decisions["stuck_transition"] += 1
             for f in m.life_failures:
                 if f.cls in ("call_failed", "call_timed_out", "answer_lost") and f.caught_at is None:
@@ -1326,9 +1328,30 @@ class Sim:
                     m.alerted_for = m.state_changed_at
                     self._ledger(FailureClass.TRANSITION_STUCK, m)
                     self.q.after(self.cfg.faults.human_response_s, partial(self._human, m))
+            elif isinstance(d, stuck_transition.ReissueCall):
+                # The ledger row first (the intent is on the row already), then the call.
+                self._ledger(FailureClass.TRANSITION_REISSUED, m)
+                m.reissued.append(dt(now))
+                op = d.operation
+                self._call(m, op, partial(self._reissue_answered, m, op))
+                self._due("stuck_transition", m, now + 60.0)
             elif isinstance(d, Refuse):
                 self._refused("stuck_transition", d.reason)
                 self._due("stuck_transition", m, now + 60.0)
+            else:  # a re-issued call may still be under way: read again next pass
+                self._due("stuck_transition", m, now + 60.0)
+
+    def _reissue_answered(self, m: Machine, op: str, outcome: str) -> None:
+        """A re-issued stop or destroy: done (the transition ends), refused (nothing done;
+        the net reads again), or done with its answer lost (the next read finishes it)."""
+        if m.state not in ("STOPPING", "DESTROYING"):
+            return
+        if outcome == "refused":
+            return
+        if m.inst_status not in ("", "TERMINATED") and not (op == "stop" and m.inst_status == "STOPPED"):
+            self._provider_does(m, op)
+        if outcome == "ok":
+            self._finish(m, "STOPPED" if op == "stop" else "DESTROYED", lifecycle.Actor.REAPER)
 
     def _human(self, m: Machine) -> None:
         """An operator answers the incident: the call is made again (or the row ended when

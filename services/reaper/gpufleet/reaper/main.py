@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -35,8 +34,7 @@ from gpufleet.reaper.lost_detector import LostDetector
 from gpufleet.reaper.provision_deadline import ProvisionDeadline
 from gpufleet.reaper.service import ReaperService
 from gpufleet.reaper.settings import Settings
-from gpufleet.reaper.stuck_transition import InstanceReader, StuckTransition
-from gpufleet.reaper.transition import MachineProvider
+from gpufleet.reaper.stuck_transition import StuckProvider, StuckTransition
 from gpufleet.reaper.went_silent import WentSilent
 from gpufleet.v1 import reaper_service_pb2, reaper_service_pb2_grpc
 
@@ -45,8 +43,9 @@ log = logging.getLogger(__name__)
 SERVICE = "reaper"
 
 
-class ReaperProvisioner(MachineProvider, InstanceReader, Protocol):
-    """Every provisioner call the reaper makes: stop, destroy, and a fresh read."""
+# Every provisioner call the reaper makes: stop, destroy, and a fresh read (the stuck
+# transition net needs all three, so its protocol is the reaper's).
+ReaperProvisioner = StuckProvider
 
 
 def build_watchdogs(
@@ -62,7 +61,8 @@ def build_watchdogs(
 
     Five of them can destroy (auto-destroy, provision deadline, boot failure, went
     silent) or stop (auto-stop), all behind the one refusal ladder; the lost detector is
-    given no provisioner at all, and stuck transition only reads.
+    given no provisioner at all, and stuck transition reads and re-issues only a stop or
+    destroy already intended.
     """
     prober = prober or GrpcAgentProber(timeout_s=settings.agent_timeout_s)
     outcomes = settings.outcome_policy()

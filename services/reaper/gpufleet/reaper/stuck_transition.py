@@ -7,17 +7,31 @@ reads what the provider says now and compares it with the recorded **intent**:
 
 - the provider agrees (intent RUNNING and the instance is running or starting; STOPPED
   and it is stopped; DESTROYED and it is gone) → the transition is finished in the record;
-- otherwise → one ledger row (``transition_stuck``, routed to ALERT_HUMAN, so an incident
-  opens) per stuck transition, and the machine stays where it is for a human.
+- the intent is STOPPED or DESTROYED and the provider says the instance still runs (the
+  stop or destroy failed, or its answer was lost before it took effect) → the call is
+  **re-issued**, visibly: a ``transition_reissued`` row goes to the ledger in the same
+  compare-and-set transaction that checks the row has not moved, and only then is the
+  call made — the same call, with the same idempotency key as the first (its
+  ``request_id`` is read from when the transition began), and stop and destroy are
+  idempotent at the provider (stopping a stopped instance or destroying a gone one does
+  nothing). A re-issued destroy walks the refusal ladder like any other. At most
+  ``reissues`` times, ``reissue_every`` apart;
+- otherwise, or once the re-issues are spent → one ledger row (``transition_stuck``,
+  routed to ALERT_HUMAN, so an incident opens) per stuck transition, and the machine stays
+  where it is for a human.
 
-It never repeats the provider call that failed: a silent retry of a call whose first
-outcome is unknown is how a platform stops or destroys the wrong thing twice. It reads
-(``get``) and records, nothing more.
+Why re-issue at all: a stop whose answer was lost leaves an instance billing with nothing
+on it until a human answers the incident — an hour of GPU time for a call that is safe to
+repeat (the simulator's month measured that as most of the gap between the nets and the
+oracle). What the seed forbids is a *silent* retry; this one is recorded first, bounded,
+and leaves the human the case it cannot settle. A create or start is never re-issued: a
+second create is a second bill.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -35,8 +49,9 @@ from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.common.loops import TickReport
 from gpufleet.common.provider_errors import InstanceNotFound
 from gpufleet.reaper.decision_log import DecisionLog
-from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason, Refuse, is_ours
-from gpufleet.reaper.snapshot import not_destroyed, ours, scan, state_in
+from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal, is_ours
+from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours, scan, state_in
+from gpufleet.reaper.transition import MachineProvider, request_id
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2
 
 log = logging.getLogger(__name__)
@@ -56,6 +71,10 @@ class InstanceReader(Protocol):
     ) -> provisioner_service_pb2.Instance: ...
 
 
+class StuckProvider(InstanceReader, MachineProvider, Protocol):
+    """A fresh read, and the two calls the net may re-issue (never a create or a start)."""
+
+
 @dataclass(frozen=True)
 class ProviderView:
     """A fresh provider read: ``status`` is RUNNING/PENDING/STOPPING/STOPPED/TERMINATED, or
@@ -70,6 +89,11 @@ class ProviderView:
 @dataclass(frozen=True)
 class StuckPolicy:
     stuck_after: timedelta = timedelta(minutes=10)
+    # How often a stop or destroy the provider has not carried out is sent again, and how
+    # long after the last one the net waits (it may still be under way) before the next
+    # read may re-issue or alert.
+    reissues: int = 2
+    reissue_every: timedelta = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -87,6 +111,15 @@ class FinishTransition:
 
 
 @dataclass(frozen=True)
+class ReissueCall:
+    """Send the intent's call again: ``operation`` is ``stop`` or ``destroy``."""
+
+    operation: str
+    end: MachineState
+    details: str
+
+
+@dataclass(frozen=True)
 class AlertStuck:
     details: str
 
@@ -97,6 +130,20 @@ _AGREES: dict[str, tuple[MachineState, frozenset[str]]] = {
     MachineIntent.STOPPED.value: (MachineState.STOPPED, frozenset({"STOPPED"})),
     MachineIntent.DESTROYED.value: (MachineState.DESTROYED, frozenset({GONE, "TERMINATED"})),
 }
+# The calls the net may re-issue: per intent, the call, the states it may be re-issued
+# from, and the provider statuses that say it has not been carried out. A stop is sent to
+# a running instance only (a pending one cannot be stopped yet, a stopping one is under
+# way); a destroy to any instance that still exists.
+_REISSUE: dict[str, tuple[str, frozenset[str], frozenset[str]]] = {
+    MachineIntent.STOPPED.value: ("stop", frozenset({MachineState.STOPPING.value}), frozenset({"RUNNING"})),
+    MachineIntent.DESTROYED.value: (
+        "destroy",
+        frozenset({MachineState.STOPPING.value, MachineState.DESTROYING.value}),
+        frozenset({"RUNNING", "PENDING", "STOPPING", "STOPPED"}),
+    ),
+}
+# A re-issued stop or destroy walks the ladder; no grace window, and no report is read.
+_GATES = NetGates(net=NAME)
 
 
 def gate(now: datetime, machine: MachineSnapshot, policy: StuckPolicy) -> ReadProvider | Refuse | None:
@@ -110,9 +157,14 @@ def gate(now: datetime, machine: MachineSnapshot, policy: StuckPolicy) -> ReadPr
 
 
 def decide(
-    now: datetime, machine: MachineSnapshot, view: ProviderView, policy: StuckPolicy
-) -> FinishTransition | AlertStuck | Refuse | None:
-    """Finish, alert, or refuse for want of a provider answer."""
+    now: datetime,
+    machine: MachineSnapshot,
+    view: ProviderView,
+    policy: StuckPolicy,
+    reissued: Sequence[datetime] = (),
+) -> FinishTransition | ReissueCall | AlertStuck | Refuse | None:
+    """Finish, re-issue, alert, or refuse for want of a provider answer. ``reissued`` is
+    when this transition's call was re-issued so far (from the ledger)."""
     gated = gate(now, machine, policy)
     if not isinstance(gated, ReadProvider):
         return gated
@@ -133,9 +185,28 @@ def decide(
         )
     if view.status in statuses:
         return FinishTransition(end, view.provider_instance_id, view.agent_address)
+    if reissued and now - max(reissued) < policy.reissue_every:
+        return None  # the call just re-issued may still be under way
+    reissue = _REISSUE.get(machine.intent)
+    if reissue is not None and machine.state in reissue[1] and view.status in reissue[2]:
+        operation = reissue[0]
+        refusal = first_refusal(now, machine, _GATES)
+        if refusal is not None:
+            return Refuse(refusal)
+        if len(reissued) < policy.reissues:
+            return ReissueCall(
+                operation,
+                end,
+                f"{since}: intent {machine.intent} but the provider says {view.status}; "
+                f"{operation} re-issued ({len(reissued) + 1} of {policy.reissues}), same request id",
+            )
+        return AlertStuck(
+            f"{since}: intent {machine.intent} but the provider still says {view.status} after "
+            f"{len(reissued)} re-issued {operation}s; left as it is for a human"
+        )
     return AlertStuck(
         f"{since}: intent {machine.intent} but the provider says {view.status or 'nothing'}; "
-        "left as it is for a human (the call is never retried silently)"
+        "left as it is for a human (only a stop or destroy of an instance that still exists is re-issued)"
     )
 
 
@@ -168,14 +239,14 @@ class StuckTransition:
         sessions: sessionmaker[Session],
         lease: LeaderLease,
         clock: Clock,
-        reader: InstanceReader,
+        provider: StuckProvider,
         policy: StuckPolicy,
         outcomes: OutcomePolicy | None = None,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
         self.clock = clock
-        self.reader = reader
+        self.provider = provider
         self.policy = policy
         self.outcomes = outcomes or OutcomePolicy()
 
@@ -189,19 +260,24 @@ class StuckTransition:
 
     def run(self, now: datetime) -> TickReport:
         decisions = DecisionLog(NAME)
-        for machine in self.scan(now):
+        machines = self.scan(now)
+        reissued = self._reissued(machines)
+        for machine in machines:
             gated = gate(now, machine, self.policy)
             if isinstance(gated, Refuse):
                 decisions.refused(machine.machine_id, gated.reason)
                 continue
             if gated is None:
                 continue
-            view = read_provider(self.reader, machine)
-            decision = decide(now, machine, view, self.policy)
+            view = read_provider(self.provider, machine)
+            decision = decide(now, machine, view, self.policy, reissued.get(machine.machine_id, ()))
             if isinstance(decision, Refuse):
                 decisions.refused(machine.machine_id, decision.reason, view.error or "")
+            elif isinstance(decision, ReissueCall):
+                self._reissue(machine, decision, decisions)
             elif isinstance(decision, FinishTransition):
-                if self._finish(machine, decision, view):
+                why = f"{NAME}: the provider says {view.status}, as intent {machine.intent} wants"
+                if self._finish(machine, decision, why=why):
                     decisions.acted(machine.machine_id, "finish", f"{machine.state} -> {decision.end.value}")
                 else:
                     decisions.refused(machine.machine_id, RefusalReason.CHANGED_SINCE_SCAN)
@@ -212,7 +288,95 @@ class StuckTransition:
                     decisions.acted(machine.machine_id, "still_stuck", level=logging.DEBUG)
         return decisions.report
 
-    def _finish(self, machine: MachineSnapshot, finish: FinishTransition, view: ProviderView) -> bool:
+    def _reissued(self, machines: Sequence[MachineSnapshot]) -> dict[str, list[datetime]]:
+        """When each scanned machine's present transition was re-issued so far: its
+        ``transition_reissued`` rows since the transition began (one query for the scan)."""
+        began = {m.machine_id: m.state_changed_at for m in machines if m.state_changed_at is not None}
+        if not began:
+            return {}
+        out: dict[str, list[datetime]] = {}
+        with self.sessions() as session:
+            rows = session.execute(
+                select(Failure.machine_id, Failure.at).where(
+                    Failure.failure_class == FailureClass.TRANSITION_REISSUED.value,
+                    Failure.machine_id.in_(began),
+                )
+            ).all()
+        for machine_id, at in rows:
+            since = began.get(machine_id or "")
+            if machine_id is not None and since is not None and at >= since:
+                out.setdefault(machine_id, []).append(at)
+        return out
+
+    def _reissue(self, machine: MachineSnapshot, call: ReissueCall, decisions: DecisionLog) -> None:
+        """Record, then call, then finish: the ledger row is committed in the transaction
+        that checks the row is as the scan saw it, before the provider hears anything."""
+        assert machine.state_changed_at is not None
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            still = session.execute(
+                select(Machine.id)
+                .where(
+                    Machine.id == machine.machine_id,
+                    Machine.state == machine.state,
+                    Machine.intent == machine.intent,
+                    Machine.state_changed_at == machine.state_changed_at,
+                    not_destroyed(),
+                    no_live_attempt(),
+                    *ours(),
+                )
+                .with_for_update()
+            ).scalar_one_or_none()
+            if still is None:
+                decisions.refused(machine.machine_id, RefusalReason.CHANGED_SINCE_SCAN)
+                return
+            record_failure(
+                session,
+                self.clock.now(),
+                FailureClass.TRANSITION_REISSUED.value,
+                NAME,
+                machine_id=machine.machine_id,
+                details=call.details,
+                apply=True,
+                policy=self.outcomes,
+            )
+        # The first call's key: a provider that saw it treats this as its replay.
+        key = request_id(call.operation, machine.machine_id, machine.state_changed_at)
+        offering = machine.offering or machine_pb2.Offering()
+        send = self.provider.stop if call.operation == "stop" else self.provider.destroy
+        try:
+            send(machine.machine_id, offering, machine.provider_instance_id or "", key)
+        except Exception as err:
+            if not isinstance(err, GpufleetError):
+                log.exception("unexpected error re-issuing %s of %s", call.operation, machine.machine_id)
+            self._call_failed(machine, call, key, err)
+            decisions.acted(machine.machine_id, f"{call.operation}_reissue_failed", str(err))
+            return
+        done = self._finish(
+            machine, FinishTransition(call.end), why=f"{NAME}: the re-issued {call.operation} succeeded"
+        )
+        decisions.acted(
+            machine.machine_id,
+            f"{call.operation}_reissued",
+            call.details if done else "done, but the row moved meanwhile; not overwritten",
+        )
+
+    def _call_failed(self, machine: MachineSnapshot, call: ReissueCall, key: str, err: Exception) -> None:
+        kind = getattr(err, "kind", type(err).__name__)
+        with self.sessions() as session, session.begin():
+            self.lease.fence(session)
+            record_failure(
+                session,
+                self.clock.now(),
+                FailureClass.PROVIDER_CALL_FAILED.value,
+                NAME,
+                machine_id=machine.machine_id,
+                details=f"re-issued {call.operation} failed ({kind}): {err}; it stays {machine.state}",
+                # The first call's incident: one per transition, however often it fails.
+                incident_key=f"{FailureClass.PROVIDER_CALL_FAILED.value}:{key}",
+            )
+
+    def _finish(self, machine: MachineSnapshot, finish: FinishTransition, *, why: str) -> bool:
         now = self.clock.now()
         values: dict[str, object] = {}
         if finish.end is MachineState.BOOTING:
@@ -235,7 +399,7 @@ class StuckTransition:
                 MachineState(machine.state),
                 finish.end,
                 by=lifecycle.Actor.REAPER,
-                why=f"{NAME}: the provider says {view.status}, as intent {machine.intent} wants",
+                why=why,
                 now=now,
                 where=[
                     Machine.state_changed_at == machine.state_changed_at,
