@@ -270,7 +270,7 @@ def scale(
                 Drain(
                     machine_id=drain.id,
                     job_id=film.id,
-                    ends_at=book.ends_at.get(drain.id, snapshot.now),
+                    ends_at=book.ends_at(drain.id),
                 )
             )
             book.hold(pool_id, adds_machine=False)
@@ -361,12 +361,5 @@ def over_time_limit(attempts: list[AttemptView], snapshot: FleetSnapshot) -> lis
     """Live attempts past their kind's limit, counted from the start of this attempt."""
     now = snapshot.now
     # One cutoff per distinct limit (a few kinds), not a timedelta per attempt.
-    cutoffs: dict[float, datetime] = {}
-    out = []
-    for a in attempts:
-        cutoff = cutoffs.get(a.time_limit_s)
-        if cutoff is None:
-            cutoff = cutoffs[a.time_limit_s] = now - timedelta(seconds=a.time_limit_s)
-        if a.lease_expires_at >= now and a.started_at < cutoff:
-            out.append(a.id)
-    return out
+    cutoffs = {s: now - timedelta(seconds=s) for s in {a.time_limit_s for a in attempts}}
+    return [a.id for a in attempts if a.started_at < cutoffs[a.time_limit_s] and a.lease_expires_at >= now]

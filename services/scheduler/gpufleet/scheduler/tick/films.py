@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpufleet.common.db.enums import MachineState
-from gpufleet.scheduler.tick.model import Drain, FleetSnapshot, JobView, MachineView, Policy, Release
+from gpufleet.scheduler.tick.model import (
+    AttemptView,
+    Drain,
+    FleetSnapshot,
+    JobView,
+    MachineView,
+    Policy,
+    Release,
+)
 
 S = MachineState
 # States in which a machine can hold an earmark, best first (the one kept when a film
@@ -83,10 +91,23 @@ class FilmBook:
     live: Counter[str]
     # Pools where a short job waits.
     shorts_waiting: frozenset[str]
-    # machine id -> when its running jobs are expected to end.
-    ends_at: dict[str, datetime]
+    # The tick's live attempts and clock: when each machine's running jobs are expected to
+    # end is read from them only if a drain is chosen (:meth:`ends_at`).
+    attempts: list[AttemptView]
+    now: datetime
     drains: list[Drain] = field(default_factory=list)
     waits: Counter[str] = field(default_factory=Counter)
+    _ends_at: dict[str, datetime] | None = None
+
+    def ends_at(self, machine_id: str) -> datetime:
+        """When the machine's running jobs are expected to end (now if it runs none)."""
+        if self._ends_at is None:
+            ends: dict[str, datetime] = {}
+            for a in self.attempts:
+                end = max(a.expected_end, self.now)
+                ends[a.machine_id] = max(ends.get(a.machine_id, end), end)
+            self._ends_at = ends
+        return self._ends_at.get(machine_id, self.now)
 
     @property
     def earmarked(self) -> frozenset[str]:
@@ -115,23 +136,22 @@ def film_book(
     earmark_of: dict[str, MachineView] = {}
     held: Counter[str] = Counter()
     live: Counter[str] = Counter()
+    counts: dict[str, int] = {}
     for m in snapshot.machines:
-        if m.pool_id is None or m.state not in _LIVE or m.lost:
+        pool = m.pool_id
+        if pool is None or m.state not in _LIVE or m.lost:
             continue
-        live[m.pool_id] += 1
+        counts[pool] = counts.get(pool, 0) + 1
         if m.earmarked_for is not None and m.id not in released:
             earmark_of[m.earmarked_for] = m
-            held[m.pool_id] += 1
-    ends_at: dict[str, datetime] = {}
-    # The attempts' ends and the machines films run on matter only to a film that waits:
-    # with none in the demand, the tick skips the pass over every live attempt.
+            held[pool] += 1
+    live.update(counts)
+    # The machines films run on matter only to a film that waits: with none in the
+    # demand, the tick skips the pass over every live attempt.
     if any(j.whole_machine for j in demand):
         pool_of = {m.id: m.pool_id for m in snapshot.machines}
         for a in snapshot.live_attempts:
-            end = max(a.expected_end, snapshot.now)
-            ends_at[a.machine_id] = max(ends_at.get(a.machine_id, end), end)
-            pool = pool_of.get(a.machine_id)
-            if a.whole_machine and pool is not None:
+            if a.whole_machine and (pool := pool_of.get(a.machine_id)) is not None:
                 held[pool] += 1
     return FilmBook(
         share=policy.film_share,
@@ -139,7 +159,8 @@ def film_book(
         held=held,
         live=live,
         shorts_waiting=frozenset(j.pool_id for j in demand if not j.whole_machine),
-        ends_at=ends_at,
+        attempts=snapshot.live_attempts,
+        now=snapshot.now,
     )
 
 
@@ -150,4 +171,4 @@ def choose_drain(candidates: list[MachineView], book: FilmBook, now: datetime) -
     busy = [m for m in candidates if m.busy_slots and m.id not in book.earmarked]
     if not busy:
         return None
-    return min(busy, key=lambda m: (book.ends_at.get(m.id, now), m.hourly_price_micros, m.id))
+    return min(busy, key=lambda m: (book.ends_at(m.id), m.hourly_price_micros, m.id))
