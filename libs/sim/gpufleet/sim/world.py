@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import math
 import random
+from bisect import bisect_left, insort
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +62,12 @@ from gpufleet.sweeper.listing import ListedInstance
 from gpufleet.sweeper.orphan_rows import OrphanAction
 
 POLICIES = ("nets", "oracle", "merged")
+
+
+def _job_id(job: Job) -> str:
+    return job.id
+
+
 RUNNING = frozenset({"BOOTING", "READY", "DRAINING"})
 TRANSITIONAL = frozenset({"PROVISIONING", "STARTING", "STOPPING", "DESTROYING"})
 DEPLOYMENT = "sim"
@@ -159,6 +166,10 @@ class Sim:
         self.pool_order: dict[str, list[Machine]] = {}  # the pool's live machines by id, cached
         self.jobs: dict[str, Job] = {}
         self.queued: dict[str, dict[str, Job]] = {p: {} for p in self.pools}
+        # The same jobs as each pool's workspaces' queues, oldest first (ids are given in
+        # order of arrival): what the snapshot's query reads, a workspace's oldest
+        # ``queued_read_bound`` waiting jobs, is the head of its list.
+        self.ws_queue: dict[str, dict[str, list[Job]]] = {p: {} for p in self.pools}
         self.running_per_ws: Counter[str] = Counter()
         # (workspace, pool) -> its jobs in the pool's queue.
         self.waiting: Counter[tuple[str, str]] = Counter()
@@ -324,6 +335,7 @@ class Sim:
         )
         self.jobs[job.id] = job
         self.queued[pool][job.id] = job
+        self.ws_queue[pool].setdefault(ws, []).append(job)
         self.waiting[(job.workspace, pool)] += 1
         self._touch(pool)
         self._next_arrival(now)
@@ -363,31 +375,34 @@ class Sim:
 
     def _snapshot(self, pool: str, now: float) -> FleetSnapshot:
         nowd = self.nowd = dt(now)
-        usage: dict[str, float] = {}
-        for j in self.queued[pool].values():
-            if j.workspace not in usage:
-                usage[j.workspace] = self._usage(j.workspace, now)
         queued = []
-        for j in self.queued[pool].values():
-            if j.backoff_until > now:
-                continue
-            jview = j.view
-            if jview is None:
-                jview = j.view = JobView(
-                    id=j.id,
-                    workspace_id=j.workspace,
-                    pool_id=j.pool,
-                    kind_id=j.kind,
-                    slots_needed=j.slots_needed,
-                    whole_machine=j.whole,
-                    tier=j.tier,
-                    weight=j.weight,
-                    created_at=j.created_dt or nowd,
-                    usage=usage[j.workspace],
-                )
-            else:  # the workspace's fair-share usage decays with time: read it anew
-                object.__setattr__(jview, "usage", usage[j.workspace])
-            queued.append(jview)
+        limits = self.limits
+        for ws, jobs in self.ws_queue[pool].items():
+            usage = self._usage(ws, now)
+            room = tick_decide.queued_read_bound(limits.get(ws, 0))
+            for j in jobs:
+                if j.backoff_until > now:
+                    continue
+                jview = j.view
+                if jview is None:
+                    jview = j.view = JobView(
+                        id=j.id,
+                        workspace_id=j.workspace,
+                        pool_id=j.pool,
+                        kind_id=j.kind,
+                        slots_needed=j.slots_needed,
+                        whole_machine=j.whole,
+                        tier=j.tier,
+                        weight=j.weight,
+                        created_at=j.created_dt or nowd,
+                        usage=usage,
+                    )
+                else:  # the workspace's fair-share usage decays with time: read it anew
+                    object.__setattr__(jview, "usage", usage)
+                queued.append(jview)
+                room -= 1
+                if not room:
+                    break
         machines, attempts = [], []
         order = self.pool_order.get(pool)
         if order is None:
@@ -562,6 +577,11 @@ class Sim:
         job.state = "DISPATCHING"
         if self.queued[job.pool].pop(job.id, None) is not None:
             self.waiting[(job.workspace, job.pool)] -= 1
+            queue = self.ws_queue[job.pool]
+            jobs = queue[job.workspace]
+            del jobs[bisect_left(jobs, job.id, key=_job_id)]
+            if not jobs:
+                del queue[job.workspace]
         self.running_per_ws[job.workspace] += 1
         if m.earmarked_for == job.id:
             m.earmarked_for = None
@@ -666,6 +686,7 @@ class Sim:
         job.queued_since = self.q.now
         if job.id not in self.queued[job.pool]:
             self.waiting[(job.workspace, job.pool)] += 1
+            insort(self.ws_queue[job.pool].setdefault(job.workspace, []), job, key=_job_id)
         self.queued[job.pool][job.id] = job
         if not_before > self.q.now:
             self.q.at(not_before, lambda: self._touch(job.pool))
@@ -1640,6 +1661,11 @@ class Sim:
             for job in queue.values():
                 if job.state != "QUEUED" or job.live is not None:
                     self._broken(f"job {job.id} in the queue of {pool} while {job.state}")
+            by_ws = [j.id for jobs in self.ws_queue[pool].values() for j in jobs]
+            if sorted(by_ws) != sorted(queue) or any(
+                [j.id for j in jobs] != sorted(j.id for j in jobs) for jobs in self.ws_queue[pool].values()
+            ):
+                self._broken(f"the workspaces' queues of {pool} are not its queue, oldest first")
         for mid in self.live:
             for a in _live(self.machines[mid]):
                 if a.job.live is not a:

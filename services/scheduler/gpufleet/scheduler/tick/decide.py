@@ -77,6 +77,16 @@ def eligible_demand(snapshot: FleetSnapshot) -> list[JobView]:
     return out
 
 
+def queued_read_bound(limit: int) -> int:
+    """How many of one workspace's oldest queued jobs a tick needs to see: ``eligible_demand``
+    takes at most its plan's cap of them, and within one workspace jobs compare by age
+    alone (tier, weight and fair-share usage are the workspace's), so the oldest ``limit``
+    are the only ones it can take; one job still marks its pool as having work. The
+    snapshot reads no more (a free tenant with 100k queued jobs costs every tick what two
+    cost), and the simulator reads the same rows."""
+    return max(limit, 1)
+
+
 READY_ONLY = frozenset({MachineState.READY.value})
 # A film may start on the machine drained for it.
 READY_OR_DRAINING = frozenset({MachineState.READY.value, MachineState.DRAINING.value})

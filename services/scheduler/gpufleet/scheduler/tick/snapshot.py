@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.common.db import models
@@ -104,7 +104,9 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
         ).all()
     }
 
-    queued_rows = session.execute(
+    # Each workspace's oldest ``queued_read_bound(plan cap)`` waiting jobs, no more: the
+    # others cannot start this tick whatever happens (see ``queued_read_bound``).
+    ranked = (
         select(
             models.Job.id,
             models.Job.workspace_id,
@@ -114,6 +116,13 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             models.JobKind.slots,
             models.Plan.tier,
             models.Plan.weight,
+            case((models.Plan.max_gpu_jobs < 1, 1), else_=models.Plan.max_gpu_jobs).label("bound"),
+            func.row_number()
+            .over(
+                partition_by=models.Job.workspace_id,
+                order_by=(models.Job.created_at, models.Job.id),
+            )
+            .label("rank"),
         )
         .join(models.JobKind, models.JobKind.id == models.Job.kind_id)
         .join(models.Workspace, models.Workspace.id == models.Job.workspace_id)
@@ -123,7 +132,10 @@ def load_snapshot(session: Session, now: datetime, fair_share_window_s: float) -
             models.Workspace.active.is_(True),
             or_(models.Job.not_before.is_(None), models.Job.not_before <= now),
         )
-        .order_by(models.Job.created_at)
+        .subquery()
+    )
+    queued_rows = session.execute(
+        select(ranked).where(ranked.c.rank <= ranked.c.bound).order_by(ranked.c.created_at, ranked.c.id)
     ).all()
     queued = []
     for job in queued_rows:
