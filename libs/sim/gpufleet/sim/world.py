@@ -16,12 +16,13 @@ from __future__ import annotations
 import gc
 import math
 import random
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
+from itertools import accumulate
 from typing import Any
 
 from gpufleet.common import lifecycle
@@ -197,7 +198,9 @@ class Sim:
         self.rng_env = random.Random(f"{config.seed}:environment")
         self.workspaces = self._workspaces()
         self.limits = {ws: PLANS[plan][2] for ws, plan, _, _ in self.workspaces}
-        self.ws_weights = [x[3] for x in self.workspaces]
+        # Cumulative, once: ``choices`` would add up 400 weights at every arrival.
+        self.ws_cum_weights = list(accumulate(x[3] for x in self.workspaces))
+        self.kind_cum_weights = list(accumulate(k.share for k in self.cfg.workload.kinds))
         # Invariants fail the run for the real nets; a counterfactual policy's harm is counted.
         self.strict = policy == "nets"
         self.violations: list[str] = []
@@ -246,6 +249,7 @@ class Sim:
         w = self.cfg.workload
         self.base_rate = w.mean_load * self.cfg.machines * SLOTS_PER_MACHINE / self._mean_slot_s()
         self.bursts = self._bursts()
+        self.burst_starts = [a for a, _ in self.bursts]
         self._next_arrival(0.0)
         for name, (every, _) in self.nets.items():
             if self._runs(name):
@@ -288,7 +292,9 @@ class Sim:
     def _rate(self, t: float) -> float:
         w = self.cfg.workload
         r = self.base_rate * (1 + w.daily_amplitude * math.sin(2 * math.pi * (t / 86400.0 - 0.375)))
-        if any(a <= t < b for a, b in self.bursts):
+        # Every burst lasts as long, so the last one begun by t is the one that may cover it.
+        i = bisect_right(self.burst_starts, t) - 1
+        if i >= 0 and t < self.bursts[i][1]:
             r *= w.burst_factor
         return r
 
@@ -307,8 +313,8 @@ class Sim:
     def _arrive(self) -> None:
         rng = self.rng_jobs
         now = self.q.now
-        ws, plan, pool, _ = rng.choices(self.workspaces, weights=self.ws_weights)[0]
-        mix = rng.choices(self.cfg.workload.kinds, weights=[k.share for k in self.cfg.workload.kinds])[0]
+        ws, plan, pool, _ = rng.choices(self.workspaces, cum_weights=self.ws_cum_weights)[0]
+        mix = rng.choices(self.cfg.workload.kinds, cum_weights=self.kind_cum_weights)[0]
         kind = KINDS[mix.kind_id]
         sigma = math.log(mix.p90_s / mix.p50_s) / 1.2816
         duration = min(rng.lognormvariate(math.log(mix.p50_s), sigma), 0.95 * kind.time_limit_s)

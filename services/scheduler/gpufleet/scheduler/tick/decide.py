@@ -121,6 +121,8 @@ def assign(
     A machine earmarked for a film is not capacity for anyone else; the film takes it
     once it is ready (or drained) and wholly free, or takes a wholly free machine first
     if one appears (then its earmark is released by the commit)."""
+    if not demand:
+        return []  # nothing to place: the free slots need not be indexed
     if book is None:
         book = film_book(snapshot, policy, demand, stale_earmarks(snapshot, demand))
     earmarked = book.earmarked
