@@ -44,6 +44,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tests.support import tls
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc
@@ -132,6 +134,7 @@ def _serve(add: Any, servicer: Any, module: Any, name: str, workers: int) -> Ser
         "127.0.0.1:0",
         [ServiceBinding(add, servicer, module.DESCRIPTOR.services_by_name[name].full_name)],
         max_workers=workers,
+        transport=tls.transport("scheduler"),
     )
 
 
@@ -442,6 +445,7 @@ def run_size(
             database_url=url,
             provisioner_address=w.provisioner_address,
             instance_name="bench",
+            **tls.settings("scheduler"),
             max_running_machines=machines,
             call_workers=32,
             # No worker reports here: leases must outlast the run, or the steady ticks would
@@ -453,7 +457,9 @@ def run_size(
         counter = Counter(engine)
         lease = LeaderLease("scheduler", "bench", clock, sessions, 3600.0)
         assert lease.try_acquire()
-        provisioner = ProvisionerClient(w.provisioner_address, timeout_s=settings.provider_call_timeout_s)
+        provisioner = ProvisionerClient(
+            w.provisioner_address, tls.transport("scheduler"), timeout_s=settings.provider_call_timeout_s
+        )
         tick = FleetTick(sessions, clock, lease, provisioner, settings)
         try:
             before = counter.count

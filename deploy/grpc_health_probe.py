@@ -1,8 +1,10 @@
 """Container HEALTHCHECK for every gpufleet service image.
 
-Asks the service's own standard gRPC health service (``grpc.health.v1.Health/Check``) on the
-port it listens on (``GPUFLEET_LISTEN_ADDRESS``; a wildcard host is probed on loopback) and
-exits 0 only for SERVING. Usage: ``python grpc_health_probe.py [SERVICE_NAME]`` (default: the
+Asks the service's own standard gRPC health service (``grpc.health.v1.Health/Check``) on its
+plaintext health-only port (``GPUFLEET_HEALTH_LISTEN_ADDRESS``: the main port serves mutual
+TLS only, and a probe holds no certificate; a wildcard host is probed on loopback) and exits 0
+only for SERVING. A development server run with ``GPUFLEET_INSECURE`` and no health port is
+probed on ``GPUFLEET_LISTEN_ADDRESS``. Usage: ``python grpc_health_probe.py [SERVICE_NAME]`` (default: the
 whole server, ``""``).
 """
 
@@ -21,7 +23,7 @@ def probe_target(listen_address: str) -> str:
     """The address to dial for a server that listens on ``listen_address``."""
     host, sep, port = listen_address.rpartition(":")
     if not sep or not port.isdigit() or port == "0":
-        raise ValueError(f"GPUFLEET_LISTEN_ADDRESS {listen_address!r} names no fixed port")
+        raise ValueError(f"the health listen address {listen_address!r} names no fixed port")
     if host in ("", "0.0.0.0", "[::]", "::", "*"):
         host = "127.0.0.1"
     return f"{host}:{port}"
@@ -38,7 +40,10 @@ def check(target: str, service: str = "") -> str:
 def main(argv: list[str]) -> int:
     service = argv[1] if len(argv) > 1 else ""
     try:
-        target = probe_target(os.environ.get("GPUFLEET_LISTEN_ADDRESS", ""))
+        address = os.environ.get("GPUFLEET_HEALTH_LISTEN_ADDRESS") or os.environ.get(
+            "GPUFLEET_LISTEN_ADDRESS", ""
+        )
+        target = probe_target(address)
         status = check(target, service)
     except ValueError as err:
         print(f"health probe: {err}", file=sys.stderr)

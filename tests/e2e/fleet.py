@@ -23,12 +23,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.clock import FileClock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import (
     fleet_service_pb2_grpc,
     job_pb2,
     job_service_pb2,
     job_service_pb2_grpc,
 )
+from tests.support import tls
 from tests.support.postgres import free_port
 from tests.support.procs import ServiceProcess, start_service
 
@@ -67,8 +69,10 @@ class Fleet:
         self.start("reaper")
         self.start("sweeper")
 
-    def channel(self, address: str) -> grpc.Channel:
-        ch = grpc.insecure_channel(address)
+    def channel(
+        self, address: str, server: Role = Role.SCHEDULER, who: str | Role = Role.OPERATOR
+    ) -> grpc.Channel:
+        ch = tls.channel(address, server, who=who)
         self._channels.append(ch)
         return ch
 

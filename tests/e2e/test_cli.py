@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.e2e.fleet import Fleet
+from tests.support import tls
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
 
@@ -21,6 +22,8 @@ def cli(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
         "GPUFLEET_SCHEDULER_ADDRESS": f"127.0.0.1:{fleet.scheduler_port}",
         "GPUFLEET_REAPER_ADDRESS": fleet.procs["reaper"].address,
         "GPUFLEET_SWEEPER_ADDRESS": fleet.procs["sweeper"].address,
+        # The operator's certificate, as a deployment's environment names it.
+        **{k: v for k, v in tls.env("operator").items() if k.startswith("GPUFLEET_TLS_")},
     }
     return subprocess.run([*GPUFLEET, *args], env=env, capture_output=True, text=True, timeout=60)
 
@@ -174,7 +177,9 @@ def test_up_serves_until_interrupted(tmp_path: Path) -> None:
                 probe.close()
     offset = base - 50051
     proc = subprocess.Popen(
-        [*GPUFLEET, "up", "--state-dir", str(tmp_path / "var"), "--port-offset", str(offset)],
+        # A newcomer: no --state-dir (./var), and later commands from the same folder need no flag.
+        [*GPUFLEET, "up", "--port-offset", str(offset)],
+        cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -191,12 +196,31 @@ def test_up_serves_until_interrupted(tmp_path: Path) -> None:
         assert any(line.startswith("ready.") for line in lines), "".join(lines)
         out = subprocess.run(
             [*GPUFLEET, "submit", "--workspace", "acme-studio", "--scheduler", f"127.0.0.1:{50051 + offset}"],
+            cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert out.returncode == 0 and "submitted job" in out.stdout, out.stderr
         assert (tmp_path / "var" / "gpufleet.sqlite").exists()
+        # Mutual TLS with no set-up: the CA and every part's certificate were made in the state dir.
+        assert (tmp_path / "var" / "tls" / "ca.crt").exists() and (
+            tmp_path / "var" / "tls" / "operator.crt"
+        ).exists()
+        refused = subprocess.run(
+            [
+                *GPUFLEET,
+                "jobs",
+                "--scheduler",
+                f"127.0.0.1:{50051 + offset}",
+                "--state-dir",
+                str(tmp_path / "none"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 1 and "no operator certificate" in refused.stderr
     finally:
         proc.send_signal(signal.SIGINT)
         rest = proc.communicate(timeout=60)[0]

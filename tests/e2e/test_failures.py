@@ -122,7 +122,7 @@ def test_one_leader_and_a_paused_leaders_late_writes_are_refused(fleet: Fleet) -
 
     hanging = HangingAgent()
     try:
-        worker = worker_service_pb2_grpc.WorkerServiceStub(fleet.channel(a.address))
+        worker = worker_service_pb2_grpc.WorkerServiceStub(fleet.channel(a.address, who="machine:box-1"))
         box = worker.RegisterMachine(
             worker_service_pb2.RegisterMachineRequest(
                 request_id="box-1",

@@ -16,6 +16,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from gpufleet.common.db import models
+from gpufleet.common.trust.identity import Role
 from gpufleet.provisioner.drivers.base import InstanceSpec, Offering, Provider
 from gpufleet.provisioner.drivers.local import LocalDriver
 from gpufleet.provisioner.drivers.local_procs import group_members
@@ -62,7 +63,9 @@ def orphans(stub: sweeper_service_pb2_grpc.SweeperServiceStub) -> dict[str, swee
 
 def test_a_planted_orphan_is_found_kept_through_its_grace_window_then_removed(fleet: Fleet) -> None:
     fleet.start_all()
-    sweeper = sweeper_service_pb2_grpc.SweeperServiceStub(fleet.channel(fleet.procs["sweeper"].address))
+    sweeper = sweeper_service_pb2_grpc.SweeperServiceStub(
+        fleet.channel(fleet.procs["sweeper"].address, Role.SWEEPER)
+    )
     # The running system has a machine of its own: a job puts one there.
     job = fleet.submit("beside-the-orphan", duration_s=60)
     done = fleet.advance_until(

@@ -260,7 +260,7 @@ def _address_problems(name: str, svc: dict[str, Any], services: dict[str, Any]) 
             continue
         if not (key.endswith("_ADDRESS") or key in ("GPUFLEET_OTLP_ENDPOINT", "GPUFLEET_DATABASE_URL")):
             continue
-        if key == "GPUFLEET_LISTEN_ADDRESS":
+        if key in ("GPUFLEET_LISTEN_ADDRESS", "GPUFLEET_HEALTH_LISTEN_ADDRESS"):
             continue
         host, port = _host_port(value)
         target = services.get(host)

@@ -8,14 +8,17 @@ from __future__ import annotations
 import copy
 import importlib
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.quality._deployfiles import (
     collector_problems,
@@ -33,6 +36,7 @@ from tests.quality._deployfiles import (
     parse_dockerfile,
 )
 from tests.quality._repo import REPO, SERVICES, run, tool
+from tests.support import tls
 
 STORE_SERVICES = {"scheduler", "reaper", "sweeper"}
 DEFAULT_PORTS = {"scheduler": 50051, "reaper": 50052, "provisioner": 50053, "sweeper": 50054, "agent": 50060}
@@ -198,7 +202,7 @@ def test_a_credential_given_to_another_service_is_caught(compose: dict[str, Any]
 
 def test_every_image_in_the_compose_file_builds_from_the_tree(compose: dict[str, Any]) -> None:
     built = {n: s for n, s in compose["services"].items() if "build" in s}
-    assert set(built) == set(SERVICES) | {"migrate"}
+    assert set(built) == set(SERVICES) | {"migrate", "certs"}
     for name, svc in built.items():
         dockerfile = REPO / svc["build"].get("context", ".") / svc["build"]["dockerfile"]
         assert svc["build"].get("context", ".") == "."
@@ -319,39 +323,107 @@ def test_a_collector_exporting_to_an_unknown_service_is_reported(
 def health_server() -> Iterator[Any]:
     from gpufleet.common.grpcserver import create_server
 
-    server = create_server("127.0.0.1:0", [])
+    health_port = free_port()
+    server = create_server(
+        "127.0.0.1:0",
+        [],
+        transport=tls.transport("scheduler"),
+        health_address=f"127.0.0.1:{health_port}",
+    )
+    assert server.health_port == health_port
     yield server
     server.stop(0)
 
 
-def probe(listen_address: str) -> subprocess.CompletedProcess[str]:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def probe(health_address: str) -> subprocess.CompletedProcess[str]:
     return run(
-        [sys.executable, str(REPO / PROBE)], env={"GPUFLEET_LISTEN_ADDRESS": listen_address}, timeout=30
+        [sys.executable, str(REPO / PROBE)],
+        env={"GPUFLEET_LISTEN_ADDRESS": "0.0.0.0:50051", "GPUFLEET_HEALTH_LISTEN_ADDRESS": health_address},
+        timeout=30,
     )
 
 
 def test_the_health_probe_passes_a_serving_server_listening_on_all_interfaces(health_server: Any) -> None:
-    result = probe(f"0.0.0.0:{health_server.port}")
+    result = probe(f"0.0.0.0:{health_server.health_port}")
     assert result.returncode == 0, result.stderr
     assert "SERVING" in result.stdout
 
 
 def test_the_health_probe_fails_a_server_that_stopped_serving(health_server: Any) -> None:
     health_server.set_serving(False)
-    result = probe(f"0.0.0.0:{health_server.port}")
+    result = probe(f"0.0.0.0:{health_server.health_port}")
     assert result.returncode == 1
     assert "NOT_SERVING" in result.stdout
 
 
 def test_the_health_probe_fails_when_nothing_listens(health_server: Any) -> None:
-    port = health_server.port
+    port = health_server.health_port
     health_server.stop(0)
     result = probe(f"0.0.0.0:{port}")
     assert result.returncode == 1
     assert "UNAVAILABLE" in result.stderr
 
 
+def test_the_health_port_answers_the_health_check_and_nothing_else(health_server: Any) -> None:
+    """The plaintext port is for a probe: every other method there is unimplemented, and
+    the main port does not answer a caller without a certificate at all."""
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{health_server.health_port}") as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            list(
+                reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                    iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+                )
+            )
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+    with grpc.insecure_channel(f"127.0.0.1:{health_server.port}") as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+
+
 def test_the_health_probe_refuses_an_address_without_a_fixed_port() -> None:
     result = probe("0.0.0.0:0")
     assert result.returncode == 2
     assert "names no fixed port" in result.stderr
+
+
+# --- trust: certificates in the compose file ----------------------------------------------
+
+
+@pytest.mark.parametrize("name", [*SERVICES, "agent"])
+def test_each_service_serves_tls_with_its_own_folder_of_the_tls_volume(
+    compose: dict[str, Any], name: str
+) -> None:
+    svc = compose["services"][name]
+    env = environment(svc)
+    assert env["GPUFLEET_TLS_CA_FILE"].startswith("/etc/gpufleet/tls/")
+    assert env["GPUFLEET_TLS_CERT_FILE"].startswith("/etc/gpufleet/tls/")
+    assert env["GPUFLEET_TLS_KEY_FILE"].startswith("/etc/gpufleet/tls/")
+    assert "GPUFLEET_INSECURE" not in env
+    tls_mounts = [v for v in svc["volumes"] if isinstance(v, dict) and v.get("source") == "tls"]
+    assert len(tls_mounts) == 1 and tls_mounts[0]["read_only"] is True
+    part = tls_mounts[0]["volume"]["subpath"]
+    assert part == name or (name == "agent" and part.startswith("machine-"))
+    assert svc["depends_on"]["certs"]["condition"] == "service_completed_successfully"
+
+
+def test_the_ca_keys_are_mounted_nowhere_and_the_machine_ca_only_in_the_provisioner(
+    compose: dict[str, Any],
+) -> None:
+    for name, svc in compose["services"].items():
+        for entry in svc.get("volumes") or []:
+            if isinstance(entry, dict) and entry.get("source") == "tls":
+                assert entry["volume"]["subpath"] not in ("", "ca"), name
+            elif isinstance(entry, str) and entry.startswith("tls:"):
+                assert name == "certs", f"{name} mounts the whole tls volume"
+        env = environment(svc)
+        if "GPUFLEET_TLS_MACHINE_CA_KEY_FILE" in env:
+            assert name == "provisioner"

@@ -17,6 +17,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gpufleet.common.trust.identity import Role
+from tests.support import tls
+
 
 @dataclass
 class ServiceProcess:
@@ -29,6 +32,25 @@ class ServiceProcess:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def role(self) -> Role:
+        return role_of(self.name)
+
+    @property
+    def deployment(self) -> str:
+        return self.env.get("GPUFLEET_DEPLOYMENT_ID", tls.DEFAULT_DEPLOYMENT)
+
+    def channel(self, who: str | Role = Role.OPERATOR, **options: object) -> grpc.Channel:
+        """A channel to this service, calling as ``who`` (an operator unless told)."""
+        return tls.channel(
+            self.address,
+            self.role,
+            who=who,
+            deployment=self.deployment,
+            options=list(options.items()) or None,
+            machine_id=self.env.get("GPUFLEET_MACHINE_ID") if self.role is Role.MACHINE else None,
+        )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -48,10 +70,34 @@ class ServiceProcess:
             self.process.wait(5)
 
 
-def wait_healthy(address: str, timeout: float = 30.0) -> None:
+def role_of(name: str) -> Role:
+    return Role.MACHINE if name == "agent" else Role(name)
+
+
+def identity_env(name: str, env: dict[str, str]) -> dict[str, str]:
+    """The certificate that makes this process ``name`` (unless the test set its own, or
+    runs it insecure on purpose)."""
+    if any(k.startswith("GPUFLEET_TLS_") for k in env) or env.get("GPUFLEET_INSECURE"):
+        return {}
+    deployment = env.get("GPUFLEET_DEPLOYMENT_ID", tls.DEFAULT_DEPLOYMENT)
+    who = f"machine:{env['GPUFLEET_MACHINE_ID']}" if name == "agent" else name
+    return tls.env(who, deployment)
+
+
+def health_channel(address: str, name: str, env: dict[str, str]) -> grpc.Channel:
+    if env.get("GPUFLEET_INSECURE"):
+        return grpc.insecure_channel(address)
+    deployment = env.get("GPUFLEET_DEPLOYMENT_ID", tls.DEFAULT_DEPLOYMENT)
+    machine_id = env.get("GPUFLEET_MACHINE_ID") if name == "agent" else None
+    return tls.channel(address, role_of(name), deployment=deployment, machine_id=machine_id)
+
+
+def wait_healthy(address: str, timeout: float = 30.0, channel: grpc.Channel | None = None) -> None:
+    """Until the standard health check says SERVING (over ``channel``: an operator's TLS
+    channel to the service, from :func:`health_channel`)."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
-    with grpc.insecure_channel(address) as channel:
+    with channel if channel is not None else grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:
@@ -73,6 +119,7 @@ def start_service(
     port_file = workdir / f"{label}.port"
     port_file.unlink(missing_ok=True)
     log_path = workdir / f"{label}.log"
+    env = {**env, **identity_env(name, env)}
     full_env = {
         **os.environ,
         **env,
@@ -100,5 +147,9 @@ def start_service(
         time.sleep(0.05)
     bound = int(port_file.read_text())
     svc = ServiceProcess(name=name, process=proc, port=bound, log_path=log_path, env=env)
-    wait_healthy(svc.address, timeout=max(1.0, deadline - time.monotonic()))
+    wait_healthy(
+        svc.address,
+        timeout=max(1.0, deadline - time.monotonic()),
+        channel=health_channel(svc.address, name, env),
+    )
     return svc

@@ -24,6 +24,7 @@ from gpufleet.v1 import (
     provisioner_service_pb2,
     provisioner_service_pb2_grpc,
 )
+from tests.support import tls
 
 
 class ScriptedAgent(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
@@ -220,6 +221,7 @@ def serve_agent() -> Iterator[ScriptedAgent]:
             )
         ],
         max_workers=8,
+        transport=tls.transport("machine:scripted-agent"),
     )
     try:
         yield agent
@@ -242,6 +244,7 @@ def serve_provisioner() -> Iterator[ScriptedProvisioner]:
             )
         ],
         max_workers=4,
+        transport=tls.transport("provisioner"),
     )
     try:
         yield prov

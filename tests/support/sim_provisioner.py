@@ -19,6 +19,7 @@ from gpufleet.provisioner.drivers.base import InstanceInfo, InstanceSpec, Offeri
 from gpufleet.provisioner.drivers.sim import SimCloud, SimDriver
 from gpufleet.provisioner.service import ProvisionerService
 from gpufleet.v1 import provisioner_service_pb2, provisioner_service_pb2_grpc
+from tests.support import tls
 
 DEPLOYMENT = "test"
 SIM_OFFERING = Offering(provider=Provider.SIM, region="sim-1", zone="sim-1a", instance_type="sim.l4", slots=2)
@@ -58,6 +59,7 @@ def serve_sim_provisioner(clock: Clock) -> Iterator[SimProvisioner]:
             )
         ],
         max_workers=4,
+        transport=tls.transport("provisioner"),
     )
     try:
         yield SimProvisioner(cloud, server)
@@ -107,6 +109,7 @@ def serve_provisioner(driver: SimDriver, catalog: Catalog | None = None) -> Iter
             )
         ],
         max_workers=32,
+        transport=tls.transport("provisioner"),
     )
     try:
         yield server

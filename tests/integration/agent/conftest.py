@@ -17,13 +17,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.grpcserver import ServiceServer
+from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 from tests.integration.agent.fake_scheduler import FakeWorkerService, start_fake_scheduler, wait_for
+from tests.support import tls
 
 # Clock seconds per real second: a 20 s "render" takes one real second.
 CLOCK_SPEED = 20.0
@@ -41,10 +42,10 @@ class AgentProcess:
         return f"127.0.0.1:{self.port}"
 
     def client(self) -> AgentClient:
-        return AgentClient(self.address)
+        return AgentClient(self.address, tls.transport("scheduler"))
 
     def list_runners(self) -> list[agent_service_pb2.Runner]:
-        with grpc.insecure_channel(self.address) as channel:
+        with tls.channel(self.address, Role.MACHINE, who="scheduler") as channel:
             stub = agent_service_pb2_grpc.AgentServiceStub(channel)
             return list(stub.ListRunners(agent_service_pb2.ListRunnersRequest(), timeout=5).runners)
 
@@ -87,6 +88,7 @@ class AgentLauncher:
             "GPUFLEET_POLL_S": "0.05",
             "GPUFLEET_KILL_GRACE_S": "2",
             "GPUFLEET_LOG_FORMAT": "text",
+            **tls.env(f"machine:{machine_id}"),
             **(extra_env or {}),
         }
         port_file = state_dir / "agent.port"

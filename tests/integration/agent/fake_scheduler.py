@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from gpufleet.common.errors import Unavailable
 from gpufleet.common.grpcserver import ServiceBinding, ServiceServer, create_server
 from gpufleet.v1 import worker_service_pb2, worker_service_pb2_grpc
+from tests.support import tls
 
 T = TypeVar("T")
 
@@ -71,6 +72,7 @@ def start_fake_scheduler() -> tuple[FakeWorkerService, ServiceServer]:
     server = create_server(
         "127.0.0.1:0",
         [ServiceBinding(worker_service_pb2_grpc.add_WorkerServiceServicer_to_server, fake, full_name)],
+        transport=tls.transport("scheduler"),
     )
     return fake, server
 

@@ -7,11 +7,11 @@ import json
 import time
 from pathlib import Path
 
-import grpc
 import pytest
 
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument
 from gpufleet.common.grpcclient import call
+from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc, job_pb2
 from tests.integration.agent.conftest import (
     CLOCK_SPEED,
@@ -21,6 +21,7 @@ from tests.integration.agent.conftest import (
     wait_running,
 )
 from tests.integration.agent.fake_scheduler import FakeWorkerService, wait_for
+from tests.support import tls
 
 SLOTS = 4
 
@@ -217,7 +218,10 @@ def test_samples_report_activity_and_requests(agent: AgentProcess, fake_schedule
     assert completion_of(fake_scheduler, "busy-1").outcome == job_pb2.ATTEMPT_STATE_CANCELLED
     bad = agent_service_pb2.SampleUtilizationRequest()
     bad.window.FromSeconds(-1)
-    with grpc.insecure_channel(agent.address) as channel, pytest.raises(InvalidArgument) as caught:
+    with (
+        tls.channel(agent.address, Role.MACHINE, who="reaper") as channel,
+        pytest.raises(InvalidArgument) as caught,
+    ):
         call(
             agent_service_pb2_grpc.AgentServiceStub(channel).SampleUtilization,
             bad,

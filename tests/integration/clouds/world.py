@@ -41,6 +41,7 @@ from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.grpcserver import ServiceBinding, ServiceServer, create_server
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
+from gpufleet.common.trust.identity import Role
 from gpufleet.provisioner.drivers.base import Driver, Provider
 from gpufleet.provisioner.drivers.instrumented import InstrumentedDriver
 from gpufleet.provisioner.service import ProvisionerService
@@ -64,6 +65,7 @@ from gpufleet.v1 import (
     reaper_service_pb2_grpc,
 )
 from tests.integration.clouds.clouds import Cloud
+from tests.support import tls
 from tests.support.fleet_rows import add_machine
 
 DEPLOYMENT = "clouds-test"
@@ -343,6 +345,7 @@ def build_world(pg_url: str, cloud: Cloud, other: Cloud) -> Iterator[World]:
                 )
             ],
             max_workers=8,
+            transport=tls.transport("provisioner", DEPLOYMENT),
         )
         stack.callback(prov_server.stop, 0)
         prov_address = f"127.0.0.1:{prov_server.port}"
@@ -359,6 +362,7 @@ def build_world(pg_url: str, cloud: Cloud, other: Cloud) -> Iterator[World]:
                 )
             ],
             max_workers=4,
+            transport=tls.transport("machine:scripted-agent", DEPLOYMENT),
         )
         stack.callback(agent.server.stop, 0)
 
@@ -366,13 +370,15 @@ def build_world(pg_url: str, cloud: Cloud, other: Cloud) -> Iterator[World]:
         settings = SchedulerSettings(
             database_url=pg_url,
             provisioner_address=prov_address,
-            deployment_id=DEPLOYMENT,
             instance_name="scheduler-1",
+            **tls.settings("scheduler", DEPLOYMENT),
         )
         with sessions() as session, session.begin():
             sync_catalog(session, catalog)
         provisioner = ProvisionerClient(
-            settings.provisioner_address, timeout_s=max(30.0, settings.rpc_timeout_s)
+            settings.provisioner_address,
+            tls.transport("scheduler", DEPLOYMENT),
+            timeout_s=max(30.0, settings.rpc_timeout_s),
         )
         stack.callback(provisioner.close)
         scheduler_lease = LeaderLease(
@@ -383,14 +389,14 @@ def build_world(pg_url: str, cloud: Cloud, other: Cloud) -> Iterator[World]:
         stack.callback(fleet_tick.close)
 
         # The sweeper, as gpufleet.sweeper.main.build wires it (its own provisioner client).
-        sweeper_client = ProvisionerClient(prov_address, timeout_s=30.0)
+        sweeper_client = ProvisionerClient(prov_address, tls.transport("sweeper", DEPLOYMENT), timeout_s=30.0)
         stack.callback(sweeper_client.close)
         sweeper = build(
             SweeperSettings(
                 database_url=pg_url,
                 listen_address="127.0.0.1:0",
-                deployment_id=DEPLOYMENT,
                 instance_name="sweeper-1",
+                **tls.settings("sweeper", DEPLOYMENT),
             ),
             clock=clock,
             provider=sweeper_client,
@@ -403,7 +409,7 @@ def build_world(pg_url: str, cloud: Cloud, other: Cloud) -> Iterator[World]:
             [
                 _binding(
                     job_service_pb2_grpc.add_JobServiceServicer_to_server,
-                    JobService(sessions, clock),
+                    JobService(sessions, clock, tls.transport("scheduler", DEPLOYMENT)),
                     job_service_pb2,
                     "JobService",
                 ),
@@ -415,9 +421,10 @@ def build_world(pg_url: str, cloud: Cloud, other: Cloud) -> Iterator[World]:
                 ),
             ],
             max_workers=4,
+            transport=tls.transport("scheduler", DEPLOYMENT),
         )
         stack.callback(api.stop, 0)
-        channel = grpc.insecure_channel(f"127.0.0.1:{api.port}")
+        channel = tls.channel(f"127.0.0.1:{api.port}", Role.SCHEDULER, deployment=DEPLOYMENT)
         stack.callback(channel.close)
 
         reaper_lease = LeaderLease("reaper", "reaper-1", clock, sessions, 15.0)

@@ -27,6 +27,7 @@ from gpufleet.provisioner.drivers import local_procs
 from gpufleet.provisioner.drivers.base import Driver, Offering, Provider
 from gpufleet.provisioner.drivers.local import DEFAULT_AGENT_COMMAND, LocalDriver
 from gpufleet.provisioner.drivers.sim import SimCloud, SimLatencies, SimOp
+from tests.support import tls
 from tests.support.moto_server import (
     TEST_REGIONS,
     Ec2Faults,
@@ -64,6 +65,7 @@ def local_driver(root: Path, deployment_id: str, *, agent: str = "real", **kwarg
         "scheduler_address": "127.0.0.1:1",
         "agent_wait_s": 30.0,
         "stop_grace_s": 3.0,
+        "machine_issuer": tls.machine_issuer(deployment_id),
         **kwargs,
     }
     command = DEFAULT_AGENT_COMMAND if agent == "real" else (sys.executable, str(FAKE_AGENT), agent)

@@ -45,6 +45,7 @@ from gpufleet.provisioner.drivers.base import (
     idempotency_key,
 )
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2
+from tests.support import tls
 from tests.support.moto_server import (
     TEST_REGIONS,
     Ec2Faults,
@@ -550,7 +551,9 @@ def test_the_provisioner_process_drives_ec2_end_to_end(
 ) -> None:
     foreign = plant(moto_server, "us-east-1", {DEPLOYMENT_LABEL: "someone-else", MACHINE_LABEL: "m-foreign"})
     plant(moto_server, "eu-central-1", None)
-    client = ProvisionerClient(aws_provisioner.address, timeout_s=30)
+    client = ProvisionerClient(
+        aws_provisioner.address, tls.transport("scheduler", aws_provisioner.deployment), timeout_s=30
+    )
     try:
         spot = client.create("m-spot", US_PB, request_id="r-1")
         on_demand = client.create("m-eu", EU_PB, request_id="r-2")

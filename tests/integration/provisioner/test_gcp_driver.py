@@ -42,6 +42,7 @@ from gpufleet.provisioner.drivers.base import (
 )
 from gpufleet.provisioner.drivers.gcp import GcpClients, GcpDriver
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2
+from tests.support import tls
 from tests.support.gce_fake import GceFake, Latencies
 from tests.support.gce_fake.harness import GCP_OFFERING, GCP_SPOT_OFFERING, TEST_IMAGE, gcp_driver_for
 from tests.support.procs import start_service
@@ -480,7 +481,7 @@ def test_the_provisioner_process_serves_gcp_over_grpc(fake: GceFake, tmp_path: P
             "GPUFLEET_GCP_OPERATION_WAIT_S": "10",
         },
     )
-    client = ProvisionerClient(service.address, timeout_s=30)
+    client = ProvisionerClient(service.address, tls.transport("scheduler", "proc-gcp"), timeout_s=30)
     try:
         fake.plant("us-central1-a", "foreign", {DEPLOYMENT_LABEL: "another", MACHINE_LABEL: "m-foreign"})
         made = client.create("m-gcp", GCP, request_id="r-1")

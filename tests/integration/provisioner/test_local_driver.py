@@ -13,9 +13,11 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.errors import InvalidArgument
+from gpufleet.common.trust.pki import machine_ca_subject
 from gpufleet.provisioner.drivers.base import (
     InstanceInfo,
     InstanceRef,
@@ -32,6 +34,7 @@ from tests.integration.provisioner.conftest import (
     local_driver,
     pid_alive,
 )
+from tests.support import tls
 
 OFFERING = Offering(
     provider=Provider.LOCAL, region="local", zone="local-a", instance_type="local-g2-standard-8", slots=3
@@ -54,7 +57,7 @@ def ref(machine_id: str) -> InstanceRef:
 
 
 def probe_machine_id(address: str) -> str:
-    with AgentClient(address) as client:
+    with AgentClient(address, tls.transport("scheduler", "dep")) as client:
         return client.probe().machine_id
 
 
@@ -76,7 +79,7 @@ def test_machine_folder_and_the_agents_environment(root: Path) -> None:
 
     assert info.status is InstanceStatus.RUNNING
     assert info.agent_address == f"127.0.0.1:{read_int(folder / 'disk' / 'agent.port')}"
-    with AgentClient(info.agent_address) as client:
+    with AgentClient(info.agent_address, tls.transport("scheduler", "dep")) as client:
         probe = client.probe()
     assert (probe.machine_id, probe.slots) == ("m-1", 3)
     assert (folder / "logs" / "agent.log").exists()
@@ -88,6 +91,29 @@ def test_machine_folder_and_the_agents_environment(root: Path) -> None:
     assert env["GPUFLEET_SCHEDULER_ADDRESS"] == "127.0.0.1:50051"
     assert env["GPUFLEET_SLOTS"] == "3"
     assert env["GPUFLEET_DEPLOYMENT_ID"] == "dep"
+    # Born with its own credential, in its own folder: a certificate naming this machine,
+    # signed by the machine CA, and a key only its owner can read.
+    cert = x509.load_pem_x509_certificate(Path(env["GPUFLEET_TLS_CERT_FILE"]).read_bytes())
+    assert Path(env["GPUFLEET_TLS_CERT_FILE"]).parent == (folder / "tls").resolve()
+    uris = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert uris.get_values_for_type(x509.UniformResourceIdentifier) == ["spiffe://gpufleet.dep/machine/m-1"]
+    assert cert.issuer == machine_ca_subject("dep")
+    assert Path(env["GPUFLEET_TLS_KEY_FILE"]).stat().st_mode & 0o077 == 0
+
+
+def test_the_provisioners_own_credential_never_reaches_a_machine(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = tls.files("provisioner", "dep")
+    monkeypatch.setenv("GPUFLEET_TLS_CERT_FILE", str(mine.cert))
+    monkeypatch.setenv("GPUFLEET_TLS_KEY_FILE", str(mine.key))
+    monkeypatch.setenv("GPUFLEET_TLS_MACHINE_CA_KEY_FILE", str(mine.key))
+    driver = local_driver(root, "dep", agent="serve")
+    create(driver, "m-1")
+    env = agent_env(root, "m-1")
+    assert env["GPUFLEET_TLS_CERT_FILE"] != str(mine.cert)
+    assert env["GPUFLEET_TLS_KEY_FILE"] != str(mine.key)
+    assert "GPUFLEET_TLS_MACHINE_CA_KEY_FILE" not in env
 
 
 def test_clock_settings_travel_to_agents_and_the_port_file_does_not(

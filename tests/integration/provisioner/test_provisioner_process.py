@@ -19,8 +19,10 @@ from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument
 from gpufleet.common.provider_errors import InstanceNotFound, InsufficientCapacity
+from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2, provisioner_service_pb2_grpc
 from tests.integration.provisioner.conftest import kill_local_machines, pid_alive
+from tests.support import tls
 
 SIM = machine_pb2.Offering(
     provider=machine_pb2.PROVIDER_SIM, region="sim-1", zone="sim-1a", instance_type="g2-standard-8", slots=2
@@ -39,6 +41,9 @@ LOCAL = machine_pb2.Offering(
     instance_type="local-g2-standard-8",
     slots=2,
 )
+
+
+DEPLOYMENT = "proc-test"
 
 
 class Provisioner:
@@ -75,7 +80,7 @@ class Provisioner:
         return self.proc.wait(timeout=20)
 
     def client(self) -> ProvisionerClient:
-        return ProvisionerClient(self.address, timeout_s=30)
+        return ProvisionerClient(self.address, tls.transport("scheduler", DEPLOYMENT), timeout_s=30)
 
 
 @pytest.fixture
@@ -85,7 +90,7 @@ def provisioner(tmp_path: Path) -> Iterator[Provisioner]:
     env.update(
         {
             "GPUFLEET_LISTEN_ADDRESS": "127.0.0.1:0",
-            "GPUFLEET_DEPLOYMENT_ID": "proc-test",
+            **tls.env("provisioner", DEPLOYMENT),
             "GPUFLEET_DRIVERS": "sim,local",
             "GPUFLEET_LOCAL_ROOT": str(root),
             "GPUFLEET_LOCAL_AGENT_BASE_PORT": "0",
@@ -103,7 +108,7 @@ def provisioner(tmp_path: Path) -> Iterator[Provisioner]:
 
 def ask_agent(address: str) -> str:
     """The machine id the real agent at ``address`` answers Probe with."""
-    with AgentClient(address) as client:
+    with AgentClient(address, tls.transport("scheduler", DEPLOYMENT)) as client:
         return client.probe().machine_id
 
 
@@ -153,7 +158,9 @@ def test_bad_input_is_invalid_argument_naming_the_field(provisioner: Provisioner
 def test_health_and_list_offerings_of_the_default_catalogue(provisioner: Provisioner) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(provisioner.address) as channel:
+    with tls.channel(
+        provisioner.address, Role.PROVISIONER, who="scheduler", deployment=DEPLOYMENT
+    ) as channel:
         health = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service="gpufleet.v1.ProvisionerService"), timeout=10
         )

@@ -25,11 +25,13 @@ from gpufleet.common.provider_errors import (
     QuotaExceeded,
     Transient,
 )
+from gpufleet.common.trust.identity import Role
 from gpufleet.provisioner.drivers.base import Provider
 from gpufleet.provisioner.drivers.sim import SimCloud
 from gpufleet.provisioner.service import ProvisionerService
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2, provisioner_service_pb2_grpc
 from tests.integration.provisioner.conftest import kill_local_machines, local_driver
+from tests.support import tls
 
 pb = provisioner_service_pb2
 
@@ -104,9 +106,9 @@ class Served:
     def __init__(self, server: ServiceServer, cloud: SimCloud) -> None:
         self.server, self.cloud = server, cloud
         self.address = f"127.0.0.1:{server.port}"
-        self.channel = grpc.insecure_channel(self.address)
+        self.channel = tls.channel(self.address, Role.PROVISIONER, who="scheduler")
         self.stub = provisioner_service_pb2_grpc.ProvisionerServiceStub(self.channel)
-        self.client = ProvisionerClient(self.address, timeout_s=10)
+        self.client = ProvisionerClient(self.address, tls.transport("scheduler"), timeout_s=10)
 
 
 @pytest.fixture
@@ -123,6 +125,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
                 pb.DESCRIPTOR.services_by_name["ProvisionerService"].full_name,
             )
         ],
+        transport=tls.transport("provisioner"),
     )
     s = Served(server, cloud)
     yield s

@@ -20,9 +20,11 @@ from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.db.models import Machine, WatchdogStat
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import Ticker
+from gpufleet.reaper.agent_probe import GrpcAgentProber
 from gpufleet.reaper.idle_scanner import GrpcAgentSampler
 from gpufleet.reaper.main import build_watchdogs
 from gpufleet.reaper.settings import Settings
+from tests.support import tls
 from tests.support.scripted_services import serve_provisioner
 
 
@@ -68,10 +70,13 @@ def wire_reaper(
     settings = Settings(database_url=db_url, instance_name="test-reaper", agent_timeout_s=2.0)
     engine = make_engine(db_url)
     sessions = make_sessionmaker(engine)
-    client = ProvisionerClient(provisioner_address, timeout_s=5.0)
+    client = ProvisionerClient(provisioner_address, tls.transport("reaper"), timeout_s=5.0)
     lease = LeaderLease("reaper", settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
-    sampler = GrpcAgentSampler(window=timedelta(0), timeout_s=settings.agent_timeout_s)
-    tasks = build_watchdogs(settings, sessions, lease, clock, client, sampler)
+    sampler = GrpcAgentSampler(
+        tls.transport("reaper"), window=timedelta(0), timeout_s=settings.agent_timeout_s
+    )
+    prober = GrpcAgentProber(tls.transport("reaper"), timeout_s=settings.agent_timeout_s)
+    tasks = build_watchdogs(settings, sessions, lease, clock, client, sampler, prober)
     ticker = Ticker("reaper", clock, sessions, lease, tasks, renew_s=settings.lease_renew_s)
     try:
         yield Chain(clock=clock, sessions=sessions, lease=lease, ticker=ticker, provisioner=provisioner)

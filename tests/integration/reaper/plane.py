@@ -61,6 +61,7 @@ from gpufleet.v1 import (
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
+from tests.support import tls
 from tests.support.scripted_services import ScriptedAgent
 from tests.support.sim_provisioner import SIM_OFFERING, SimProvisioner, serve_sim_provisioner
 
@@ -157,6 +158,7 @@ class Plane:
                 )
             ],
             max_workers=2,
+            transport=tls.transport("machine:scripted-agent"),
         )
         self.stack.callback(agent.server.stop, 0)
         return agent
@@ -397,11 +399,14 @@ def running_plane(db_url: str, **settings: Any) -> Iterator[Plane]:
                 )
             ],
             max_workers=2,
+            transport=tls.transport("scheduler"),
         )
         stack.callback(worker_server.stop, 0)
-        channel = grpc.insecure_channel(f"127.0.0.1:{worker_server.port}")
-        stack.callback(channel.close)
-        client = ProvisionerClient(sim.address, timeout_s=5.0)
+        worker_stubs = tls.AsNamedMachine(
+            f"127.0.0.1:{worker_server.port}", worker_service_pb2_grpc.WorkerServiceStub
+        )
+        stack.callback(worker_stubs.close)
+        client = ProvisionerClient(sim.address, tls.transport("reaper"), timeout_s=5.0)
         stack.callback(client.close)
         lease = LeaderLease(
             "reaper", reaper_settings.instance_name, clock, sessions, ttl_s=reaper_settings.lease_ttl_s
@@ -412,8 +417,10 @@ def running_plane(db_url: str, **settings: Any) -> Iterator[Plane]:
             lease,
             clock,
             client,
-            GrpcAgentSampler(window=timedelta(0), timeout_s=reaper_settings.agent_timeout_s),
-            GrpcAgentProber(timeout_s=reaper_settings.agent_timeout_s),
+            GrpcAgentSampler(
+                tls.transport("reaper"), window=timedelta(0), timeout_s=reaper_settings.agent_timeout_s
+            ),
+            GrpcAgentProber(tls.transport("reaper"), timeout_s=reaper_settings.agent_timeout_s),
         )
         ticker = Ticker("reaper", clock, sessions, lease, tasks, renew_s=reaper_settings.lease_renew_s)
         yield Plane(
@@ -422,7 +429,7 @@ def running_plane(db_url: str, **settings: Any) -> Iterator[Plane]:
             lease=lease,
             ticker=ticker,
             sim=sim,
-            worker_stub=worker_service_pb2_grpc.WorkerServiceStub(channel),
+            worker_stub=worker_stubs,  # type: ignore[arg-type]
             capture=capture,
             stack=stack,
         )

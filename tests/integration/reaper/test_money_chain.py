@@ -11,6 +11,7 @@ from sqlalchemy import select, text
 from gpufleet.common.db.models import Failure, Incident
 from gpufleet.common.leadership import LeaderLease
 from tests.integration.reaper.conftest import Chain
+from tests.support import tls
 from tests.support.fleet_rows import add_attempt, add_machine, machine
 from tests.support.scripted_services import serve_agent
 
@@ -407,7 +408,7 @@ def test_a_pass_never_waits_on_its_slowest_machine(chain: Chain) -> None:
         scanner = IdleScanner(
             chain.sessions,
             chain.lease,
-            GrpcAgentSampler(window=timedelta(0), timeout_s=agent_deadline_s),
+            GrpcAgentSampler(tls.transport("reaper"), window=timedelta(0), timeout_s=agent_deadline_s),
             IdlePolicy(stop_after=FIVE_MIN, destroy_after=TWO_HOURS, gpu_busy_percent=5.0),
             concurrency=4,
             pass_deadline_s=1.0,

@@ -7,7 +7,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import grpc
 from sqlalchemy import select
 
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
@@ -29,7 +28,7 @@ def test_reaper_process_serves_leads_and_stops_on_sigterm(pg_url: str, tmp_path:
     )
     sessions = make_sessionmaker(make_engine(pg_url))
     try:
-        with grpc.insecure_channel(proc.address) as channel:
+        with proc.channel() as channel:
             stub = reaper_service_pb2_grpc.ReaperServiceStub(channel)
             deadline = time.monotonic() + 20
             while True:

@@ -26,6 +26,7 @@ from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.provision_deadline import ProvisionDeadline, ProvisionDeadlinePolicy
 from gpufleet.reaper.went_silent import WentSilent, WentSilentPolicy
 from tests.integration.reaper.plane import Plane, running_plane
+from tests.support import tls
 from tests.support.fleet_rows import add_attempt
 
 MINUTE = 60.0
@@ -143,7 +144,7 @@ def test_a_row_destroyed_between_scan_and_claim_is_refused_not_called(plane: Pla
         first_observed_at=now - timedelta(hours=1), startup_failed_at=now - timedelta(minutes=1)
     )
     plane.agents[unreported].startup_complete = False
-    client = ProvisionerClient(plane.sim.address, timeout_s=5.0)
+    client = ProvisionerClient(plane.sim.address, tls.transport("reaper"), timeout_s=5.0)
     plane.stack.callback(client.close)
     nets: list[tuple[WentSilent | ProvisionDeadline | BootFailure, str]] = [
         (WentSilent(plane.sessions, lease, plane.clock, client, WentSilentPolicy(), OutcomePolicy()), silent),

@@ -16,9 +16,11 @@ from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.db.models import Incident, Quarantine
 from gpufleet.common.grpcserver import ServiceBinding, create_server
 from gpufleet.common.ledger import record_failure
+from gpufleet.common.trust.identity import Role
 from gpufleet.reaper.service import ReaperService
 from gpufleet.v1 import ledger_pb2, reaper_service_pb2, reaper_service_pb2_grpc
 from tests.integration.reaper.conftest import Chain
+from tests.support import tls
 
 
 @dataclass
@@ -43,8 +45,9 @@ def api(pg_url: str) -> Iterator[Api]:
             )
         ],
         max_workers=4,
+        transport=tls.transport("reaper"),
     )
-    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+    with tls.channel(f"127.0.0.1:{server.port}", Role.REAPER) as channel:
         yield Api(reaper_service_pb2_grpc.ReaperServiceStub(channel), sessions, clock)
     server.stop(0)
     engine.dispose()
@@ -251,9 +254,10 @@ def test_watchdogs_show_cadence_runs_and_refusals(chain: Chain) -> None:
             )
         ],
         max_workers=2,
+        transport=tls.transport("reaper"),
     )
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        with tls.channel(f"127.0.0.1:{server.port}", Role.REAPER) as channel:
             stub = reaper_service_pb2_grpc.ReaperServiceStub(channel)
             pages = [stub.ListWatchdogs(reaper_service_pb2.ListWatchdogsRequest(page_size=3), timeout=5)]
             while pages[-1].next_page_token:

@@ -103,10 +103,7 @@ def _submit(stub: job_service_pb2_grpc.JobServiceStub, n: int) -> job_pb2.Job:
 
 def test_connections_spread_over_every_process_and_all_answer_from_one_store(two: ServiceProcess) -> None:
     [child] = _wait("the second API process", lambda: _children(two.process.pid))
-    channels = [
-        grpc.insecure_channel(two.address, options=[("grpc.use_local_subchannel_pool", 1)])
-        for _ in range(CHANNELS)
-    ]
+    channels = [two.channel("backend", **{"grpc.use_local_subchannel_pool": 1}) for _ in range(CHANNELS)]
     try:
         jobs = [_submit(job_service_pb2_grpc.JobServiceStub(c), n) for n, c in enumerate(channels)]
         by_parent, by_child = _accepted_by(two.process.pid, two.port), _accepted_by(child, two.port)
@@ -141,7 +138,7 @@ def test_a_dead_api_process_is_restarted_and_all_go_with_the_first(two: ServiceP
 
 def _served_by(pid: int, svc: ServiceProcess) -> bool:
     """A new connection, one call on it: True when ``pid`` accepted and answered it."""
-    with grpc.insecure_channel(svc.address, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+    with svc.channel("backend", **{"grpc.use_local_subchannel_pool": 1}) as channel:
         try:
             job_service_pb2_grpc.JobServiceStub(channel).ListJobs(
                 job_service_pb2.ListJobsRequest(), timeout=10

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.v1 import job_service_pb2, job_service_pb2_grpc, worker_service_pb2, worker_service_pb2_grpc
+from tests.support import tls
 from tests.support.fleet_rows import add_machine
 from tests.support.procs import ServiceProcess, start_service
 
@@ -57,8 +58,9 @@ def sessions(pg_url: str, scheduler_with_store: ServiceProcess) -> Iterator[sess
 
 @pytest.fixture
 def stub(scheduler_with_store: ServiceProcess) -> Iterator[worker_service_pb2_grpc.WorkerServiceStub]:
-    with grpc.insecure_channel(scheduler_with_store.address) as channel:
-        yield worker_service_pb2_grpc.WorkerServiceStub(channel)
+    stubs = tls.AsNamedMachine(scheduler_with_store.address, worker_service_pb2_grpc.WorkerServiceStub)
+    yield stubs  # type: ignore[misc]
+    stubs.close()
 
 
 def attempt(
@@ -196,7 +198,7 @@ def test_a_checkpoint_sent_in_parts_is_kept_and_read_back_by_the_next_attempt(
         )
     assert read_all(stub, other, second, kept.id) == blob
     # GetJob shows which checkpoint the attempt started from.
-    with grpc.insecure_channel(scheduler_with_store.address) as channel:
+    with scheduler_with_store.channel() as channel:
         job = job_service_pb2_grpc.JobServiceStub(channel).GetJob(
             job_service_pb2.GetJobRequest(job_id=job_id), timeout=5
         )

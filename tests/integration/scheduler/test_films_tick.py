@@ -29,6 +29,7 @@ from gpufleet.provisioner.drivers.sim import SimCloud
 from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
+from tests.support import tls
 from tests.support.fleet_rows import add_machine
 from tests.support.scripted_services import ScriptedAgent, serve_agent
 from tests.support.sim_provisioner import SlowCreates, serve_provisioner
@@ -162,8 +163,11 @@ def films(pg_url: str) -> Iterator[Films]:
             database_url=pg_url,
             provisioner_address=f"127.0.0.1:{server.port}",
             max_running_machines=2,
+            **tls.settings("scheduler"),
         )
-        provisioner = ProvisionerClient(settings.provisioner_address, timeout_s=10.0)
+        provisioner = ProvisionerClient(
+            settings.provisioner_address, tls.transport("scheduler"), timeout_s=10.0
+        )
         stack.callback(provisioner.close)
         lease = LeaderLease("scheduler", "films", clock, sessions, settings.lease_ttl_s)
         assert lease.try_acquire()

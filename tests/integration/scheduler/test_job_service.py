@@ -18,7 +18,7 @@ from tests.support.procs import ServiceProcess
 
 @pytest.fixture
 def stub(scheduler: ServiceProcess) -> Iterator[job_service_pb2_grpc.JobServiceStub]:
-    with grpc.insecure_channel(scheduler.address) as channel:
+    with scheduler.channel("backend") as channel:
         yield job_service_pb2_grpc.JobServiceStub(channel)
 
 

@@ -24,6 +24,7 @@ from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
 from gpufleet.scheduler.tick.served import ServedOfferings
 from gpufleet.scheduler.watchdogs.no_consumer import NoConsumerDetector
+from tests.support import tls
 from tests.support.fleet_rows import add_job
 from tests.support.sim_provisioner import serve_provisioner
 
@@ -62,9 +63,12 @@ class World:
         with self.sessions() as s, s.begin():
             sync_catalog(s, CATALOGUE)
         self.settings = Settings(
-            database_url=db_url, provisioner_address=provisioner_address, max_running_machines=2
+            database_url=db_url,
+            provisioner_address=provisioner_address,
+            max_running_machines=2,
+            **tls.settings("scheduler"),
         )
-        self.provisioner = ProvisionerClient(provisioner_address, timeout_s=10)
+        self.provisioner = ProvisionerClient(provisioner_address, tls.transport("scheduler"), timeout_s=10)
         self.lease = LeaderLease("scheduler", "test", self.clock, self.sessions, 3600)
         assert self.lease.try_acquire()
         self.served = ServedOfferings()
@@ -158,7 +162,7 @@ def test_a_create_the_provisioner_refuses_outright_ends_its_row_and_holds_no_cap
 
 def test_nothing_fails_while_what_the_provisioner_serves_is_unknown(world: World) -> None:
     world.jobs("aws-pool", 1)
-    down = ProvisionerClient("127.0.0.1:9", timeout_s=1)
+    down = ProvisionerClient("127.0.0.1:9", tls.transport("scheduler"), timeout_s=1)
     try:
         report = NoConsumerDetector(world.sessions, world.lease, down, ServedOfferings(), 2).run(
             world.clock.now()

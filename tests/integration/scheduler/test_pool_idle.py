@@ -24,6 +24,7 @@ from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
 from gpufleet.scheduler.watchdogs.pool_idle import PoolIdleRelease
+from tests.support import tls
 from tests.support.sim_provisioner import SlowCreates, serve_provisioner
 
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
@@ -69,8 +70,12 @@ def plane(pg_url: str) -> Iterator[tuple[ManualClock, sessionmaker[Session], Fle
         driver = SlowCreates(SimCloud(clock), "test")
         stack.callback(driver.release)
         server = stack.enter_context(serve_provisioner(driver, catalogue()))
-        settings = Settings(database_url=pg_url, provisioner_address=f"127.0.0.1:{server.port}")
-        provisioner = ProvisionerClient(settings.provisioner_address, timeout_s=10.0)
+        settings = Settings(
+            database_url=pg_url, provisioner_address=f"127.0.0.1:{server.port}", **tls.settings("scheduler")
+        )
+        provisioner = ProvisionerClient(
+            settings.provisioner_address, tls.transport("scheduler"), timeout_s=10.0
+        )
         stack.callback(provisioner.close)
         lease = LeaderLease("scheduler", "warm", clock, sessions, settings.lease_ttl_s)
         assert lease.try_acquire()

@@ -20,6 +20,7 @@ from sqlalchemy import select
 
 from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import (
     fleet_service_pb2,
     fleet_service_pb2_grpc,
@@ -30,6 +31,7 @@ from gpufleet.v1 import (
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
+from tests.support import tls
 from tests.support.procs import ServiceProcess
 from tests.support.scripted_services import ScriptedAgent, serve_agent
 
@@ -55,10 +57,15 @@ def test_two_hundred_unread_streams_leave_heartbeats_submissions_and_leases_alon
 ) -> None:
     # Each channel its own connection (by default channels to one address share one).
     own = [("grpc.use_local_subchannel_pool", 1)]
-    channels = [grpc.insecure_channel(scheduler.address, options=own) for _ in range(CHANNELS + 1)]
+    # The operator's connection, the 20 of the backend's streams, and the machine's own.
+    channels = [tls.channel(scheduler.address, Role.SCHEDULER, who="operator", options=own)] + [
+        tls.channel(scheduler.address, Role.SCHEDULER, who="backend", options=own) for _ in range(CHANNELS)
+    ]
+    box = tls.channel(scheduler.address, Role.SCHEDULER, who="machine:box-1", options=own)
+    channels.append(box)
     try:
         jobs = job_service_pb2_grpc.JobServiceStub(channels[0])
-        workers = worker_service_pb2_grpc.WorkerServiceStub(channels[0])
+        workers = worker_service_pb2_grpc.WorkerServiceStub(box)
         fleet = fleet_service_pb2_grpc.FleetServiceStub(channels[0])
         health = health_pb2_grpc.HealthStub(channels[0])
 

@@ -18,6 +18,7 @@ from gpufleet.common.errors import NotFound
 from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.job_service import JobService
 from gpufleet.v1 import job_pb2, job_service_pb2
+from tests.support import tls
 
 NOW = datetime(2026, 12, 3, 8, 15, 30, 123456, tzinfo=UTC)
 
@@ -37,7 +38,7 @@ def service(db_url: str):  # type: ignore[no-untyped-def]
     sessions = make_sessionmaker(engine)
     with sessions() as session, session.begin():
         sync_catalog(session, load_catalog(None))
-    jobs = JobService(sessions, ManualClock(NOW))
+    jobs = JobService(sessions, ManualClock(NOW), tls.transport("scheduler"))
     yield jobs, sessions
     jobs.close()
     engine.dispose()

@@ -6,8 +6,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import grpc
-
 from gpufleet.v1 import fleet_service_pb2, fleet_service_pb2_grpc
 from tests.support.procs import start_service
 
@@ -27,7 +25,7 @@ def test_get_system_time_answers_the_control_planes_own_sped_up_clock(pg_url: st
         },
     )
     try:
-        with grpc.insecure_channel(svc.address) as channel:
+        with svc.channel() as channel:
             reply = fleet_service_pb2_grpc.FleetServiceStub(channel).GetSystemTime(
                 fleet_service_pb2.GetSystemTimeRequest(), timeout=5
             )

@@ -32,6 +32,7 @@ from gpufleet.provisioner.drivers.sim import SimCloud
 from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
+from tests.support import tls
 from tests.support.fleet_rows import add_machine
 from tests.support.scripted_services import ScriptedAgent, serve_agent
 from tests.support.sim_provisioner import SlowCreates, serve_provisioner
@@ -170,9 +171,12 @@ def fleet(pg_url: str) -> Iterator[Fleet]:
             max_running_machines=4,
             dispatch_deadline_s=30.0,
             offering_quarantine_ttl_s=120.0,
+            **tls.settings("scheduler"),
         )
         provisioner = ProvisionerClient(
-            settings.provisioner_address, timeout_s=settings.provider_call_timeout_s
+            settings.provisioner_address,
+            tls.transport("scheduler"),
+            timeout_s=settings.provider_call_timeout_s,
         )
         stack.callback(provisioner.close)
         yield Fleet(clock, sessions, cloud, driver, provisioner, settings, stack)
@@ -348,7 +352,7 @@ def test_a_cancelled_jobs_slot_is_free_only_once_the_machine_says_so(fleet: Flee
     tick.settle(30)
     (running,) = fleet.attempts_of(first)
     jobs, workers = (
-        JobService(fleet.sessions, fleet.clock),
+        JobService(fleet.sessions, fleet.clock, tls.transport("scheduler")),
         WorkerService(fleet.sessions, fleet.clock, fleet.settings),
     )
 

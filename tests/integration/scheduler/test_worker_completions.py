@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import grpc
 import pytest
 from sqlalchemy import select
 
@@ -28,7 +27,7 @@ def test_an_infra_error_is_recorded_by_its_cause_uncharged_and_requeued(
     now = datetime.now(UTC)
     machine_id = add_machine(sessions, now)
     attempt_id = add_attempt(sessions, now, machine_id)
-    with grpc.insecure_channel(scheduler.address) as channel:
+    with scheduler.channel(f"machine:{machine_id}") as channel:
         worker_service_pb2_grpc.WorkerServiceStub(channel).ReportCompletion(
             worker_service_pb2.ReportCompletionRequest(
                 machine_id=machine_id,

@@ -44,7 +44,7 @@ BAD = [
 def test_a_bad_registration_names_its_field_and_stores_nothing(
     scheduler: ServiceProcess, pg_url: str, request_msg: worker_service_pb2.RegisterMachineRequest, field: str
 ) -> None:
-    with grpc.insecure_channel(scheduler.address) as channel:
+    with scheduler.channel("machine:box-1") as channel:
         with pytest.raises(grpc.RpcError) as info:
             worker_service_pb2_grpc.WorkerServiceStub(channel).RegisterMachine(request_msg, timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
@@ -60,8 +60,8 @@ def test_a_bad_registration_names_its_field_and_stores_nothing(
 def test_a_machines_resource_name_is_accepted_where_its_id_is(scheduler: ServiceProcess) -> None:
     from gpufleet.v1 import fleet_service_pb2, fleet_service_pb2_grpc
 
-    with grpc.insecure_channel(scheduler.address) as channel:
-        box = worker_service_pb2_grpc.WorkerServiceStub(channel).RegisterMachine(register(), timeout=5)
+    with scheduler.channel("machine:box-1") as box_channel, scheduler.channel() as channel:
+        box = worker_service_pb2_grpc.WorkerServiceStub(box_channel).RegisterMachine(register(), timeout=5)
         fleet = fleet_service_pb2_grpc.FleetServiceStub(channel)
         assert box.name == "machines/box-1"
         got = fleet.GetMachine(fleet_service_pb2.GetMachineRequest(machine_id=box.name), timeout=5)
@@ -70,10 +70,11 @@ def test_a_machines_resource_name_is_accepted_where_its_id_is(scheduler: Service
 
 
 def test_a_good_registration_with_a_name_or_ipv6_is_stored(scheduler: ServiceProcess) -> None:
-    with grpc.insecure_channel(scheduler.address) as channel:
-        stub = worker_service_pb2_grpc.WorkerServiceStub(channel)
-        named = stub.RegisterMachine(register(agent_address="gpu-box-1.lab.internal:50060"), timeout=5)
-        v6 = stub.RegisterMachine(
+    with scheduler.channel("machine:box-1") as one, scheduler.channel("machine:box-2") as two:
+        named = worker_service_pb2_grpc.WorkerServiceStub(one).RegisterMachine(
+            register(agent_address="gpu-box-1.lab.internal:50060"), timeout=5
+        )
+        v6 = worker_service_pb2_grpc.WorkerServiceStub(two).RegisterMachine(
             register(request_id="box-2", machine_id="box-2", agent_address="[::1]:50060"), timeout=5
         )
     assert named.agent_address == "gpu-box-1.lab.internal:50060" and v6.agent_address == "[::1]:50060"
@@ -82,8 +83,8 @@ def test_a_good_registration_with_a_name_or_ipv6_is_stored(scheduler: ServicePro
 def test_a_malformed_request_id_on_an_idempotent_call_is_refused_naming_it(scheduler: ServiceProcess) -> None:
     from gpufleet.v1 import fleet_service_pb2, fleet_service_pb2_grpc
 
-    with grpc.insecure_channel(scheduler.address) as channel:
-        worker_service_pb2_grpc.WorkerServiceStub(channel).RegisterMachine(register(), timeout=5)
+    with scheduler.channel("machine:box-1") as box_channel, scheduler.channel() as channel:
+        worker_service_pb2_grpc.WorkerServiceStub(box_channel).RegisterMachine(register(), timeout=5)
         fleet = fleet_service_pb2_grpc.FleetServiceStub(channel)
         with pytest.raises(grpc.RpcError) as info:
             fleet.CordonMachine(

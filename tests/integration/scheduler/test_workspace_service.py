@@ -36,7 +36,7 @@ INVALID, MISSING, TAKEN = (
 
 @pytest.fixture
 def stub(scheduler: ServiceProcess) -> Iterator[Stub]:
-    with grpc.insecure_channel(scheduler.address) as channel:
+    with scheduler.channel("backend") as channel:
         yield Stub(channel)
 
 
@@ -87,7 +87,7 @@ def test_create_is_idempotent_listed_and_takes_jobs(stub: Stub, scheduler: Servi
     assert names == ["acme-studio", "indie-creator", "new-studio"]  # the two seeded by the catalogue
     paused = create(stub, "quiet-one", paused=True)
     assert paused.active is False  # type: ignore[attr-defined]
-    with grpc.insecure_channel(scheduler.address) as channel:
+    with scheduler.channel("backend") as channel:
         job = job_service_pb2_grpc.JobServiceStub(channel).SubmitJob(
             job_service_pb2.SubmitJobRequest(
                 request_id="first-job",
@@ -189,7 +189,7 @@ def test_a_plan_change_and_a_pause_survive_a_restart(pg_url: str, tmp_path: Path
     }
     svc = start_service("scheduler", tmp_path, env)
     try:
-        with grpc.insecure_channel(svc.address) as channel:
+        with svc.channel("backend") as channel:
             Stub(channel).UpdateWorkspace(
                 workspace_service_pb2.UpdateWorkspaceRequest(
                     workspace=catalog_pb2.Workspace(workspace_id="acme-studio", plan="creator", active=False),
@@ -201,7 +201,7 @@ def test_a_plan_change_and_a_pause_survive_a_restart(pg_url: str, tmp_path: Path
         svc.stop()
     svc = start_service("scheduler", tmp_path, env, tag="-again")
     try:
-        with grpc.insecure_channel(svc.address) as channel:
+        with svc.channel("backend") as channel:
             got = Stub(channel).GetWorkspace(
                 workspace_service_pb2.GetWorkspaceRequest(workspace_id="acme-studio"), timeout=5
             )

@@ -26,6 +26,7 @@ from gpufleet.sweeper.inventory_reconcile import InventoryReconcile
 from gpufleet.sweeper.main import TimedPasses
 from gpufleet.sweeper.orphan_sweep import OrphanSweep
 from gpufleet.sweeper.settings import Settings
+from tests.support import tls
 from tests.support.scripted_services import serve_provisioner
 from tests.support.sim_provisioner import DEPLOYMENT, serve_sim_provisioner
 
@@ -85,9 +86,10 @@ def wire_sweeper(
     db_url: str, clock: ManualClock, provisioner_address: str, provisioner: Any, **settings: Any
 ) -> Iterator[Sweep]:
     config = Settings(database_url=db_url, instance_name="test-sweeper", deployment_id=DEPLOYMENT, **settings)
+    # The sweeper's own calls go as the sweeper (the tests' CA; DEPLOYMENT labels the instances).
     engine = make_engine(db_url)
     sessions = make_sessionmaker(engine)
-    client = ProvisionerClient(provisioner_address, timeout_s=5.0)
+    client = ProvisionerClient(provisioner_address, tls.transport("sweeper"), timeout_s=5.0)
     lease = LeaderLease("sweeper", config.instance_name, clock, sessions, ttl_s=config.lease_ttl_s)
     reconcile = InventoryReconcile(sessions, client, outcomes=config.outcome_policy())
     orphans = OrphanSweep(

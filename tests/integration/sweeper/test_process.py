@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import grpc
-
 from gpufleet.v1 import sweeper_service_pb2, sweeper_service_pb2_grpc
 from tests.support.procs import start_service
 from tests.support.scripted_services import serve_provisioner
@@ -23,7 +21,7 @@ def test_sweeper_process_serves_and_stops_on_sigterm(pg_url: str, tmp_path: Path
             },
         )
         try:
-            with grpc.insecure_channel(proc.address) as channel:
+            with proc.channel() as channel:
                 stub = sweeper_service_pb2_grpc.SweeperServiceStub(channel)
                 done = stub.RunSweep(
                     sweeper_service_pb2.RunSweepRequest(

@@ -10,9 +10,11 @@ import pytest
 
 from gpufleet.common import paging
 from gpufleet.common.grpcserver import ServiceBinding, create_server
+from gpufleet.common.trust.identity import Role
 from gpufleet.sweeper.service import SweeperService
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2, sweeper_service_pb2, sweeper_service_pb2_grpc
 from tests.integration.sweeper.conftest import Sweep
+from tests.support import tls
 from tests.support.fleet_rows import add_machine, machine
 
 
@@ -28,8 +30,9 @@ def stub(sweep: Sweep) -> Iterator[sweeper_service_pb2_grpc.SweeperServiceStub]:
             )
         ],
         max_workers=4,
+        transport=tls.transport("sweeper"),
     )
-    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+    with tls.channel(f"127.0.0.1:{server.port}", Role.SWEEPER) as channel:
         yield sweeper_service_pb2_grpc.SweeperServiceStub(channel)
     server.stop(0)
 

@@ -6,6 +6,7 @@ from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.sweeper.inventory_reconcile import InventoryReconcile
+from tests.support import tls
 from tests.support.fleet_rows import add_machine, machine
 from tests.support.sim_provisioner import serve_sim_provisioner
 
@@ -21,7 +22,7 @@ def test_reconcile_reads_the_sim_clouds_list(db_url: str) -> None:
         )
         sim.create(running)
         sim.create(kept_stopped)  # the provider still runs it; our intent is STOPPED
-        client = ProvisionerClient(sim.address, timeout_s=5)
+        client = ProvisionerClient(sim.address, tls.transport("sweeper"), timeout_s=5)
         try:
             result = InventoryReconcile(sessions, client).reconcile(now, lease=None)
         finally:

@@ -7,9 +7,10 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.cli import output
+from gpufleet.cli import credentials, output
 from gpufleet.common import grpcclient
 from gpufleet.common.errors import GpufleetError, Unavailable
+from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import (
     fleet_service_pb2,
     fleet_service_pb2_grpc,
@@ -23,11 +24,11 @@ TIMEOUT_S = 10.0
 
 
 def _job_stub(args: argparse.Namespace) -> job_service_pb2_grpc.JobServiceStub:
-    return job_service_pb2_grpc.JobServiceStub(grpcclient.open_channel(args.scheduler))
+    return job_service_pb2_grpc.JobServiceStub(credentials.channel(args, args.scheduler, Role.SCHEDULER))
 
 
 def _fleet_stub(args: argparse.Namespace) -> fleet_service_pb2_grpc.FleetServiceStub:
-    return fleet_service_pb2_grpc.FleetServiceStub(grpcclient.open_channel(args.scheduler))
+    return fleet_service_pb2_grpc.FleetServiceStub(credentials.channel(args, args.scheduler, Role.SCHEDULER))
 
 
 def system_now(args: argparse.Namespace) -> datetime:

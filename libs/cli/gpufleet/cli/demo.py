@@ -22,6 +22,7 @@ from gpufleet.cli import ops, output
 from gpufleet.cli.stack import SERVICES, Stack, StackConfig, free_port
 from gpufleet.common import grpcclient
 from gpufleet.common.clock import ScaledClock
+from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import (
     fleet_service_pb2,
     fleet_service_pb2_grpc,
@@ -190,7 +191,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _scenario(stack: Stack, clock: Clock, args: argparse.Namespace) -> int:
-    channel = grpcclient.open_channel(stack.config.address("scheduler"))
+    channel = grpcclient.open_channel(stack.config.address("scheduler"), stack.transport(), Role.SCHEDULER)
     jobs_stub = job_service_pb2_grpc.JobServiceStub(channel)
     fleet = fleet_service_pb2_grpc.FleetServiceStub(channel)
     timeline = Timeline(clock)
@@ -331,6 +332,7 @@ def _summary(
     system_now = ScaledClock(clock.speed, stack.config.clock_origin or clock.start).now()
     view = argparse.Namespace(
         reaper=reaper_address,
+        state_dir=stack.config.state_dir,
         json=False,
         limit=20,
         machine=None,

@@ -6,6 +6,7 @@ gpufleet submit ...         submit a GPU job to a running system
 gpufleet jobs [--json]      list jobs
 gpufleet machines [--json]  list machines with their liveness channels and idle timers
 gpufleet machines ID        one machine: who changed its state last, and why
+gpufleet certs issue ...    a client certificate of the deployment's CA (backend, machine)
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import sys
 import threading
 from pathlib import Path
 
-from gpufleet.cli import commands, ops, workspaces
+from gpufleet.cli import certs, commands, ops, workspaces
+from gpufleet.cli.credentials import DEFAULT_STATE_DIR
 from gpufleet.cli.demo import run_demo
 from gpufleet.cli.stack import DEFAULT_PORTS, ClockMismatch, Stack, StackConfig
 
@@ -29,6 +31,8 @@ def run_up(args: argparse.Namespace) -> int:
     )
     stack = Stack(config)
     flag = "" if args.port_offset == 0 else f" --scheduler {config.address('scheduler')}"
+    if args.state_dir != DEFAULT_STATE_DIR:
+        flag += f" --state-dir {args.state_dir}"
     print(
         f"gpufleet up — state in {config.state_dir} (SQLite + local machines), logs in "
         f"{config.state_dir / 'logs'}"
@@ -73,7 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler_default = os.environ.get("GPUFLEET_SCHEDULER_ADDRESS", "127.0.0.1:50051")
 
     up = sub.add_parser("up", help="run the whole system on the embedded default until interrupted")
-    up.add_argument("--state-dir", default="var", help="SQLite file, local machines and logs (default ./var)")
+    up.add_argument(
+        "--state-dir",
+        default=DEFAULT_STATE_DIR,
+        help="SQLite file, local machines, logs and the deployment's certificates (default ./var)",
+    )
     up.add_argument("--port-offset", type=int, default=0, help="add to every default port (50051-50054)")
     up.add_argument("--speed", type=float, default=1.0, help="clock speed factor (1 = real time)")
     up.set_defaults(func=run_up)
@@ -87,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--scheduler", default=scheduler_default, help="scheduler address (host:port)")
+        p.add_argument(
+            "--state-dir",
+            default=DEFAULT_STATE_DIR,
+            help="where `gpufleet up` keeps the operator certificate (default ./var; "
+            "GPUFLEET_TLS_* in the environment win)",
+        )
         p.add_argument("--json", action="store_true", help="machine-readable output")
         return p
 
@@ -111,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     machines.set_defaults(func=lambda a: commands.run_client(commands.machines, a))
 
     ops.add_parsers(sub, client)
+    certs.add_parsers(sub)
     workspaces.add_parsers(client)
 
     # The simulator is its own package (gpufleet-sim) over the services' pure decisions, which

@@ -14,9 +14,10 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from gpufleet.cli import output
+from gpufleet.cli import credentials, output
 from gpufleet.cli.commands import pages, run_client, system_now
 from gpufleet.common import grpcclient
+from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import (
     ledger_pb2,
     machine_pb2,
@@ -30,11 +31,11 @@ TIMEOUT_S = 10.0
 
 
 def _reaper(args: argparse.Namespace) -> reaper_service_pb2_grpc.ReaperServiceStub:
-    return reaper_service_pb2_grpc.ReaperServiceStub(grpcclient.open_channel(args.reaper))
+    return reaper_service_pb2_grpc.ReaperServiceStub(credentials.channel(args, args.reaper, Role.REAPER))
 
 
 def _sweeper(args: argparse.Namespace) -> sweeper_service_pb2_grpc.SweeperServiceStub:
-    return sweeper_service_pb2_grpc.SweeperServiceStub(grpcclient.open_channel(args.sweeper))
+    return sweeper_service_pb2_grpc.SweeperServiceStub(credentials.channel(args, args.sweeper, Role.SWEEPER))
 
 
 def _now(args: argparse.Namespace) -> datetime:

@@ -22,7 +22,14 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gpufleet.cli.credentials import OPERATOR, tls_dir, transport_for
+from gpufleet.common import grpcclient
+from gpufleet.common.trust.identity import Identity, Role
+from gpufleet.common.trust.pki import Authority
+from gpufleet.common.trust.transport import Transport
+
 SERVICES = ("provisioner", "scheduler", "reaper", "sweeper")
+DEPLOYMENT = "local"
 DEFAULT_PORTS = {"scheduler": 50051, "reaper": 50052, "provisioner": 50053, "sweeper": 50054}
 
 
@@ -78,6 +85,32 @@ class Stack:
             )
         return env
 
+    def ensure_credentials(self) -> Authority:
+        """The deployment's CA and every part's certificate, made in ``<state dir>/tls`` on
+        first start and reused after: the embedded default is mutual TLS like a deployment,
+        with nothing for a newcomer to set up."""
+        authority = Authority.ensure(tls_dir(self.config.state_dir), DEPLOYMENT)
+        for name in (*SERVICES, OPERATOR):
+            authority.ensure_part(Identity(Role(name), DEPLOYMENT))
+        return authority
+
+    def tls_env(self, authority: Authority, name: str) -> dict[str, str]:
+        files = authority.files(name)
+        env = {
+            "GPUFLEET_DEPLOYMENT_ID": DEPLOYMENT,
+            "GPUFLEET_TLS_CA_FILE": str(files.ca),
+            "GPUFLEET_TLS_CERT_FILE": str(files.cert),
+            "GPUFLEET_TLS_KEY_FILE": str(files.key),
+        }
+        if name == "provisioner":  # it gives each local machine its own certificate
+            env["GPUFLEET_TLS_MACHINE_CA_CERT_FILE"] = str(authority.folder / "machine-ca.crt")
+            env["GPUFLEET_TLS_MACHINE_CA_KEY_FILE"] = str(authority.folder / "machine-ca.key")
+        return env
+
+    def transport(self) -> Transport:
+        """The operator's: what the CLI and the demo call with."""
+        return transport_for(self.config.state_dir)
+
     def migrate(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         subprocess.run(
@@ -112,13 +145,19 @@ class Stack:
         """Migrate, then start every service and wait until each answers its health check."""
         self.migrate()
         self.keep_clock()
-        env = {**os.environ, **self.common_env()}
+        authority = self.ensure_credentials()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_TLS_")}
+        env.update(self.common_env())
         if self.config.clock_speed != 1.0:
             self.config.clock_origin = float(env["GPUFLEET_CLOCK_ORIGIN"])
         logs = self.config.state_dir / "logs"
         logs.mkdir(exist_ok=True)
         for name in SERVICES:
-            svc_env = {**env, "GPUFLEET_LISTEN_ADDRESS": self.config.address(name)}
+            svc_env = {
+                **env,
+                **self.tls_env(authority, name),
+                "GPUFLEET_LISTEN_ADDRESS": self.config.address(name),
+            }
             svc_env.update(
                 {f"GPUFLEET_{k.upper()}": v for k, v in self.config.overrides.get(name, {}).items()}
             )
@@ -138,7 +177,8 @@ class Stack:
 
     def wait_healthy(self, name: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.config.address(name)) as channel:
+        transport = self.transport()
+        with grpcclient.open_channel(self.config.address(name), transport, Role(name)) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 proc = self.processes[name]

@@ -13,9 +13,10 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from gpufleet.cli import output
+from gpufleet.cli import credentials, output
 from gpufleet.cli.commands import pages, run_client, system_now
 from gpufleet.common import grpcclient
+from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import catalog_pb2, workspace_service_pb2, workspace_service_pb2_grpc
 
 TIMEOUT_S = 10.0
@@ -24,7 +25,9 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def _stub(args: argparse.Namespace) -> workspace_service_pb2_grpc.WorkspaceServiceStub:
-    return workspace_service_pb2_grpc.WorkspaceServiceStub(grpcclient.open_channel(args.scheduler))
+    return workspace_service_pb2_grpc.WorkspaceServiceStub(
+        credentials.channel(args, args.scheduler, Role.SCHEDULER)
+    )
 
 
 def parse_moment(text: str, now: datetime, flag: str) -> datetime:

@@ -52,7 +52,15 @@ class Unavailable(GpufleetError):
 
 
 class PermissionDenied(GpufleetError):
+    """The caller is who it says, and may not do this."""
+
     code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Unauthenticated(GpufleetError):
+    """The caller proved no identity of this deployment."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class Fenced(GpufleetError):

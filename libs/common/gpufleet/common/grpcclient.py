@@ -13,6 +13,8 @@ import grpc
 from opentelemetry.instrumentation.grpc import client_interceptor, grpcext
 
 from gpufleet.common import errors
+from gpufleet.common.trust.identity import Role
+from gpufleet.common.trust.transport import Transport
 
 T = TypeVar("T")
 
@@ -27,12 +29,16 @@ _CODE_TO_ERROR: dict[grpc.StatusCode, type[errors.GpufleetError]] = {
     grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.Unavailable,
     grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
 }
 
 
-def open_channel(address: str) -> grpc.Channel:
-    """An insecure loopback/VPC channel with trace propagation."""
-    channel = grpc.insecure_channel(address)
+def open_channel(
+    address: str, transport: Transport, server: Role, machine_id: str | None = None
+) -> grpc.Channel:
+    """A channel to the part ``server`` at ``address`` (mutual TLS unless the process runs
+    insecure for development), with trace propagation."""
+    channel = transport.channel(address, transport.server_name(server, machine_id))
     # OpenTelemetry's client interceptor speaks its own interface (grpcext), not grpc's.
     return grpcext.intercept_channel(channel, client_interceptor())  # type: ignore[no-any-return]
 

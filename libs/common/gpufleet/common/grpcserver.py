@@ -24,6 +24,8 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import server_interceptor
 
 from gpufleet.common.errors import FIELD_METADATA_KEY, GpufleetError
+from gpufleet.common.trust.interceptor import AioAuthorizationInterceptor, AuthorizationInterceptor, Gate
+from gpufleet.common.trust.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +110,20 @@ class ServiceServer:
     """A started gRPC server with health and reflection; ``port`` is the bound port."""
 
     def __init__(
-        self, server: grpc.Server, port: int, health_servicer: health.HealthServicer, names: Sequence[str]
+        self,
+        server: grpc.Server,
+        port: int,
+        health_servicer: health.HealthServicer,
+        names: Sequence[str],
+        health_only: grpc.Server | None = None,
+        health_port: int | None = None,
     ) -> None:
         self.server = server
         self.port = port
         self.health = health_servicer
         self.names = list(names)
+        self.health_only = health_only
+        self.health_port = health_port
 
     def set_serving(self, serving: bool) -> None:
         status = (
@@ -125,19 +135,59 @@ class ServiceServer:
     def stop(self, grace: float = 5.0) -> None:
         """Refuse new calls, let running ones finish for ``grace`` seconds, then stop."""
         self.set_serving(False)
+        if self.health_only is not None:
+            self.health_only.stop(0)
         self.server.stop(grace).wait()
 
     def wait_for_termination(self) -> None:
         self.server.wait_for_termination()
 
 
+def _interceptors(transport: Transport, aio: bool) -> list[Any]:
+    """Tracing first (a refused call is traced too), then the authorization table, then the
+    error mapping. Insecure development servers have no identity to check."""
+    if transport.insecure:
+        return []
+    gate = Gate(transport.deployment)
+    return [AioAuthorizationInterceptor(gate) if aio else AuthorizationInterceptor(gate)]
+
+
+def _bind(server: grpc.Server | grpc.aio.Server, transport: Transport, address: str) -> int:
+    port = transport.add_port(server, address)
+    if port == 0:
+        raise RuntimeError(f"could not bind gRPC server to {address}")
+    return port
+
+
+def create_health_only_server(address: str, health_servicer: Any) -> tuple[grpc.Server, int]:
+    """A plaintext port that answers the standard health check and nothing else, for an
+    orchestrator's probe (which holds no certificate). It shares the main server's health
+    status; every other method is UNIMPLEMENTED there."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=[("grpc.so_reuseport", 0)])
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise RuntimeError(f"could not bind the health port to {address}")
+    server.start()
+    return server, port
+
+
 def create_server(
-    address: str, bindings: Sequence[ServiceBinding], *, max_workers: int = 32
+    address: str,
+    bindings: Sequence[ServiceBinding],
+    *,
+    transport: Transport,
+    max_workers: int = 32,
+    health_address: str | None = None,
 ) -> ServiceServer:
-    """Build, bind and start a server; returns it with the port actually bound."""
+    """Build, bind and start a server; returns it with the port actually bound.
+
+    With TLS the server requires a client certificate of the deployment's CA and checks
+    every call against the authorization table; ``health_address`` adds the plaintext
+    health-only port."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers),
-        interceptors=[server_interceptor(), ErrorMappingInterceptor()],
+        interceptors=[server_interceptor(), *_interceptors(transport, aio=False), ErrorMappingInterceptor()],
         options=[("grpc.so_reuseport", 0)],
     )
     for binding in bindings:
@@ -146,11 +196,12 @@ def create_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [b.full_name for b in bindings]
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise RuntimeError(f"could not bind gRPC server to {address}")
+    port = _bind(server, transport, address)
     server.start()
-    result = ServiceServer(server, port, health_servicer, names)
+    health_only, health_port = (
+        create_health_only_server(health_address, health_servicer) if health_address else (None, None)
+    )
+    result = ServiceServer(server, port, health_servicer, names, health_only, health_port)
     result.set_serving(True)
     return result
 
@@ -317,6 +368,7 @@ class _NoContext:
     def __init__(self, context: Any) -> None:
         self._peer = context.peer()
         self._metadata = tuple(context.invocation_metadata() or ())
+        self._auth = context.auth_context()
 
     def peer(self) -> str:
         return str(self._peer)
@@ -326,6 +378,11 @@ class _NoContext:
 
     def is_active(self) -> bool:
         return True
+
+    def auth_context(self) -> Any:
+        """Who called (the verified certificate's properties), for a check only the
+        handler can make: a machine reporting for itself."""
+        return self._auth
 
 
 class AioServiceServer:
@@ -341,7 +398,11 @@ class AioServiceServer:
         health_servicer: Any,
         names: Sequence[str],
         executors: Sequence[futures.ThreadPoolExecutor],
+        health_only: grpc.aio.Server | None = None,
+        health_port: int | None = None,
     ) -> None:
+        self.health_only = health_only
+        self.health_port = health_port
         self.loop = loop
         self.thread = thread
         self.server = server
@@ -368,6 +429,8 @@ class AioServiceServer:
         if not self.loop.is_running():
             return
         self.set_serving(False)
+        if self.health_only is not None:
+            self._run(self.health_only.stop(0))
         self._run(self.server.stop(grace), timeout=grace + 10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
@@ -382,9 +445,11 @@ def create_aio_server(
     address: str,
     bindings: Sequence[ServiceBinding],
     *,
+    transport: Transport,
     max_workers: int = 32,
     lanes: Sequence[Lane] = (),
     reuse_port: bool = False,
+    health_address: str | None = None,
 ) -> AioServiceServer:
     """Build, bind and start an asyncio server on a loop thread of its own. Async handlers
     run on the loop (a stream waiting on its client holds no thread); synchronous ones in
@@ -402,12 +467,18 @@ def create_aio_server(
     }
     api = futures.ThreadPoolExecutor(max_workers, "grpc-api")
     migration = futures.ThreadPoolExecutor(4, "grpc-sync-streams")
-    started: futures.Future[tuple[grpc.aio.Server, int, Any]] = futures.Future()
+    started: futures.Future[tuple[grpc.aio.Server, int, Any, grpc.aio.Server | None, int | None]] = (
+        futures.Future()
+    )
 
     async def build() -> None:
         server = grpc.aio.server(
             migration_thread_pool=migration,
-            interceptors=[aio_server_interceptor(), AioErrorMappingInterceptor(executors, api)],
+            interceptors=[
+                aio_server_interceptor(),
+                *_interceptors(transport, aio=True),
+                AioErrorMappingInterceptor(executors, api),
+            ],
             options=[("grpc.so_reuseport", 1 if reuse_port else 0)],
         )
         for binding in bindings:
@@ -417,11 +488,19 @@ def create_aio_server(
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         names = [b.full_name for b in bindings]
         reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-        port = server.add_insecure_port(address)
-        if port == 0:
-            raise RuntimeError(f"could not bind gRPC server to {address}")
+        port = _bind(server, transport, address)
         await server.start()
-        started.set_result((server, port, health_servicer))
+        health_only: grpc.aio.Server | None = None
+        health_port: int | None = None
+        if health_address:
+            # The orchestrator's plaintext probe: the health service alone, same status.
+            health_only = grpc.aio.server(options=[("grpc.so_reuseport", 1 if reuse_port else 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_only)
+            health_port = health_only.add_insecure_port(health_address)
+            if health_port == 0:
+                raise RuntimeError(f"could not bind the health port to {health_address}")
+            await health_only.start()
+        started.set_result((server, port, health_servicer, health_only, health_port))
 
     def run() -> None:
         asyncio.set_event_loop(loop)
@@ -434,7 +513,7 @@ def create_aio_server(
 
     thread = threading.Thread(target=run, name="grpc-aio", daemon=True)
     thread.start()
-    server, port, health_servicer = started.result(timeout=30)
+    server, port, health_servicer, health_only, health_port = started.result(timeout=30)
     result = AioServiceServer(
         loop,
         thread,
@@ -443,6 +522,8 @@ def create_aio_server(
         health_servicer,
         [b.full_name for b in bindings],
         [api, migration, *executors.values()],
+        health_only,
+        health_port,
     )
     result.set_serving(True)
     return result

@@ -8,6 +8,7 @@ and, optionally, a TOML file named by ``GPUFLEET_CONFIG_FILE`` (environment wins
 from __future__ import annotations
 
 import os
+import sys
 from datetime import timedelta
 from typing import Literal
 
@@ -21,6 +22,8 @@ from pydantic_settings import (
 
 from gpufleet.common.clock import Clock, clock_from_spec
 from gpufleet.common.outcome_policy import OutcomePolicy
+from gpufleet.common.telemetry import mark_insecure
+from gpufleet.common.trust.transport import Transport, TransportNotConfigured
 
 
 class BaseServiceSettings(BaseSettings):
@@ -41,6 +44,15 @@ class BaseServiceSettings(BaseSettings):
     rpc_timeout_s: float = Field(default=10.0, gt=0)
     # When set, the bound port is written here once serving (tests and `gpufleet up` bind 0).
     port_file: str | None = None
+    # Mutual TLS under the deployment's CA (README "Identities and authorization"): the trust
+    # bundle, this process's certificate chain and its key. All three, or GPUFLEET_INSECURE.
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    # Plaintext and unauthenticated, for local development only: said in every log line.
+    insecure: bool = False
+    # A plaintext port answering only the standard health check, for an orchestrator's probe.
+    health_listen_address: str | None = None
 
     @classmethod
     def settings_customise_sources(
@@ -56,6 +68,25 @@ class BaseServiceSettings(BaseSettings):
         if path:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
         return tuple(sources)
+
+    def transport(self, who: str) -> Transport:
+        """How this process serves and calls; raises TransportNotConfigured when neither
+        TLS nor the explicit insecure flag is set. Insecure marks every log line."""
+        transport = Transport.from_paths(
+            self.deployment_id, self.tls_ca_file, self.tls_cert_file, self.tls_key_file, self.insecure, who
+        )
+        if transport.insecure:
+            mark_insecure()
+        return transport
+
+    def require_transport(self, who: str) -> Transport:
+        """:meth:`transport`, for a process's ``main()``: with neither TLS nor the explicit
+        insecure flag it does not start — it says what to set, on stderr, and exits 2."""
+        try:
+            return self.transport(who)
+        except TransportNotConfigured as exc:
+            print(f"gpufleet-{who}: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
 
     def make_clock(self) -> Clock:
         return clock_from_spec(self.clock, self.clock_speed, self.clock_origin, self.clock_file)

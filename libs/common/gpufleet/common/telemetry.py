@@ -22,6 +22,17 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 _configured = False
+# Set when the process runs without TLS (GPUFLEET_INSECURE): every log line says so.
+_insecure = False
+
+
+def mark_insecure() -> None:
+    global _insecure
+    _insecure = True
+    logging.getLogger(__name__).warning(
+        "running INSECURE: plaintext gRPC, no caller is authenticated or authorized "
+        "(GPUFLEET_INSECURE is for local development only)"
+    )
 
 
 class JsonFormatter(logging.Formatter):
@@ -38,12 +49,20 @@ class JsonFormatter(logging.Formatter):
         if span.is_valid:
             payload["trace_id"] = f"{span.trace_id:032x}"
             payload["span_id"] = f"{span.span_id:016x}"
+        if _insecure:
+            payload["insecure"] = True
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
             payload.update(extra)
         if record.exc_info:
             payload["exception"] = self.formatException(record.exc_info)
         return json.dumps(payload, default=str)
+
+
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        return f"{line} [INSECURE]" if _insecure else line
 
 
 def configure(
@@ -58,7 +77,7 @@ def configure(
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter(f"%(asctime)s {service} %(levelname)s %(message)s"))
+        handler.setFormatter(_TextFormatter(f"%(asctime)s {service} %(levelname)s %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -55,6 +55,7 @@ def main() -> int:
         level=settings.log_level,
         log_format=settings.log_format,
     )
+    transport = settings.require_transport("agent")
     state = StateDir(settings.agent_state_dir).ensure()
     # A previous daemon's files must not be mistaken for this one being ready.
     state.agent_port.unlink(missing_ok=True)
@@ -88,6 +89,8 @@ def main() -> int:
     server = create_server(
         settings.listen_address,
         [ServiceBinding(agent_service_pb2_grpc.add_AgentServiceServicer_to_server, servicer, full_name)],
+        transport=transport,
+        health_address=settings.health_listen_address,
     )
 
     atomic_write_text(state.agent_pid, f"{os.getpid()}\n")

@@ -17,6 +17,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpufleet.agent.specs import AttemptResult
 from gpufleet.common import errors, grpcclient
+from gpufleet.common.trust.identity import Role
+from gpufleet.common.trust.transport import Transport
 from gpufleet.v1 import worker_service_pb2, worker_service_pb2_grpc
 
 
@@ -69,10 +71,10 @@ class GrpcSchedulerReports:
     the clock, so a down scheduler never stalls the loop for a back-off.
     """
 
-    def __init__(self, address: str, machine_id: str, timeout_s: float) -> None:
+    def __init__(self, address: str, machine_id: str, timeout_s: float, transport: Transport) -> None:
         self.machine_id = machine_id
         self.timeout_s = timeout_s
-        self._channel = grpcclient.open_channel(address)
+        self._channel = grpcclient.open_channel(address, transport, Role.SCHEDULER)
         self._stub = worker_service_pb2_grpc.WorkerServiceStub(self._channel)
 
     def close(self) -> None:

@@ -288,7 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("another worker already runs on %s; exiting", state.root)
         return 1
     atomic_write_text(state.worker_pid, f"{os.getpid()}\n")
-    reports = GrpcSchedulerReports(settings.scheduler_address, settings.machine_id, settings.rpc_timeout_s)
+    reports = GrpcSchedulerReports(
+        settings.scheduler_address, settings.machine_id, settings.rpc_timeout_s, settings.transport("worker")
+    )
     worker = Worker(
         state,
         settings.make_clock(),

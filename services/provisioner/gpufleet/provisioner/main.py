@@ -28,6 +28,7 @@ def main() -> None:
         level=settings.log_level,
         log_format=settings.log_format,
     )
+    transport = settings.require_transport("provisioner")
     clock = settings.make_clock()
     servicer = ProvisionerService(build_drivers(settings, clock), load_catalog(settings.catalog_file))
     server = create_server(
@@ -39,6 +40,8 @@ def main() -> None:
                 provisioner_service_pb2.DESCRIPTOR.services_by_name["ProvisionerService"].full_name,
             )
         ],
+        transport=transport,
+        health_address=settings.health_listen_address,
     )
     announce_port(server.port, settings.port_file)
     log.info(

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
 from gpufleet.common.settings import BaseServiceSettings
+from gpufleet.common.trust.pki import MachineIssuer
 from gpufleet.provisioner.drivers.base import Provider
 
 
@@ -38,6 +39,20 @@ class Settings(BaseServiceSettings):
     local_max_machines: int = Field(default=8, ge=0)
     # Handed to each local agent, whose worker reports to the scheduler.
     scheduler_address: str = "127.0.0.1:50051"
+    # The machine CA (never the root): each new machine is born with its own certificate,
+    # signed by it. Unset under TLS: machines get none and their agents refuse to start.
+    tls_machine_ca_cert_file: str | None = None
+    tls_machine_ca_key_file: str | None = None
+
+    def machine_issuer(self) -> MachineIssuer | None:
+        if not (self.tls_machine_ca_cert_file and self.tls_machine_ca_key_file and self.tls_ca_file):
+            return None
+        return MachineIssuer.load(
+            Path(self.tls_ca_file),
+            Path(self.tls_machine_ca_cert_file),
+            Path(self.tls_machine_ca_key_file),
+            self.deployment_id,
+        )
 
     # sim: an in-memory provider with scripted latencies on the clock.
     sim_boot_latency_s: float = Field(default=0.0, ge=0)

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.errors import GpufleetError
+from gpufleet.common.trust.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,13 @@ class AgentProber(Protocol):
 class GrpcAgentProber:
     """Probes an agent over gRPC through :class:`AgentClient` (a deadline on every call)."""
 
-    def __init__(self, timeout_s: float = 5.0) -> None:
+    def __init__(self, transport: Transport, timeout_s: float = 5.0) -> None:
+        self.transport = transport
         self.timeout_s = timeout_s
 
     def probe(self, address: str) -> StartupProbe | None:
         try:
-            with AgentClient(address, timeout_s=self.timeout_s) as client:
+            with AgentClient(address, self.transport, timeout_s=self.timeout_s) as client:
                 resp = client.probe()
         except GpufleetError as err:
             log.info("agent %s did not answer its probe: %s", address, err)

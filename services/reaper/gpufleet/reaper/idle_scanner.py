@@ -43,6 +43,7 @@ from gpufleet.common.db.models import Machine, UTCDateTime
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
+from gpufleet.common.trust.transport import Transport
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot
 from gpufleet.reaper.snapshot import not_destroyed, ours, scan
@@ -136,11 +137,13 @@ class AgentSampler(Protocol):
 class GrpcAgentSampler:
     """Samples an agent over gRPC through :class:`AgentClient` (a deadline on every call)."""
 
-    def __init__(self, window: timedelta = timedelta(seconds=2), timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, transport: Transport, window: timedelta = timedelta(seconds=2), timeout_s: float = 5.0
+    ) -> None:
         self.window = window
         self.timeout_s = timeout_s
         # One channel per agent, reused pass after pass.
-        self.clients = AgentClients(lambda address: AgentClient(address, timeout_s=timeout_s))
+        self.clients = AgentClients(lambda address: AgentClient(address, transport, timeout_s=timeout_s))
 
     def sample(self, address: str) -> UtilisationSample | None:
         try:

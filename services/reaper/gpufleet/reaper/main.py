@@ -55,7 +55,7 @@ def build_watchdogs(
     clock: Clock,
     provider: ReaperProvisioner,
     sampler: AgentSampler,
-    prober: AgentProber | None = None,
+    prober: AgentProber,
 ) -> list[PeriodicTask]:
     """Every machine-level net, each its own module with its own gate and cadence.
 
@@ -64,7 +64,6 @@ def build_watchdogs(
     given no provisioner at all, and stuck transition reads and re-issues only a stop or
     destroy already intended.
     """
-    prober = prober or GrpcAgentProber(timeout_s=settings.agent_timeout_s)
     outcomes = settings.outcome_policy()
     idle = IdleScanner(
         sessions,
@@ -120,15 +119,17 @@ def build(
     clock = clock or settings.make_clock()
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
+    transport = settings.transport(SERVICE)
     owned_provider = None
     if provider is None:
         owned_provider = ProvisionerClient(
-            settings.provisioner_address, timeout_s=settings.provider_timeout_s
+            settings.provisioner_address, transport, timeout_s=settings.provider_timeout_s
         )
         provider = owned_provider
     sampler = sampler or GrpcAgentSampler(
-        window=timedelta(seconds=settings.idle_sample_window_s), timeout_s=settings.agent_timeout_s
+        transport, window=timedelta(seconds=settings.idle_sample_window_s), timeout_s=settings.agent_timeout_s
     )
+    prober = prober or GrpcAgentProber(transport, timeout_s=settings.agent_timeout_s)
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
     tasks = build_watchdogs(settings, sessions, lease, clock, provider, sampler, prober)
     ticker = Ticker(SERVICE, clock, sessions, lease, tasks, renew_s=settings.lease_renew_s)
@@ -141,6 +142,8 @@ def build(
                 reaper_service_pb2.DESCRIPTOR.services_by_name["ReaperService"].full_name,
             )
         ],
+        transport=transport,
+        health_address=settings.health_listen_address,
     )
     return Reaper(
         name=SERVICE,
@@ -161,4 +164,5 @@ def main() -> int:
         level=settings.log_level,
         log_format=settings.log_format,
     )
+    settings.require_transport(SERVICE)
     return serve(build(settings), settings.port_file)

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, Table, bindparam, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import paging
-from gpufleet.common.clients.agent import AgentClients
+from gpufleet.common.clients.agent import AgentClient, AgentClients
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name, enum_value, ts
 from gpufleet.common.db import models
@@ -31,6 +31,7 @@ from gpufleet.common.errors import (
     NotFound,
     ResourceExhausted,
 )
+from gpufleet.common.trust.transport import Transport
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.events import EventHub
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
@@ -97,7 +98,7 @@ _CATALOGUE = select(
 
 
 class JobService(job_service_pb2_grpc.JobServiceServicer):
-    def __init__(self, sessions: sessionmaker[Session], clock: Clock) -> None:
+    def __init__(self, sessions: sessionmaker[Session], clock: Clock, transport: Transport) -> None:
         self.sessions = sessions
         self.clock = clock
         self.engine: Engine = sessions.kw["bind"]
@@ -110,7 +111,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         self._event_binds = self._sqlite.processors(_EVENTS) if self._sqlite else {}
         self.hub = EventHub(sessions, WATCH_POLL_S)
         # CancelJob's word to the agents: reused channels, on threads of their own.
-        self._agents = AgentClients()
+        self._agents = AgentClients(lambda address: AgentClient(address, transport))
         self._notify = ThreadPoolExecutor(4, thread_name_prefix="cancel-notify")
         # Open WatchJob streams; touched only on the server's event loop.
         self._streams: Counter[str] = Counter()

@@ -68,6 +68,7 @@ def _server(
     """The API: JobService, FleetService and WorkerService on an asyncio server. WatchJob
     streams wait on its loop and hold no thread; the workers' reports run on a lane of
     their own that no other caller can fill."""
+    transport = settings.transport(SERVICE)
     return create_aio_server(
         settings.listen_address,
         [
@@ -95,6 +96,9 @@ def _server(
         max_workers=settings.api_workers,
         lanes=[Lane(WORKER_SERVICE, settings.worker_lane_workers)],
         reuse_port=settings.api_processes > 1 or settings.api_only,
+        transport=transport,
+        # The extra API processes share the main port; only the first answers the probe port.
+        health_address=None if settings.api_only else settings.health_listen_address,
     )
 
 
@@ -112,15 +116,20 @@ def build(settings: Settings) -> TimerService:
             break
         except (IntegrityError, OperationalError):
             log.info("catalogue sync raced another replica; retrying")
+    transport = settings.transport(SERVICE)
     provisioner = ProvisionerClient(
-        settings.provisioner_address, timeout_s=max(settings.provider_call_timeout_s, settings.rpc_timeout_s)
+        settings.provisioner_address,
+        transport,
+        timeout_s=max(settings.provider_call_timeout_s, settings.rpc_timeout_s),
     )
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, settings.lease_ttl_s)
     served = ServedOfferings()
     tick = FleetTick(sessions, clock, lease, provisioner, settings, served=served)
     # Its own client with a short deadline: reading the offerings is quick, and the ticker
     # that runs the fleet tick must not wait out a provider call's long one on it.
-    offerings_client = ProvisionerClient(settings.provisioner_address, timeout_s=settings.rpc_timeout_s / 2)
+    offerings_client = ProvisionerClient(
+        settings.provisioner_address, transport, timeout_s=settings.rpc_timeout_s / 2
+    )
     no_consumer = NoConsumerDetector(sessions, lease, offerings_client, served, settings.max_running_machines)
     ticker = Ticker(
         SERVICE,
@@ -146,7 +155,7 @@ def build(settings: Settings) -> TimerService:
         ],
         settings.lease_renew_s,
     )
-    jobs = JobService(sessions, clock)
+    jobs = JobService(sessions, clock, transport)
     server = _server(settings, sessions, clock, jobs)
     others: list[Closable] = [tick, jobs, offerings_client]
     if settings.api_processes > 1:
@@ -179,7 +188,7 @@ def serve_api_only(settings: Settings) -> int:
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
     clock = settings.make_clock()
-    jobs = JobService(sessions, clock)
+    jobs = JobService(sessions, clock, settings.transport(SERVICE))
     server = _server(settings, sessions, clock, jobs)
     announce_port(server.port, settings.port_file)
     try:
@@ -206,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=settings.log_level,
         log_format=settings.log_format,
     )
+    settings.require_transport(SERVICE)
     if settings.api_only:
         return serve_api_only(settings)
     return serve(build(settings), settings.port_file)

@@ -34,6 +34,9 @@ from gpufleet.common.db.enums import (
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.lifecycle import Actor, transition
+from gpufleet.common.trust.authz import require_self
+from gpufleet.common.trust.identity import Identity
+from gpufleet.common.trust.peer import identity_of
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.checkpoints import CheckpointService, CheckpointStore
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
@@ -53,6 +56,19 @@ _REPORTABLE = {
 }
 
 
+def _caller(context: grpc.ServicerContext | None) -> Identity | None:
+    """The machine the call's certificate names (None for a direct call in-process, or a
+    development server without TLS, where the interceptor checks nothing either)."""
+    return identity_of(context) if context is not None else None
+
+
+def _for_itself(context: grpc.ServicerContext | None, machine_id: str) -> None:
+    """A machine reports, completes and uploads only for itself: refused before anything
+    is read or written (a malformed id is bad input first, named as such)."""
+    require(machine_id, "machine_id", JOB_ID, "machine id")
+    require_self(_caller(context), machine_id)
+
+
 class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     def __init__(self, sessions: sessionmaker[Session], clock: Clock, settings: Settings) -> None:
         self.sessions = sessions
@@ -64,16 +80,19 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     def PutCheckpointPart(
         self, request: worker_service_pb2.PutCheckpointPartRequest, context: grpc.ServicerContext
     ) -> worker_service_pb2.PutCheckpointPartResponse:
+        _for_itself(context, request.machine_id)
         return worker_service_pb2.PutCheckpointPartResponse(received_bytes=self.checkpoints.put_part(request))
 
     def CommitCheckpoint(
         self, request: worker_service_pb2.CommitCheckpointRequest, context: grpc.ServicerContext
     ) -> job_pb2.Checkpoint:
+        _for_itself(context, request.machine_id)
         return self.checkpoints.commit(request)
 
     def ReadCheckpoint(
         self, request: worker_service_pb2.ReadCheckpointRequest, context: grpc.ServicerContext
     ) -> worker_service_pb2.ReadCheckpointResponse:
+        _for_itself(context, request.machine_id)
         data, eof = self.checkpoints.read(request)
         return worker_service_pb2.ReadCheckpointResponse(data=data, eof=eof)
 
@@ -81,6 +100,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self, request: worker_service_pb2.ReportHeartbeatRequest, context: grpc.ServicerContext
     ) -> worker_service_pb2.ReportHeartbeatResponse:
         machine_id = require(request.machine_id, "machine_id", JOB_ID, "machine id")
+        _for_itself(context, machine_id)
         now = self.clock.now()
         lease_until = now + timedelta(seconds=self.settings.attempt_lease_s)
         reported = {r.attempt_id: r.slot for r in request.running}
@@ -142,6 +162,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self, request: worker_service_pb2.ReportCompletionRequest, context: grpc.ServicerContext
     ) -> worker_service_pb2.ReportCompletionResponse:
         machine_id = require(request.machine_id, "machine_id", JOB_ID, "machine id")
+        _for_itself(context, machine_id)
         attempt_id = require(request.attempt_id, "attempt_id", JOB_ID, "attempt id")
         if request.outcome not in _REPORTABLE:
             raise InvalidArgument("must be an ended attempt state", field="outcome")
@@ -250,8 +271,13 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self, request: worker_service_pb2.RegisterMachineRequest, context: grpc.ServicerContext
     ) -> machine_pb2.Machine:
         require(request.request_id, "request_id", JOB_ID, "request id")
-        machine_id = request.machine_id or str(uuid.uuid5(uuid.NAMESPACE_URL, request.request_id))
+        caller = _caller(context)
+        # A box registers as the machine its registration certificate names; without TLS
+        # (development) an unnamed box gets an id derived from its request id.
+        fallback = caller.machine_id if caller and caller.machine_id else None
+        machine_id = request.machine_id or fallback or str(uuid.uuid5(uuid.NAMESPACE_URL, request.request_id))
         require(machine_id, "machine_id", JOB_ID, "machine id")
+        require_self(caller, machine_id)
         validation.address(request.agent_address, "agent_address")
         require(request.pool, "pool", IDENT, "pool id")
         if request.workload_class not in machine_pb2.WorkloadClass.values():

@@ -83,9 +83,12 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
     clock = clock or settings.make_clock()
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
+    transport = settings.transport(SERVICE)
     owned = None
     if provider is None:
-        owned = ProvisionerClient(settings.provisioner_address, timeout_s=settings.provider_timeout_s)
+        owned = ProvisionerClient(
+            settings.provisioner_address, transport, timeout_s=settings.provider_timeout_s
+        )
         provider = owned
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
     reconcile = InventoryReconcile(sessions, provider, outcomes=settings.outcome_policy())
@@ -107,6 +110,8 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
                 sweeper_service_pb2.DESCRIPTOR.services_by_name["SweeperService"].full_name,
             )
         ],
+        transport=transport,
+        health_address=settings.health_listen_address,
     )
     return Sweeper(
         name=SERVICE,
@@ -127,4 +132,5 @@ def main() -> int:
         level=settings.log_level,
         log_format=settings.log_format,
     )
+    settings.require_transport(SERVICE)
     return serve(build(settings), settings.port_file)

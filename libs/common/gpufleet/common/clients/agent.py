@@ -9,16 +9,20 @@ from datetime import timedelta
 from google.protobuf.duration_pb2 import Duration
 
 from gpufleet.common import grpcclient
+from gpufleet.common.trust.identity import Role
+from gpufleet.common.trust.transport import Transport
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 
 
 class AgentClient:
     """Short deadlines: an agent that does not answer quickly counts as unreachable."""
 
-    def __init__(self, address: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, address: str, transport: Transport, timeout_s: float = 5.0) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = grpcclient.open_channel(address)
+        # Any machine of this deployment may answer at an address: the callers here know
+        # the address, and a machine's id is checked on the calls it makes itself.
+        self._channel = grpcclient.open_channel(address, transport, Role.MACHINE)
         self._stub = agent_service_pb2_grpc.AgentServiceStub(self._channel)
 
     def close(self) -> None:
@@ -78,7 +82,7 @@ class AgentClients:
     thousands of jobs would open thousands. gRPC channels reconnect by themselves, so a
     client is kept until :meth:`close` (or :meth:`forget` for a machine that is gone)."""
 
-    def __init__(self, factory: Callable[[str], AgentClient] = AgentClient) -> None:
+    def __init__(self, factory: Callable[[str], AgentClient]) -> None:
         self._factory = factory
         self._clients: dict[str, AgentClient] = {}
         self._lock = threading.Lock()

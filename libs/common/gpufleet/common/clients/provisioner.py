@@ -10,6 +10,8 @@ from google.protobuf.message import Message
 
 from gpufleet.common import grpcclient
 from gpufleet.common.provider_errors import BY_KIND, METADATA_KEY, ProviderError, Transient
+from gpufleet.common.trust.identity import Role
+from gpufleet.common.trust.transport import Transport
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2, provisioner_service_pb2_grpc
 
 T = TypeVar("T")
@@ -35,10 +37,10 @@ def _provisioner_unreachable(err: grpc.RpcError) -> bool:
 class ProvisionerClient:
     """Every method raises a typed ProviderError (or Transient when the provisioner is down)."""
 
-    def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, address: str, transport: Transport, timeout_s: float = 30.0) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = grpcclient.open_channel(address)
+        self._channel = grpcclient.open_channel(address, transport, Role.PROVISIONER)
         self._stub = provisioner_service_pb2_grpc.ProvisionerServiceStub(self._channel)
 
     def close(self) -> None:

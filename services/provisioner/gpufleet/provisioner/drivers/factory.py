@@ -21,6 +21,7 @@ def local_driver(settings: Settings, clock: Clock) -> LocalDriver:
         agent_wait_s=settings.local_agent_wait_s,
         stop_grace_s=settings.local_stop_grace_s,
         max_machines=settings.local_max_machines,
+        machine_issuer=settings.machine_issuer(),
     )
 
 

@@ -38,6 +38,7 @@ from typing import Any
 from gpufleet.common.clock import Clock, ScaledClock
 from gpufleet.common.errors import AlreadyExists, InvalidArgument
 from gpufleet.common.provider_errors import InstanceNotFound, InsufficientCapacity, NotYetDone, Transient
+from gpufleet.common.trust.pki import MachineIssuer
 from gpufleet.provisioner.drivers import local_procs
 from gpufleet.provisioner.drivers.base import (
     DEPLOYMENT_LABEL,
@@ -60,7 +61,9 @@ DEFAULT_AGENT_COMMAND = (sys.executable, "-m", "gpufleet.agent")
 # Where local machines keep their walls: a system path every slot user can traverse.
 LOCAL_WALLS = Path("/var/lib/gpufleet/walls/local")
 # Variables of the provisioner's own process that must not leak into an agent's.
-_NOT_INHERITED = ("GPUFLEET_PORT_FILE",)
+_NOT_INHERITED = ("GPUFLEET_PORT_FILE", "GPUFLEET_HEALTH_LISTEN_ADDRESS")
+# The provisioner's own credential never reaches a machine: a machine gets its own.
+_OWN_PREFIXES = ("GPUFLEET_TLS_",)
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,9 @@ class LocalDriver:
         stop_grace_s: float = 5.0,
         max_machines: int = 0,
         host: str = "127.0.0.1",
+        machine_issuer: MachineIssuer | None = None,
     ) -> None:
+        self.machine_issuer = machine_issuer
         self.root = Path(root)
         self.deployment_id = deployment_id
         self.clock = clock
@@ -250,7 +255,9 @@ class LocalDriver:
 
     def _agent_env(self, record: _Record) -> dict[str, str]:
         """The agent's environment: ours (clock settings travel this way) plus its identity."""
-        env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+        env = {
+            k: v for k, v in os.environ.items() if k not in _NOT_INHERITED and not k.startswith(_OWN_PREFIXES)
+        }
         port = self.base_port + record.index if self.base_port else 0
         env.update(
             {
@@ -267,6 +274,17 @@ class LocalDriver:
                 "GPUFLEET_WALLS_ROOT": str(LOCAL_WALLS / f"m{record.index}"),
             }
         )
+        if self.machine_issuer is not None:
+            # Born with its credential: issued into the machine's own folder, like a cloud
+            # machine's instance metadata, and renewed at each boot.
+            files = self.machine_issuer.issue(record.machine_id, self._folder(record.machine_id) / "tls")
+            env.update(
+                {
+                    "GPUFLEET_TLS_CA_FILE": str(files.ca.resolve()),
+                    "GPUFLEET_TLS_CERT_FILE": str(files.cert.resolve()),
+                    "GPUFLEET_TLS_KEY_FILE": str(files.key.resolve()),
+                }
+            )
         if isinstance(self.clock, ScaledClock) and "GPUFLEET_CLOCK_ORIGIN" not in env:
             # Without a shared origin each agent would start its own scaled timeline.
             env["GPUFLEET_CLOCK_ORIGIN"] = repr(self.clock.origin)

@@ -51,9 +51,15 @@ class FleetTick:
         lease: LeaderLease,
         provisioner: ProvisionerClient,
         settings: Settings,
-        agent_factory: Callable[[str], AgentClient] = AgentClient,
+        agent_factory: Callable[[str], AgentClient] | None = None,
         served: ServedOfferings | None = None,
     ) -> None:
+        if agent_factory is None:
+            transport = settings.transport("scheduler")
+
+            def agent_factory(address: str) -> AgentClient:
+                return AgentClient(address, transport)
+
         self.sessions = sessions
         self.served = served or ServedOfferings()
         self.settings = settings

@@ -1,0 +1,210 @@
+"""The one interceptor that enforces the authorization table on every server.
+
+A call whose peer proved no identity of this deployment is refused ``UNAUTHENTICATED``;
+one whose role the table does not allow, ``PERMISSION_DENIED``. Each refusal is logged
+with the method and the caller and counted by method and reason. A caller with no
+certificate, or one of another CA, never gets this far: the TLS handshake refuses it.
+
+On a server run insecure for development there is no identity to check: the
+interceptor is not installed, and every log line of the process says ``insecure``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import grpc
+
+from gpufleet.common import telemetry
+from gpufleet.common.trust import authz
+from gpufleet.common.trust.identity import Identity, Role
+from gpufleet.common.trust.peer import identity_from_auth_context
+
+log = logging.getLogger(__name__)
+_refusals = telemetry.meter(__name__).create_counter(
+    "gpufleet.auth.refusals", description="calls refused by the authorization table, by method and reason"
+)
+
+
+class Refused(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Gate:
+    """The check, the same for both kinds of server."""
+
+    def __init__(self, deployment: str, rules: Mapping[str, frozenset[Role]] = authz.RULES) -> None:
+        self.deployment = deployment
+        self.rules = rules
+
+    def check(self, method: str, auth: Any, peer: str) -> Identity:
+        identity = identity_from_auth_context(auth)
+        if identity is None or identity.deployment != self.deployment:
+            self._refuse(method, "unauthenticated", peer, str(identity) if identity else "no identity")
+            raise Refused(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{method}: the caller's certificate names no identity of deployment {self.deployment}",
+            )
+        decision = authz.decide(method, identity, self.rules)
+        if not decision.allowed:
+            self._refuse(method, decision.verdict.value, peer, str(identity))
+            raise Refused(grpc.StatusCode.PERMISSION_DENIED, decision.reason)
+        return identity
+
+    @staticmethod
+    def _refuse(method: str, reason: str, peer: str, who: str) -> None:
+        _refusals.add(1, {"method": method, "reason": reason})
+        log.warning(
+            "refused %s to %s (%s)",
+            method,
+            who,
+            reason,
+            extra={"fields": {"method": method, "caller": who, "peer": peer, "refusal": reason}},
+        )
+
+
+def _method_of(details: grpc.HandlerCallDetails) -> str:
+    return str(details.method)  # type: ignore[attr-defined]
+
+
+class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg,misc]
+    """Threaded servers: each handler checks its caller before it runs."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+
+    def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Any], details: grpc.HandlerCallDetails
+    ) -> Any:
+        handler = continuation(details)
+        if handler is None:
+            return None
+        method = _method_of(details)
+        gate = self.gate
+
+        def allowed(context: grpc.ServicerContext) -> None:
+            try:
+                gate.check(method, context.auth_context(), context.peer())
+            except Refused as refused:
+                context.abort(refused.code, refused.message)
+
+        if handler.unary_unary:
+            inner = handler.unary_unary
+
+            def unary(request: Any, context: grpc.ServicerContext) -> Any:
+                allowed(context)
+                return inner(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.unary_stream:
+            inner_stream = handler.unary_stream
+
+            def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                allowed(context)
+                yield from inner_stream(request, context)
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.stream_stream:  # reflection
+            inner_bidi = handler.stream_stream
+
+            def bidi(requests: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                allowed(context)
+                yield from inner_bidi(requests, context)
+
+            return grpc.stream_stream_rpc_method_handler(
+                bidi, handler.request_deserializer, handler.response_serializer
+            )
+        return _refuse_unknown_shape(method)
+
+
+def _refuse_unknown_shape(method: str) -> Any:
+    def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{method}: no authorization for this kind of call")
+
+    return grpc.stream_unary_rpc_method_handler(refuse)
+
+
+class AioAuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc,type-arg]
+    """The asyncio twin: the check runs on the loop, before the handler is scheduled."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+        self._wrapped: dict[str, tuple[Any, Any]] = {}
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Any], details: grpc.HandlerCallDetails
+    ) -> Any:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        method = _method_of(details)
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, method: str, handler: Any) -> Any:
+        gate = self.gate
+
+        async def allowed(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            try:
+                gate.check(method, context.auth_context(), context.peer())
+            except Refused as refused:
+                await context.abort(refused.code, refused.message)
+
+        if handler.unary_unary:
+            inner = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                await allowed(context)
+                result = inner(request, context)
+                return await result if inspect.isawaitable(result) else result
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.unary_stream:
+            inner_stream = handler.unary_stream
+
+            async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                await allowed(context)
+                produced = inner_stream(request, context)
+                if inspect.isasyncgen(produced):
+                    async for item in produced:
+                        yield item
+                else:
+                    for item in produced:
+                        yield item
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.stream_stream:
+            inner_bidi = handler.stream_stream
+
+            async def bidi(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                await allowed(context)
+                produced = inner_bidi(requests, context)
+                if inspect.isasyncgen(produced):
+                    async for item in produced:
+                        yield item
+                else:
+                    for item in produced:
+                        yield item
+
+            return grpc.stream_stream_rpc_method_handler(
+                bidi, handler.request_deserializer, handler.response_serializer
+            )
+        return _refuse_unknown_shape(method)
