@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from gpufleet.v1 import machine_pb2 as gpufleet_dot_v1_dot_machine__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%gpufleet/v1/provisioner_service.proto\x12\x0bgpufleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19gpufleet/v1/machine.proto\"\xb1\x03\n\x08Instance\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\'\n\x08provider\x18\x03 \x01(\x0e\x32\x15.gpufleet.v1.Provider\x12\x1c\n\x14provider_instance_id\x18\x04 \x01(\t\x12\x0e\n\x06region\x18\x05 \x01(\t\x12\x0c\n\x04zone\x18\x06 \x01(\t\x12\x15\n\rinstance_type\x18\x07 \x01(\t\x12\x30\n\rcapacity_type\x18\x08 \x01(\x0e\x32\x19.gpufleet.v1.CapacityType\x12+\n\x06status\x18\t \x01(\x0e\x32\x1b.gpufleet.v1.InstanceStatus\x12\x31\n\x06labels\x18\n \x03(\x0b\x32!.gpufleet.v1.Instance.LabelsEntry\x12/\n\x0blaunch_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\ragent_address\x18\x0c \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"h\n\x15\x43reateInstanceRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\'\n\x08offering\x18\x03 \x01(\x0b\x32\x15.gpufleet.v1.Offering\"\x85\x01\n\x14StartInstanceRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\'\n\x08offering\x18\x03 \x01(\x0b\x32\x15.gpufleet.v1.Offering\x12\x1c\n\x14provider_instance_id\x18\x04 \x01(\t\"\x84\x01\n\x13StopInstanceRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\'\n\x08offering\x18\x03 \x01(\x0b\x32\x15.gpufleet.v1.Offering\x12\x1c\n\x14provider_instance_id\x18\x04 \x01(\t\"\x87\x01\n\x16\x44\x65stroyInstanceRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\'\n\x08offering\x18\x03 \x01(\x0b\x32\x15.gpufleet.v1.Offering\x12\x1c\n\x14provider_instance_id\x18\x04 \x01(\t\"*\n\x17\x44\x65stroyInstanceResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\"o\n\x12GetInstanceRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\'\n\x08offering\x18\x02 \x01(\x0b\x32\x15.gpufleet.v1.Offering\x12\x1c\n\x14provider_instance_id\x18\x03 \x01(\t\"f\n\x14ListInstancesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\'\n\x08provider\x18\x03 \x01(\x0e\x32\x15.gpufleet.v1.Provider\"\x86\x01\n\x15ListInstancesResponse\x12(\n\tinstances\x18\x01 \x03(\x0b\x32\x15.gpufleet.v1.Instance\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12*\n\x0bunreachable\x18\x03 \x03(\x0e\x32\x15.gpufleet.v1.Provider\"K\n\x14ListOfferingsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0c\n\x04pool\x18\x03 \x01(\t\"Z\n\x15ListOfferingsResponse\x12(\n\tofferings\x18\x01 \x03(\x0b\x32\x15.gpufleet.v1.Offering\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xa0\x02\n\x11ProviderErrorKind\x12#\n\x1fPROVIDER_ERROR_KIND_UNSPECIFIED\x10\x00\x12!\n\x1dPROVIDER_ERROR_KIND_NOT_FOUND\x10\x01\x12-\n)PROVIDER_ERROR_KIND_INSUFFICIENT_CAPACITY\x10\x02\x12&\n\"PROVIDER_ERROR_KIND_QUOTA_EXCEEDED\x10\x03\x12#\n\x1fPROVIDER_ERROR_KIND_AUTH_FAILED\x10\x04\x12!\n\x1dPROVIDER_ERROR_KIND_TRANSIENT\x10\x05\x12$\n PROVIDER_ERROR_KIND_NOT_YET_DONE\x10\x06*\xc6\x01\n\x0eInstanceStatus\x12\x1f\n\x1bINSTANCE_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n\x17INSTANCE_STATUS_PENDING\x10\x01\x12\x1b\n\x17INSTANCE_STATUS_RUNNING\x10\x02\x12\x1c\n\x18INSTANCE_STATUS_STOPPING\x10\x03\x12\x1b\n\x17INSTANCE_STATUS_STOPPED\x10\x04\x12\x1e\n\x1aINSTANCE_STATUS_TERMINATED\x10\x05\x32\xca\x04\n\x12ProvisionerService\x12K\n\x0e\x43reateInstance\x12\".gpufleet.v1.CreateInstanceRequest\x1a\x15.gpufleet.v1.Instance\x12I\n\rStartInstance\x12!.gpufleet.v1.StartInstanceRequest\x1a\x15.gpufleet.v1.Instance\x12G\n\x0cStopInstance\x12 .gpufleet.v1.StopInstanceRequest\x1a\x15.gpufleet.v1.Instance\x12\\\n\x0f\x44\x65stroyInstance\x12#.gpufleet.v1.DestroyInstanceRequest\x1a$.gpufleet.v1.DestroyInstanceResponse\x12\x45\n\x0bGetInstance\x12\x1f.gpufleet.v1.GetInstanceRequest\x1a\x15.gpufleet.v1.Instance\x12V\n\rListInstances\x12!.gpufleet.v1.ListInstancesRequest\x1a\".gpufleet.v1.ListInstancesResponse\x12V\n\rListOfferings\x12!.gpufleet.v1.ListOfferingsRequest\x1a\".gpufleet.v1.ListOfferingsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%gpufleet/v1/provisioner_service.proto\x12\x0bgpufleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19gpufleet/v1/machine.proto\"\xcc\x03\n\x08Instance\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\'\n\x08provider\x18\x03 \x01(\x0e\x32\x15.gpufleet.v1.Provider\x12\x1c\n\x14provider_instance_id\x18\x04 \x01(\t\x12\x0e\n\x06region\x18\x05 \x01(\t\x12\x0c\n\x04zone\x18\x06 \x01(\t\x12\x15\n\rinstance_type\x18\x07 \x01(\t\x12\x30\n\rcapacity_type\x18\x08 \x01(\x0e\x32\x19.gpufleet.v1.CapacityType\x12+\n\x06status\x18\t \x01(\x0e\x32\x1b.gpufleet.v1.InstanceStatus\x12\x31\n\x06labels\x18\n \x03(\x0b\x32!.gpufleet.v1.Instance.LabelsEntry\x12/\n\x0blaunch_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\ragent_address\x18\x0c \x01(\t\x12\x19\n\x11stopped_by_itself\x18\r \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"h\n\x15\x43reateInstanceRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\'\n\x08offering\x18\x03 \x01(\x0b\x32\x15.gpufleet.v1.Offering\"\x85\x01\n\x14StartInstanceRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\'\n\x08offering\x18\x03 \x01(\x0b\x32\x15.gpufleet.v1.Offering\x12\x1c\n\x14provider_instance_id\x18\x04 \x01(\t\"\x84\x01\n\x13StopInstanceRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\'\n\x08offering\x18\x03 \x01(\x0b\x32\x15.gpufleet.v1.Offering\x12\x1c\n\x14provider_instance_id\x18\x04 \x01(\t\"\x87\x01\n\x16\x44\x65stroyInstanceRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\'\n\x08offering\x18\x03 \x01(\x0b\x32\x15.gpufleet.v1.Offering\x12\x1c\n\x14provider_instance_id\x18\x04 \x01(\t\"*\n\x17\x44\x65stroyInstanceResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\"o\n\x12GetInstanceRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\'\n\x08offering\x18\x02 \x01(\x0b\x32\x15.gpufleet.v1.Offering\x12\x1c\n\x14provider_instance_id\x18\x03 \x01(\t\"f\n\x14ListInstancesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\'\n\x08provider\x18\x03 \x01(\x0e\x32\x15.gpufleet.v1.Provider\"\x86\x01\n\x15ListInstancesResponse\x12(\n\tinstances\x18\x01 \x03(\x0b\x32\x15.gpufleet.v1.Instance\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12*\n\x0bunreachable\x18\x03 \x03(\x0e\x32\x15.gpufleet.v1.Provider\"K\n\x14ListOfferingsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0c\n\x04pool\x18\x03 \x01(\t\"Z\n\x15ListOfferingsResponse\x12(\n\tofferings\x18\x01 \x03(\x0b\x32\x15.gpufleet.v1.Offering\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xa0\x02\n\x11ProviderErrorKind\x12#\n\x1fPROVIDER_ERROR_KIND_UNSPECIFIED\x10\x00\x12!\n\x1dPROVIDER_ERROR_KIND_NOT_FOUND\x10\x01\x12-\n)PROVIDER_ERROR_KIND_INSUFFICIENT_CAPACITY\x10\x02\x12&\n\"PROVIDER_ERROR_KIND_QUOTA_EXCEEDED\x10\x03\x12#\n\x1fPROVIDER_ERROR_KIND_AUTH_FAILED\x10\x04\x12!\n\x1dPROVIDER_ERROR_KIND_TRANSIENT\x10\x05\x12$\n PROVIDER_ERROR_KIND_NOT_YET_DONE\x10\x06*\xc6\x01\n\x0eInstanceStatus\x12\x1f\n\x1bINSTANCE_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n\x17INSTANCE_STATUS_PENDING\x10\x01\x12\x1b\n\x17INSTANCE_STATUS_RUNNING\x10\x02\x12\x1c\n\x18INSTANCE_STATUS_STOPPING\x10\x03\x12\x1b\n\x17INSTANCE_STATUS_STOPPED\x10\x04\x12\x1e\n\x1aINSTANCE_STATUS_TERMINATED\x10\x05\x32\xca\x04\n\x12ProvisionerService\x12K\n\x0e\x43reateInstance\x12\".gpufleet.v1.CreateInstanceRequest\x1a\x15.gpufleet.v1.Instance\x12I\n\rStartInstance\x12!.gpufleet.v1.StartInstanceRequest\x1a\x15.gpufleet.v1.Instance\x12G\n\x0cStopInstance\x12 .gpufleet.v1.StopInstanceRequest\x1a\x15.gpufleet.v1.Instance\x12\\\n\x0f\x44\x65stroyInstance\x12#.gpufleet.v1.DestroyInstanceRequest\x1a$.gpufleet.v1.DestroyInstanceResponse\x12\x45\n\x0bGetInstance\x12\x1f.gpufleet.v1.GetInstanceRequest\x1a\x15.gpufleet.v1.Instance\x12V\n\rListInstances\x12!.gpufleet.v1.ListInstancesRequest\x1a\".gpufleet.v1.ListInstancesResponse\x12V\n\rListOfferings\x12!.gpufleet.v1.ListOfferingsRequest\x1a\".gpufleet.v1.ListOfferingsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,34 +35,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_INSTANCE_LABELSENTRY']._loaded_options = None
   _globals['_INSTANCE_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_PROVIDERERRORKIND']._serialized_start=1633
-  _globals['_PROVIDERERRORKIND']._serialized_end=1921
-  _globals['_INSTANCESTATUS']._serialized_start=1924
-  _globals['_INSTANCESTATUS']._serialized_end=2122
+  _globals['_PROVIDERERRORKIND']._serialized_start=1660
+  _globals['_PROVIDERERRORKIND']._serialized_end=1948
+  _globals['_INSTANCESTATUS']._serialized_start=1951
+  _globals['_INSTANCESTATUS']._serialized_end=2149
   _globals['_INSTANCE']._serialized_start=115
-  _globals['_INSTANCE']._serialized_end=548
-  _globals['_INSTANCE_LABELSENTRY']._serialized_start=503
-  _globals['_INSTANCE_LABELSENTRY']._serialized_end=548
-  _globals['_CREATEINSTANCEREQUEST']._serialized_start=550
-  _globals['_CREATEINSTANCEREQUEST']._serialized_end=654
-  _globals['_STARTINSTANCEREQUEST']._serialized_start=657
-  _globals['_STARTINSTANCEREQUEST']._serialized_end=790
-  _globals['_STOPINSTANCEREQUEST']._serialized_start=793
-  _globals['_STOPINSTANCEREQUEST']._serialized_end=925
-  _globals['_DESTROYINSTANCEREQUEST']._serialized_start=928
-  _globals['_DESTROYINSTANCEREQUEST']._serialized_end=1063
-  _globals['_DESTROYINSTANCERESPONSE']._serialized_start=1065
-  _globals['_DESTROYINSTANCERESPONSE']._serialized_end=1107
-  _globals['_GETINSTANCEREQUEST']._serialized_start=1109
-  _globals['_GETINSTANCEREQUEST']._serialized_end=1220
-  _globals['_LISTINSTANCESREQUEST']._serialized_start=1222
-  _globals['_LISTINSTANCESREQUEST']._serialized_end=1324
-  _globals['_LISTINSTANCESRESPONSE']._serialized_start=1327
-  _globals['_LISTINSTANCESRESPONSE']._serialized_end=1461
-  _globals['_LISTOFFERINGSREQUEST']._serialized_start=1463
-  _globals['_LISTOFFERINGSREQUEST']._serialized_end=1538
-  _globals['_LISTOFFERINGSRESPONSE']._serialized_start=1540
-  _globals['_LISTOFFERINGSRESPONSE']._serialized_end=1630
-  _globals['_PROVISIONERSERVICE']._serialized_start=2125
-  _globals['_PROVISIONERSERVICE']._serialized_end=2711
+  _globals['_INSTANCE']._serialized_end=575
+  _globals['_INSTANCE_LABELSENTRY']._serialized_start=530
+  _globals['_INSTANCE_LABELSENTRY']._serialized_end=575
+  _globals['_CREATEINSTANCEREQUEST']._serialized_start=577
+  _globals['_CREATEINSTANCEREQUEST']._serialized_end=681
+  _globals['_STARTINSTANCEREQUEST']._serialized_start=684
+  _globals['_STARTINSTANCEREQUEST']._serialized_end=817
+  _globals['_STOPINSTANCEREQUEST']._serialized_start=820
+  _globals['_STOPINSTANCEREQUEST']._serialized_end=952
+  _globals['_DESTROYINSTANCEREQUEST']._serialized_start=955
+  _globals['_DESTROYINSTANCEREQUEST']._serialized_end=1090
+  _globals['_DESTROYINSTANCERESPONSE']._serialized_start=1092
+  _globals['_DESTROYINSTANCERESPONSE']._serialized_end=1134
+  _globals['_GETINSTANCEREQUEST']._serialized_start=1136
+  _globals['_GETINSTANCEREQUEST']._serialized_end=1247
+  _globals['_LISTINSTANCESREQUEST']._serialized_start=1249
+  _globals['_LISTINSTANCESREQUEST']._serialized_end=1351
+  _globals['_LISTINSTANCESRESPONSE']._serialized_start=1354
+  _globals['_LISTINSTANCESRESPONSE']._serialized_end=1488
+  _globals['_LISTOFFERINGSREQUEST']._serialized_start=1490
+  _globals['_LISTOFFERINGSREQUEST']._serialized_end=1565
+  _globals['_LISTOFFERINGSRESPONSE']._serialized_start=1567
+  _globals['_LISTOFFERINGSRESPONSE']._serialized_end=1657
+  _globals['_PROVISIONERSERVICE']._serialized_start=2152
+  _globals['_PROVISIONERSERVICE']._serialized_end=2738
 # @@protoc_insertion_point(module_scope)

@@ -44,7 +44,7 @@ INSTANCE_STATUS_STOPPED: InstanceStatus
 INSTANCE_STATUS_TERMINATED: InstanceStatus
 
 class Instance(_message.Message):
-    __slots__ = ("name", "machine_id", "provider", "provider_instance_id", "region", "zone", "instance_type", "capacity_type", "status", "labels", "launch_time", "agent_address")
+    __slots__ = ("name", "machine_id", "provider", "provider_instance_id", "region", "zone", "instance_type", "capacity_type", "status", "labels", "launch_time", "agent_address", "stopped_by_itself")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,7 @@ class Instance(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     LAUNCH_TIME_FIELD_NUMBER: _ClassVar[int]
     AGENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_BY_ITSELF_FIELD_NUMBER: _ClassVar[int]
     name: str
     machine_id: str
     provider: _machine_pb2.Provider
@@ -76,7 +77,8 @@ class Instance(_message.Message):
     labels: _containers.ScalarMap[str, str]
     launch_time: _timestamp_pb2.Timestamp
     agent_address: str
-    def __init__(self, name: _Optional[str] = ..., machine_id: _Optional[str] = ..., provider: _Optional[_Union[_machine_pb2.Provider, str]] = ..., provider_instance_id: _Optional[str] = ..., region: _Optional[str] = ..., zone: _Optional[str] = ..., instance_type: _Optional[str] = ..., capacity_type: _Optional[_Union[_machine_pb2.CapacityType, str]] = ..., status: _Optional[_Union[InstanceStatus, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_address: _Optional[str] = ...) -> None: ...
+    stopped_by_itself: bool
+    def __init__(self, name: _Optional[str] = ..., machine_id: _Optional[str] = ..., provider: _Optional[_Union[_machine_pb2.Provider, str]] = ..., provider_instance_id: _Optional[str] = ..., region: _Optional[str] = ..., zone: _Optional[str] = ..., instance_type: _Optional[str] = ..., capacity_type: _Optional[_Union[_machine_pb2.CapacityType, str]] = ..., status: _Optional[_Union[InstanceStatus, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_address: _Optional[str] = ..., stopped_by_itself: _Optional[bool] = ...) -> None: ...
 
 class CreateInstanceRequest(_message.Message):
     __slots__ = ("request_id", "machine_id", "offering")

@@ -213,8 +213,30 @@ def test_a_machine_whose_processes_died_is_stopped(root: Path) -> None:
             break
         pause.wait(0.05)
     info = driver.get(ref("m-1"))
-    assert (info.status, info.agent_address) == (InstanceStatus.STOPPED, "")
+    assert (info.status, info.agent_address, info.stopped_by_itself) == (InstanceStatus.STOPPED, "", False)
     assert driver.start(ref("m-1")).status is InstanceStatus.RUNNING
+
+
+def test_a_machine_that_stopped_itself_says_so_and_is_cleared_by_a_start(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its agent's dead-man switch (idle, nobody calling) ends the machine's session; the
+    driver reports it stopped *by itself*, so the sweeper does not take it for a pre-emption."""
+    monkeypatch.setenv("GPUFLEET_DEAD_MAN_AFTER_S", "2")
+    monkeypatch.setenv("GPUFLEET_DEAD_MAN_EVERY_S", "0.1")
+    driver = local_driver(root, "dep")
+    create(driver, "m-1")
+    assert agent_env(root, "m-1")["GPUFLEET_DEAD_MAN_ACTION"] == "session"
+    pause = threading.Event()
+    for _ in range(600):
+        if driver.get(ref("m-1")).status is InstanceStatus.STOPPED:
+            break
+        pause.wait(0.05)
+    info = driver.get(ref("m-1"))
+    assert (info.status, info.stopped_by_itself) == (InstanceStatus.STOPPED, True)
+    started = driver.start(ref("m-1"))
+    assert started.status is InstanceStatus.RUNNING and not started.stopped_by_itself
+    assert not (root / "m-1" / "disk" / "stopped_by_itself").exists()
 
 
 def test_a_new_driver_on_the_same_host_sees_and_controls_what_exists(root: Path) -> None:

@@ -212,3 +212,28 @@ def test_an_aws_driver_that_cannot_launch_everywhere_fails_at_start(
 def test_a_page_size_ec2_would_refuse_is_refused_here() -> None:
     with pytest.raises(ValidationError):
         Settings(aws_page_size=2)
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "by_itself"),
+    [
+        ("stopped", "Client.InstanceInitiatedShutdown", True),  # shutdown -h from inside
+        ("stopped", "Client.UserInitiatedShutdown", False),  # an API or console stop
+        ("stopped", None, False),
+        ("running", "Client.InstanceInitiatedShutdown", False),  # an old reason, running again
+    ],
+)
+def test_ec2_says_whether_an_instance_stopped_itself(state: str, reason: str | None, by_itself: bool) -> None:
+    from gpufleet.provisioner.drivers.aws_instances import instance_info
+
+    raw: dict[str, Any] = {
+        "InstanceId": "i-1",
+        "State": {"Name": state},
+        "Tags": [{"Key": "gpufleet-machine", "Value": "m-1"}],
+        "Placement": {"AvailabilityZone": "us-east-1a"},
+        "InstanceType": "g6.xlarge",
+    }
+    if reason:
+        raw["StateReason"] = {"Code": reason, "Message": reason}
+    info = instance_info("us-east-1", raw, 50060)
+    assert info is not None and info.stopped_by_itself is by_itself

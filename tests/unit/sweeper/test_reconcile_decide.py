@@ -284,3 +284,37 @@ def test_listed_instance_from_proto_reads_labels_and_launch_time() -> None:
         None,
         None,
     )
+
+
+@pytest.mark.parametrize(
+    ("capacity", "status", "expected"),
+    [
+        # The machine halted itself (its dead-man switch): never a pre-emption, spot or not.
+        ("SPOT", "STOPPED", (LossKind.STOPPED_ITSELF, MachineState.STOPPED)),
+        ("ON_DEMAND", "STOPPED", (LossKind.STOPPED_ITSELF, MachineState.STOPPED)),
+        # Gone is gone: a terminated or unlisted instance is not a self-stop, whatever it says.
+        ("SPOT", "TERMINATED", (LossKind.PREEMPTED, MachineState.DESTROYED)),
+        ("ON_DEMAND", "", (LossKind.VANISHED, MachineState.DESTROYED)),
+        ("SPOT", "RUNNING", None),
+    ],
+)
+def test_a_machine_that_stopped_itself_is_recorded_as_such(
+    capacity: str, status: str, expected: tuple[LossKind, MachineState] | None
+) -> None:
+    assert classify_loss(capacity, status, stopped_by_itself=True) == expected
+
+
+def test_a_self_stop_lands_in_the_ledger_as_its_own_class() -> None:
+    from gpufleet.common.ledger import ROUTES, FailureClass, LedgerOutcome
+    from gpufleet.sweeper.machine_loss import MachineLoss
+
+    loss = MachineLoss(
+        machine_id="m-1",
+        kind=LossKind.STOPPED_ITSELF,
+        end_state=MachineState.STOPPED,
+        provider_status="STOPPED",
+        state="READY",
+        state_changed_at=None,
+    )
+    assert loss.failure_class is FailureClass.MACHINE_STOPPED_ITSELF
+    assert ROUTES[FailureClass.MACHINE_STOPPED_ITSELF] is LedgerOutcome.REPLACE_MACHINE

@@ -50,6 +50,9 @@ class FailureClass(StrEnum):
     # The provider no longer runs an instance we wanted running (vanished, or stopped by
     # someone else): its work is gone, as after a pre-emption.
     INSTANCE_GONE = "instance_gone"
+    # The machine halted itself: its agent's dead-man switch, idle with no word from the
+    # control plane for its limit. Not a pre-emption (the offering's record is untouched).
+    MACHINE_STOPPED_ITSELF = "machine_stopped_itself"
     ORPHAN_FOUND = "orphan_found"
     PREEMPTED = "preempted"
     STOCKOUT = "stockout"
@@ -81,6 +84,9 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     FailureClass.WENT_SILENT: LedgerOutcome.REPLACE_MACHINE,
     FailureClass.MACHINE_LOST: LedgerOutcome.NOTHING,
     FailureClass.INSTANCE_GONE: LedgerOutcome.REPLACE_MACHINE,
+    # Whatever the control plane still thought ran there is ended and requeued, as for any
+    # machine that is gone; the machine follows the provider (stopped, disk kept).
+    FailureClass.MACHINE_STOPPED_ITSELF: LedgerOutcome.REPLACE_MACHINE,
     FailureClass.ORPHAN_FOUND: LedgerOutcome.NOTHING,
     FailureClass.PREEMPTED: LedgerOutcome.REPLACE_MACHINE,
     FailureClass.STOCKOUT: LedgerOutcome.STOP_HARDWARE_CONFIG,

@@ -13,7 +13,11 @@ import logging
 import os
 import sys
 import threading
+from datetime import timedelta
 
+from gpufleet.agent import views
+from gpufleet.agent.dead_man import Contact, DeadManSwitch
+from gpufleet.agent.dead_man import Policy as DeadManPolicy
 from gpufleet.agent.samplers import RequestCounter, choose_sampler, load_pynvml
 from gpufleet.agent.servicer import AgentServicer, StateActivity
 from gpufleet.agent.settings import AGENT_VERSION, Settings
@@ -75,6 +79,7 @@ def main() -> int:
         real_seconds=clock.real_seconds,
         pause=pause.wait,
     )
+    contact = Contact(clock.now())
     servicer = AgentServicer(
         machine_id=settings.machine_id,
         slots=settings.slots,
@@ -84,6 +89,7 @@ def main() -> int:
         requests=requests,
         clock=clock,
         pipeline_command=settings.pipeline_command,
+        contact=contact,
     )
     full_name = agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
     server = create_server(
@@ -103,7 +109,22 @@ def main() -> int:
         settings.slots,
         sampler.name,
     )
-    run_until_signalled(server, threading.Event())
+    stopping = threading.Event()
+    switch = DeadManSwitch(
+        clock,
+        contact,
+        busy=lambda: bool(views.active_specs(state)),
+        policy=DeadManPolicy(timedelta(seconds=settings.dead_man_after_s), settings.dead_man_action),
+        marker_dir=state.root,
+    )
+    if settings.dead_man_action != "off":
+        threading.Thread(
+            target=switch.run, args=(stopping, settings.dead_man_every_s), name="dead-man", daemon=True
+        ).start()
+    try:
+        run_until_signalled(server, threading.Event())
+    finally:
+        stopping.set()
     log.info("agent stopped; the worker and runners keep running")
     return 0
 

@@ -8,15 +8,18 @@ both are idempotent by attempt id.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpufleet.agent import views
+from gpufleet.agent.dead_man import Contact
 from gpufleet.agent.samplers import RequestCounter, UtilizationSampler
 from gpufleet.agent.settings import AGENT_VERSION
 from gpufleet.agent.specs import JobSpec
@@ -104,6 +107,22 @@ def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, ma
     )
 
 
+T = TypeVar("T")
+
+
+def _from_control_plane(method: Callable[..., T]) -> Callable[..., T]:
+    """Every AgentService call comes from the scheduler or the reaper (the authorization
+    table): each one tells the dead-man switch the control plane is still there."""
+
+    @functools.wraps(method)
+    def heard(self: AgentServicer, request: Any, context: Any) -> T:
+        if self.contact is not None:
+            self.contact.heard(self.clock.now())
+        return method(self, request, context)
+
+    return heard
+
+
 class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
     def __init__(
         self,
@@ -116,7 +135,9 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
         requests: RequestCounter,
         clock: Clock,
         pipeline_command: list[str],
+        contact: Contact | None = None,
     ) -> None:
+        self.contact = contact
         self.machine_id = machine_id
         self.slots = slots
         self.state = state
@@ -128,6 +149,7 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
         # Serialises the check-then-write of StartJob/CancelJob within this daemon.
         self._lock = threading.Lock()
 
+    @_from_control_plane
     def Probe(self, request: agent_service_pb2.ProbeRequest, context: Any) -> agent_service_pb2.ProbeResponse:
         complete, error = startup_status(self.state, self.supervisor, self.pipeline_command)
         return agent_service_pb2.ProbeResponse(
@@ -140,6 +162,7 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
             sampler=self.sampler.name,
         )
 
+    @_from_control_plane
     def SampleUtilization(
         self, request: agent_service_pb2.SampleUtilizationRequest, context: Any
     ) -> agent_service_pb2.SampleUtilizationResponse:
@@ -157,6 +180,7 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
             sample_time=sample_time,
         )
 
+    @_from_control_plane
     def StartJob(
         self, request: agent_service_pb2.AgentServiceStartJobRequest, context: Any
     ) -> agent_service_pb2.AgentServiceStartJobResponse:
@@ -192,6 +216,7 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
         finally:
             staging.unlink(missing_ok=True)
 
+    @_from_control_plane
     def CancelJob(
         self, request: agent_service_pb2.AgentServiceCancelJobRequest, context: Any
     ) -> agent_service_pb2.AgentServiceCancelJobResponse:
@@ -209,6 +234,7 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
                 )
         return agent_service_pb2.AgentServiceCancelJobResponse(was_running=was_running)
 
+    @_from_control_plane
     def ListRunners(
         self, request: agent_service_pb2.ListRunnersRequest, context: Any
     ) -> agent_service_pb2.ListRunnersResponse:

@@ -49,6 +49,14 @@ class Settings(BaseServiceSettings):
     # Real seconds a job gets between SIGTERM and SIGKILL when it is cancelled or timed out.
     kill_grace_s: float = Field(default=5.0, ge=0)
 
+    # The dead-man switch (dead_man.py): an idle machine no control-plane identity has called
+    # for this long (clock seconds) stops itself — "shutdown" (a cloud image: shutdown -h),
+    # "session" (a local machine: its processes end), "off" (a self-administered box).
+    dead_man_after_s: float = Field(default=1800.0, gt=0)
+    dead_man_action: Literal["off", "shutdown", "session"] = "shutdown"
+    # Real seconds between two looks.
+    dead_man_every_s: float = Field(default=10.0, gt=0)
+
     # The walls between slots (DESIGN §10). "off" is for a development machine without
     # root only: jobs then run as the agent's own user, and every log line says so.
     walls: Literal["on", "off"] = "on"

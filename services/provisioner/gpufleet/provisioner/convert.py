@@ -135,6 +135,7 @@ def instance_to_proto(info: InstanceInfo) -> provisioner_service_pb2.Instance:
         labels=dict(info.labels),
         launch_time=_ts(info.launch_time),
         agent_address=info.agent_address,
+        stopped_by_itself=info.stopped_by_itself,
     )
 
 

@@ -118,7 +118,7 @@ def decide(
         if status == "RUNNING":
             decision.seen.append(m.machine_id)
             continue
-        loss = classify_loss(m.capacity_type, status)
+        loss = classify_loss(m.capacity_type, status, inst is not None and inst.stopped_by_itself)
         if (
             loss is None
             or m.state not in RUNNING_STATES
@@ -293,8 +293,9 @@ class InventoryReconcile:
         except GpufleetError as err:
             log.warning("%s: could not confirm machine %s is gone: %s", NAME, loss.machine_id, err)
             return None
-        status = ListedInstance.from_proto(inst).status
-        again = classify_loss(capacity_type, status)
+        listed = ListedInstance.from_proto(inst)
+        status = listed.status
+        again = classify_loss(capacity_type, status, listed.stopped_by_itself)
         if again is None:
             log.info("%s: machine %s is %s after all; nothing concluded", NAME, loss.machine_id, status)
             return None

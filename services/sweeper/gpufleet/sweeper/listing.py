@@ -37,6 +37,7 @@ class ListedInstance:
     zone: str = ""
     instance_type: str = ""
     capacity_type: str = ""
+    stopped_by_itself: bool = False
 
     @classmethod
     def from_proto(cls, inst: provisioner_service_pb2.Instance) -> ListedInstance:
@@ -52,6 +53,7 @@ class ListedInstance:
             zone=inst.zone,
             instance_type=inst.instance_type,
             capacity_type=enum_name(machine_pb2.CapacityType, "CAPACITY_TYPE_", inst.capacity_type),
+            stopped_by_itself=inst.stopped_by_itself,
         )
 
 

@@ -44,6 +44,8 @@ class LossKind(StrEnum):
     VANISHED = "VANISHED"
     # An on-demand instance stopped by someone other than this platform.
     STOPPED_OUTSIDE = "STOPPED_OUTSIDE"
+    # The machine halted itself (its agent's dead-man switch), spot or on demand.
+    STOPPED_ITSELF = "STOPPED_ITSELF"
 
 
 @dataclass(frozen=True)
@@ -60,13 +62,20 @@ class MachineLoss:
 
     @property
     def failure_class(self) -> FailureClass:
+        if self.kind is LossKind.STOPPED_ITSELF:
+            return FailureClass.MACHINE_STOPPED_ITSELF
         return FailureClass.PREEMPTED if self.kind is LossKind.PREEMPTED else FailureClass.INSTANCE_GONE
 
 
-def classify_loss(capacity_type: str, provider_status: str) -> tuple[LossKind, MachineState] | None:
+def classify_loss(
+    capacity_type: str, provider_status: str, stopped_by_itself: bool = False
+) -> tuple[LossKind, MachineState] | None:
     """What the provider's status (``""``: not listed) means for an intent-RUNNING machine,
-    or None when it is not a loss (running) or not settled yet (pending, stopping)."""
+    or None when it is not a loss (running) or not settled yet (pending, stopping). A stop
+    the provider says the machine made itself is its dead-man switch, never a pre-emption."""
     spot = capacity_type == CapacityType.SPOT
+    if provider_status == "STOPPED" and stopped_by_itself:
+        return LossKind.STOPPED_ITSELF, MachineState.STOPPED
     if provider_status == "STOPPED":
         return (LossKind.PREEMPTED if spot else LossKind.STOPPED_OUTSIDE), MachineState.STOPPED
     if provider_status in ("TERMINATED", ""):
@@ -91,6 +100,10 @@ def _why(loss: MachineLoss) -> str:
         LossKind.PREEMPTED: f"spot instance pre-empted by the provider ({seen})",
         LossKind.VANISHED: f"instance vanished at the provider ({seen})",
         LossKind.STOPPED_OUTSIDE: f"instance stopped outside the platform ({seen})",
+        LossKind.STOPPED_ITSELF: (
+            f"the machine stopped itself ({seen}): its agent heard from no control plane for its "
+            "dead-man limit while idle"
+        ),
     }[loss.kind]
 
 

@@ -84,6 +84,9 @@ def instance_info(region: str, raw: Mapping[str, Any], agent_port: int) -> Insta
         instance_type=str(raw.get("InstanceType", "")),
         capacity_type=CapacityType.SPOT if raw.get("InstanceLifecycle") == "spot" else CapacityType.ON_DEMAND,
         agent_address=f"{address}:{agent_port}" if running and address else "",
+        # EC2 says why an instance stopped: a halt from inside is the machine's own doing.
+        stopped_by_itself=status is InstanceStatus.STOPPED
+        and (raw.get("StateReason") or {}).get("Code") == "Client.InstanceInitiatedShutdown",
     )
 
 

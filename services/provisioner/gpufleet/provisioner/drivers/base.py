@@ -120,6 +120,8 @@ class InstanceInfo:
     capacity_type: CapacityType
     # host:port of the machine's agent, "" while unknown (still booting, or a hung boot).
     agent_address: str = ""
+    # Stopped by itself (its agent's dead-man switch), as far as the provider can tell.
+    stopped_by_itself: bool = False
 
 
 def instance_labels(

@@ -55,6 +55,9 @@ from gpufleet.provisioner.drivers.base import (
 log = logging.getLogger(__name__)
 
 RECORD_FILE = "instance.json"
+# The agent's dead-man switch leaves this on its disk (gpufleet.agent.dead_man.MARKER; the
+# provisioner may not import the agent).
+DEAD_MAN_MARKER = "stopped_by_itself"
 PORT_FILE = "agent.port"
 PID_FILE = "agent.pid"
 DEFAULT_AGENT_COMMAND = (sys.executable, "-m", "gpufleet.agent")
@@ -272,6 +275,8 @@ class LocalDriver:
                 # re-imaging a machine) instead of adding users without end.
                 "GPUFLEET_SLOT_USER_PREFIX": f"gpufleet-m{record.index}-slot-",
                 "GPUFLEET_WALLS_ROOT": str(LOCAL_WALLS / f"m{record.index}"),
+                # A local machine is a session of processes: its dead-man switch ends them.
+                "GPUFLEET_DEAD_MAN_ACTION": "session",
             }
         )
         if self.machine_issuer is not None:
@@ -292,7 +297,8 @@ class LocalDriver:
 
     def _spawn(self, record: _Record) -> _Record:
         folder = self._folder(record.machine_id)
-        for stale in (PORT_FILE, PID_FILE):  # so we wait for this boot's answer
+        # So we wait for this boot's answer, and a later crash is not taken for a self-stop.
+        for stale in (PORT_FILE, PID_FILE, DEAD_MAN_MARKER):
             (folder / "disk" / stale).unlink(missing_ok=True)
         child = local_procs.spawn_session(
             self.agent_command, self._agent_env(record), folder, folder / "logs" / "agent.log"
@@ -352,7 +358,12 @@ class LocalDriver:
             instance_type=offering.instance_type,
             capacity_type=offering.capacity_type,
             agent_address=f"{self.host}:{port}" if port else "",
+            stopped_by_itself=status is InstanceStatus.STOPPED and self._stopped_itself(record),
         )
+
+    def _stopped_itself(self, record: _Record) -> bool:
+        """The agent left its dead-man marker on the machine's disk before it ended."""
+        return (self._folder(record.machine_id) / "disk" / DEAD_MAN_MARKER).exists()
 
 
 def _safe_name(machine_id: str) -> bool:
