@@ -27,7 +27,7 @@ from gpufleet.v1 import catalog_pb2 as gpufleet_dot_v1_dot_catalog__pb2
 from gpufleet.v1 import machine_pb2 as gpufleet_dot_v1_dot_machine__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fgpufleet/v1/fleet_service.proto\x12\x0bgpufleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19gpufleet/v1/catalog.proto\x1a\x19gpufleet/v1/machine.proto\"\x16\n\x14GetSystemTimeRequest\"5\n\nSystemTime\x12\'\n\x03now\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8f\x01\n\x13ListMachinesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0c\n\x04pool\x18\x03 \x01(\t\x12(\n\x05state\x18\x04 \x01(\x0e\x32\x19.gpufleet.v1.MachineState\x12\x19\n\x11include_destroyed\x18\x05 \x01(\x08\"W\n\x14ListMachinesResponse\x12&\n\x08machines\x18\x01 \x03(\x0b\x32\x14.gpufleet.v1.Machine\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x11GetMachineRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\">\n\x14\x43ordonMachineRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"@\n\x16UncordonMachineRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"9\n\x10ListPoolsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"N\n\x11ListPoolsResponse\x12 \n\x05pools\x18\x01 \x03(\x0b\x32\x11.gpufleet.v1.Pool\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xb3\x04\n\x0c\x46leetService\x12S\n\x0cListMachines\x12 .gpufleet.v1.ListMachinesRequest\x1a!.gpufleet.v1.ListMachinesResponse\x12\x42\n\nGetMachine\x12\x1e.gpufleet.v1.GetMachineRequest\x1a\x14.gpufleet.v1.Machine\x12H\n\rCordonMachine\x12!.gpufleet.v1.CordonMachineRequest\x1a\x14.gpufleet.v1.Machine\x12L\n\x0fUncordonMachine\x12#.gpufleet.v1.UncordonMachineRequest\x1a\x14.gpufleet.v1.Machine\x12J\n\tListPools\x12\x1d.gpufleet.v1.ListPoolsRequest\x1a\x1e.gpufleet.v1.ListPoolsResponse\x12Y\n\x0eListWorkspaces\x12\".gpufleet.v1.ListWorkspacesRequest\x1a#.gpufleet.v1.ListWorkspacesResponse\x12K\n\rGetSystemTime\x12!.gpufleet.v1.GetSystemTimeRequest\x1a\x17.gpufleet.v1.SystemTimeb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fgpufleet/v1/fleet_service.proto\x12\x0bgpufleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19gpufleet/v1/catalog.proto\x1a\x19gpufleet/v1/machine.proto\"\x16\n\x14GetSystemTimeRequest\"5\n\nSystemTime\x12\'\n\x03now\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8f\x01\n\x13ListMachinesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0c\n\x04pool\x18\x03 \x01(\t\x12(\n\x05state\x18\x04 \x01(\x0e\x32\x19.gpufleet.v1.MachineState\x12\x19\n\x11include_destroyed\x18\x05 \x01(\x08\"W\n\x14ListMachinesResponse\x12&\n\x08machines\x18\x01 \x03(\x0b\x32\x14.gpufleet.v1.Machine\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x11GetMachineRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\">\n\x14\x43ordonMachineRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"B\n\x18\x44\x65registerMachineRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"@\n\x16UncordonMachineRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"9\n\x10ListPoolsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"N\n\x11ListPoolsResponse\x12 \n\x05pools\x18\x01 \x03(\x0b\x32\x11.gpufleet.v1.Pool\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x85\x05\n\x0c\x46leetService\x12S\n\x0cListMachines\x12 .gpufleet.v1.ListMachinesRequest\x1a!.gpufleet.v1.ListMachinesResponse\x12\x42\n\nGetMachine\x12\x1e.gpufleet.v1.GetMachineRequest\x1a\x14.gpufleet.v1.Machine\x12H\n\rCordonMachine\x12!.gpufleet.v1.CordonMachineRequest\x1a\x14.gpufleet.v1.Machine\x12L\n\x0fUncordonMachine\x12#.gpufleet.v1.UncordonMachineRequest\x1a\x14.gpufleet.v1.Machine\x12P\n\x11\x44\x65registerMachine\x12%.gpufleet.v1.DeregisterMachineRequest\x1a\x14.gpufleet.v1.Machine\x12J\n\tListPools\x12\x1d.gpufleet.v1.ListPoolsRequest\x1a\x1e.gpufleet.v1.ListPoolsResponse\x12Y\n\x0eListWorkspaces\x12\".gpufleet.v1.ListWorkspacesRequest\x1a#.gpufleet.v1.ListWorkspacesResponse\x12K\n\rGetSystemTime\x12!.gpufleet.v1.GetSystemTimeRequest\x1a\x17.gpufleet.v1.SystemTimeb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,12 +46,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETMACHINEREQUEST']._serialized_end=488
   _globals['_CORDONMACHINEREQUEST']._serialized_start=490
   _globals['_CORDONMACHINEREQUEST']._serialized_end=552
-  _globals['_UNCORDONMACHINEREQUEST']._serialized_start=554
-  _globals['_UNCORDONMACHINEREQUEST']._serialized_end=618
-  _globals['_LISTPOOLSREQUEST']._serialized_start=620
-  _globals['_LISTPOOLSREQUEST']._serialized_end=677
-  _globals['_LISTPOOLSRESPONSE']._serialized_start=679
-  _globals['_LISTPOOLSRESPONSE']._serialized_end=757
-  _globals['_FLEETSERVICE']._serialized_start=760
-  _globals['_FLEETSERVICE']._serialized_end=1323
+  _globals['_DEREGISTERMACHINEREQUEST']._serialized_start=554
+  _globals['_DEREGISTERMACHINEREQUEST']._serialized_end=620
+  _globals['_UNCORDONMACHINEREQUEST']._serialized_start=622
+  _globals['_UNCORDONMACHINEREQUEST']._serialized_end=686
+  _globals['_LISTPOOLSREQUEST']._serialized_start=688
+  _globals['_LISTPOOLSREQUEST']._serialized_end=745
+  _globals['_LISTPOOLSRESPONSE']._serialized_start=747
+  _globals['_LISTPOOLSRESPONSE']._serialized_end=825
+  _globals['_FLEETSERVICE']._serialized_start=828
+  _globals['_FLEETSERVICE']._serialized_end=1473
 # @@protoc_insertion_point(module_scope)

@@ -57,6 +57,14 @@ class CordonMachineRequest(_message.Message):
     request_id: str
     def __init__(self, machine_id: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
+class DeregisterMachineRequest(_message.Message):
+    __slots__ = ("machine_id", "request_id")
+    MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    machine_id: str
+    request_id: str
+    def __init__(self, machine_id: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
 class UncordonMachineRequest(_message.Message):
     __slots__ = ("machine_id", "request_id")
     MACHINE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -57,6 +57,11 @@ class FleetServiceStub:
                 request_serializer=gpufleet_dot_v1_dot_fleet__service__pb2.UncordonMachineRequest.SerializeToString,
                 response_deserializer=gpufleet_dot_v1_dot_machine__pb2.Machine.FromString,
                 _registered_method=True)
+        self.DeregisterMachine = channel.unary_unary(
+                '/gpufleet.v1.FleetService/DeregisterMachine',
+                request_serializer=gpufleet_dot_v1_dot_fleet__service__pb2.DeregisterMachineRequest.SerializeToString,
+                response_deserializer=gpufleet_dot_v1_dot_machine__pb2.Machine.FromString,
+                _registered_method=True)
         self.ListPools = channel.unary_unary(
                 '/gpufleet.v1.FleetService/ListPools',
                 request_serializer=gpufleet_dot_v1_dot_fleet__service__pb2.ListPoolsRequest.SerializeToString,
@@ -103,6 +108,16 @@ class FleetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeregisterMachine(self, request, context):
+        """A self-registered box leaves the fleet: it is no longer listed, counted or routed to
+        (DESTROYED; nothing at any provider is touched). Refused for a machine this platform
+        provisioned (the money chain ends those) and while an attempt holds it (cordon it and
+        let its jobs finish first).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListPools(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -144,6 +159,11 @@ def add_FleetServiceServicer_to_server(servicer, server):
             'UncordonMachine': grpc.unary_unary_rpc_method_handler(
                     servicer.UncordonMachine,
                     request_deserializer=gpufleet_dot_v1_dot_fleet__service__pb2.UncordonMachineRequest.FromString,
+                    response_serializer=gpufleet_dot_v1_dot_machine__pb2.Machine.SerializeToString,
+            ),
+            'DeregisterMachine': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeregisterMachine,
+                    request_deserializer=gpufleet_dot_v1_dot_fleet__service__pb2.DeregisterMachineRequest.FromString,
                     response_serializer=gpufleet_dot_v1_dot_machine__pb2.Machine.SerializeToString,
             ),
             'ListPools': grpc.unary_unary_rpc_method_handler(
@@ -270,6 +290,33 @@ class FleetService:
             target,
             '/gpufleet.v1.FleetService/UncordonMachine',
             gpufleet_dot_v1_dot_fleet__service__pb2.UncordonMachineRequest.SerializeToString,
+            gpufleet_dot_v1_dot_machine__pb2.Machine.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeregisterMachine(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufleet.v1.FleetService/DeregisterMachine',
+            gpufleet_dot_v1_dot_fleet__service__pb2.DeregisterMachineRequest.SerializeToString,
             gpufleet_dot_v1_dot_machine__pb2.Machine.FromString,
             options,
             channel_credentials,

@@ -137,8 +137,32 @@ def jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def deregister(args: argparse.Namespace, stub: fleet_service_pb2_grpc.FleetServiceStub) -> int:
+    """``gpufleet machines deregister ID``: a self-registered box leaves the fleet."""
+    target = getattr(args, "target", None)
+    if not target:
+        raise SystemExit("gpufleet: machines deregister needs a machine id")
+    gone: machine_pb2.Machine = grpcclient.call(
+        stub.DeregisterMachine,
+        fleet_service_pb2.DeregisterMachineRequest(machine_id=target),
+        timeout=TIMEOUT_S,
+        idempotent=True,
+    )
+    if args.json:
+        output.print_json(gone)
+    else:
+        print(f"machine {gone.machine_id} deregistered: it is no longer listed, counted or given jobs")
+    return 0
+
+
 def machines(args: argparse.Namespace) -> int:
     stub = _fleet_stub(args)
+    if args.machine == "deregister":
+        return deregister(args, stub)
+    if getattr(args, "target", None):
+        raise SystemExit(
+            f"gpufleet: unexpected argument {args.target!r} (did you mean `machines deregister`?)"
+        )
     if args.machine:
         return machine(args, stub)
     rows: list[machine_pb2.Machine] = pages(

@@ -120,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.set_defaults(func=lambda a: commands.run_client(commands.jobs, a))
 
     machines = client("machines", "list machines, or show one")
-    machines.add_argument("machine", nargs="?", default=None, help="a machine id (or a unique prefix)")
+    machines.add_argument(
+        "machine", nargs="?", default=None, help="a machine id (or a unique prefix), or `deregister`"
+    )
+    machines.add_argument("target", nargs="?", default=None, help="with deregister: the box's machine id")
     machines.add_argument("--all", action="store_true", help="include destroyed machines")
     machines.set_defaults(func=lambda a: commands.run_client(commands.machines, a))
 

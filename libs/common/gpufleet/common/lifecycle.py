@@ -61,12 +61,13 @@ TRANSITIONS: dict[tuple[MachineState, MachineState], frozenset[Actor]] = {
     (S.READY, S.STOPPING): frozenset({A.REAPER}),
     (S.READY, S.DESTROYING): frozenset({A.REAPER}),
     (S.READY, S.STOPPED): frozenset({A.SWEEPER}),
-    (S.READY, S.DESTROYED): frozenset({A.SWEEPER}),
+    # An operator deregisters a self-registered box (nothing at a provider is touched).
+    (S.READY, S.DESTROYED): frozenset({A.SWEEPER, A.OPERATOR}),
     (S.DRAINING, S.READY): frozenset({A.FLEET_TICK, A.OPERATOR}),
     (S.DRAINING, S.STOPPING): frozenset({A.REAPER}),
     (S.DRAINING, S.DESTROYING): frozenset({A.REAPER}),
     (S.DRAINING, S.STOPPED): frozenset({A.SWEEPER}),
-    (S.DRAINING, S.DESTROYED): frozenset({A.SWEEPER}),
+    (S.DRAINING, S.DESTROYED): frozenset({A.SWEEPER, A.OPERATOR}),
     # The refusal ladder's provider calls, and what the stuck net reads afterwards.
     (S.STOPPING, S.STOPPED): frozenset({A.REAPER, A.SWEEPER}),
     (S.STOPPING, S.DESTROYING): frozenset({A.REAPER}),

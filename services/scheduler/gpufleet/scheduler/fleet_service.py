@@ -3,6 +3,8 @@ composite), pools and workspaces, and cordoning."""
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -11,12 +13,15 @@ from gpufleet.common import paging
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name, machine_to_proto, offering_to_proto
 from gpufleet.common.db import models
-from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, MachineState
+from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, MachineIntent, MachineOrigin, MachineState
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from gpufleet.common.lifecycle import Actor, record
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.validation import IDENT, require
 from gpufleet.scheduler.workspace_service import list_workspaces
 from gpufleet.v1 import catalog_pb2, fleet_service_pb2, fleet_service_pb2_grpc, machine_pb2
+
+log = logging.getLogger(__name__)
 
 
 def _busy_slots(session: Session, machine_ids: list[str]) -> dict[str, int]:
@@ -102,6 +107,49 @@ class FleetService(fleet_service_pb2_grpc.FleetServiceServicer):
     ) -> machine_pb2.Machine:
         validation.optional_request_id(request.request_id)
         return self._set_cordon(request.machine_id, False)
+
+    def DeregisterMachine(
+        self, request: fleet_service_pb2.DeregisterMachineRequest, context: grpc.ServicerContext
+    ) -> machine_pb2.Machine:
+        validation.optional_request_id(request.request_id)
+        machine_id = validation.machine_id(request.machine_id)
+        now = self.clock.now()
+        with self.sessions() as session, session.begin():
+            machine = session.get(models.Machine, machine_id, with_for_update=True)
+            if machine is None:
+                raise NotFound(f"no machine {machine_id!r}", field="machine_id")
+            if machine.origin != MachineOrigin.REGISTERED.value:
+                raise FailedPrecondition(
+                    "this platform provisioned it: the money chain stops and destroys it, "
+                    "it is not deregistered",
+                    field="machine_id",
+                )
+            if machine.state != MachineState.DESTROYED.value:
+                busy = _busy_slots(session, [machine_id]).get(machine_id, 0)
+                live = session.execute(
+                    select(func.count())
+                    .select_from(models.Attempt)
+                    .where(
+                        models.Attempt.machine_id == machine_id,
+                        models.Attempt.state.in_([s.value for s in LIVE_ATTEMPT_STATES]),
+                    )
+                ).scalar_one()
+                if live or busy:
+                    raise FailedPrecondition(
+                        f"{live} attempt(s) run on it: cordon it and let them finish first",
+                        field="machine_id",
+                    )
+                record(
+                    machine,
+                    MachineState.DESTROYED,
+                    by=Actor.OPERATOR,
+                    why="deregistered by an operator",
+                    now=now,
+                )
+                machine.intent = MachineIntent.DESTROYED.value
+                log.info("machine %s deregistered", machine_id, extra={"fields": {"machine_id": machine_id}})
+            session.flush()
+            return machine_to_proto(machine, 0)
 
     def ListPools(
         self, request: fleet_service_pb2.ListPoolsRequest, context: grpc.ServicerContext

@@ -47,6 +47,7 @@ RULES: Mapping[str, frozenset[Role]] = {
             "GetMachine",
             "CordonMachine",
             "UncordonMachine",
+            "DeregisterMachine",
             "ListPools",
             "ListWorkspaces",
             "GetSystemTime",
