@@ -51,6 +51,14 @@ def test_job_runs_then_the_idle_machine_is_stopped_and_destroyed(fleet: Fleet) -
     # clock in 2 s steps, so the runner notices the end a few steps late).
     assert 120 <= attempt.slot_seconds <= 200
 
+    # The attempt was given one token per scope at its dispatch (hashes only kept here),
+    # and with the attempt over, the gateway is refused them.
+    with fleet.sessions() as s:
+        scopes = s.execute(
+            select(models.JobToken.scope).where(models.JobToken.attempt_id == attempt.attempt_id)
+        ).scalars()
+        assert sorted(scopes) == ["model", "voice"]
+
     machine_id = attempt.machine_id
     detail = fleet.fleet.GetMachine(
         __import__("gpufleet.v1.fleet_service_pb2", fromlist=["x"]).GetMachineRequest(machine_id=machine_id),

@@ -53,8 +53,15 @@ class SampleUtilizationResponse(_message.Message):
     def __init__(self, gpu_utilization_percent: _Optional[float] = ..., running_attempts: _Optional[int] = ..., requests_since_last_sample: _Optional[int] = ..., sampler: _Optional[str] = ..., sample_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AgentServiceStartJobRequest(_message.Message):
-    __slots__ = ("request_id", "attempt_id", "job_id", "slot", "kind", "pipeline_version", "tenant_values", "time_limit", "workspace", "slots", "outbound_network", "memory_limit_bytes", "pids_limit", "keeps_checkpoint", "checkpoint_id", "checkpoint_sha256", "checkpoint_size_bytes")
+    __slots__ = ("request_id", "attempt_id", "job_id", "slot", "kind", "pipeline_version", "tenant_values", "time_limit", "workspace", "slots", "outbound_network", "memory_limit_bytes", "pids_limit", "keeps_checkpoint", "checkpoint_id", "checkpoint_sha256", "checkpoint_size_bytes", "tokens")
     class TenantValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class TokensEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +85,7 @@ class AgentServiceStartJobRequest(_message.Message):
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_SHA256_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     attempt_id: str
     job_id: str
@@ -95,7 +103,8 @@ class AgentServiceStartJobRequest(_message.Message):
     checkpoint_id: str
     checkpoint_sha256: str
     checkpoint_size_bytes: int
-    def __init__(self, request_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., slot: _Optional[int] = ..., kind: _Optional[str] = ..., pipeline_version: _Optional[str] = ..., tenant_values: _Optional[_Mapping[str, str]] = ..., time_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., workspace: _Optional[str] = ..., slots: _Optional[int] = ..., outbound_network: _Optional[bool] = ..., memory_limit_bytes: _Optional[int] = ..., pids_limit: _Optional[int] = ..., keeps_checkpoint: _Optional[bool] = ..., checkpoint_id: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., checkpoint_size_bytes: _Optional[int] = ...) -> None: ...
+    tokens: _containers.ScalarMap[str, str]
+    def __init__(self, request_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., slot: _Optional[int] = ..., kind: _Optional[str] = ..., pipeline_version: _Optional[str] = ..., tenant_values: _Optional[_Mapping[str, str]] = ..., time_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., workspace: _Optional[str] = ..., slots: _Optional[int] = ..., outbound_network: _Optional[bool] = ..., memory_limit_bytes: _Optional[int] = ..., pids_limit: _Optional[int] = ..., keeps_checkpoint: _Optional[bool] = ..., checkpoint_id: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., checkpoint_size_bytes: _Optional[int] = ..., tokens: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AgentServiceStartJobResponse(_message.Message):
     __slots__ = ("already_running",)

@@ -25,19 +25,21 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fgpufleet/v1/token_service.proto\x12\x0bgpufleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"J\n\x11\x43heckTokenRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12&\n\x05scope\x18\x02 \x01(\x0e\x32\x17.gpufleet.v1.TokenScope\"\xdd\x01\n\x12\x43heckTokenResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x11\n\tworkspace\x18\x03 \x01(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\t\x12\x12\n\nattempt_id\x18\x05 \x01(\t\x12&\n\x05scope\x18\x06 \x01(\x0e\x32\x17.gpufleet.v1.TokenScope\x12\x18\n\x10spend_cap_micros\x18\x07 \x01(\x03\x12/\n\x0b\x65xpire_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*W\n\nTokenScope\x12\x1b\n\x17TOKEN_SCOPE_UNSPECIFIED\x10\x00\x12\x15\n\x11TOKEN_SCOPE_MODEL\x10\x01\x12\x15\n\x11TOKEN_SCOPE_VOICE\x10\x02\x32]\n\x0cTokenService\x12M\n\nCheckToken\x12\x1e.gpufleet.v1.CheckTokenRequest\x1a\x1f.gpufleet.v1.CheckTokenResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fgpufleet/v1/token_service.proto\x12\x0bgpufleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"`\n\x11\x43heckTokenRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12&\n\x05scope\x18\x02 \x01(\x0e\x32\x17.gpufleet.v1.TokenScope\x12\x14\n\x0cspend_micros\x18\x03 \x01(\x03\"\xa3\x02\n\x12\x43heckTokenResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x11\n\tworkspace\x18\x03 \x01(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\t\x12\x12\n\nattempt_id\x18\x05 \x01(\t\x12&\n\x05scope\x18\x06 \x01(\x0e\x32\x17.gpufleet.v1.TokenScope\x12\x18\n\x10spend_cap_micros\x18\x07 \x01(\x03\x12/\n\x0b\x65xpire_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x07refusal\x18\t \x01(\x0e\x32\x19.gpufleet.v1.TokenRefusal\x12\x18\n\x10remaining_micros\x18\n \x01(\x03*W\n\nTokenScope\x12\x1b\n\x17TOKEN_SCOPE_UNSPECIFIED\x10\x00\x12\x15\n\x11TOKEN_SCOPE_MODEL\x10\x01\x12\x15\n\x11TOKEN_SCOPE_VOICE\x10\x02*\xda\x01\n\x0cTokenRefusal\x12\x1d\n\x19TOKEN_REFUSAL_UNSPECIFIED\x10\x00\x12\x1b\n\x17TOKEN_REFUSAL_MALFORMED\x10\x01\x12\x19\n\x15TOKEN_REFUSAL_UNKNOWN\x10\x02\x12\x1d\n\x19TOKEN_REFUSAL_WRONG_SCOPE\x10\x03\x12\x19\n\x15TOKEN_REFUSAL_EXPIRED\x10\x04\x12\x1a\n\x16TOKEN_REFUSAL_OVER_CAP\x10\x05\x12\x1d\n\x19TOKEN_REFUSAL_NOT_RUNNING\x10\x06\x32]\n\x0cTokenService\x12M\n\nCheckToken\x12\x1e.gpufleet.v1.CheckTokenRequest\x1a\x1f.gpufleet.v1.CheckTokenResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpufleet.v1.token_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TOKENSCOPE']._serialized_start=381
-  _globals['_TOKENSCOPE']._serialized_end=468
+  _globals['_TOKENSCOPE']._serialized_start=473
+  _globals['_TOKENSCOPE']._serialized_end=560
+  _globals['_TOKENREFUSAL']._serialized_start=563
+  _globals['_TOKENREFUSAL']._serialized_end=781
   _globals['_CHECKTOKENREQUEST']._serialized_start=81
-  _globals['_CHECKTOKENREQUEST']._serialized_end=155
-  _globals['_CHECKTOKENRESPONSE']._serialized_start=158
-  _globals['_CHECKTOKENRESPONSE']._serialized_end=379
-  _globals['_TOKENSERVICE']._serialized_start=470
-  _globals['_TOKENSERVICE']._serialized_end=563
+  _globals['_CHECKTOKENREQUEST']._serialized_end=177
+  _globals['_CHECKTOKENRESPONSE']._serialized_start=180
+  _globals['_CHECKTOKENRESPONSE']._serialized_end=471
+  _globals['_TOKENSERVICE']._serialized_start=783
+  _globals['_TOKENSERVICE']._serialized_end=876
 # @@protoc_insertion_point(module_scope)

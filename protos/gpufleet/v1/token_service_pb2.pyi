@@ -14,20 +14,39 @@ class TokenScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOKEN_SCOPE_UNSPECIFIED: _ClassVar[TokenScope]
     TOKEN_SCOPE_MODEL: _ClassVar[TokenScope]
     TOKEN_SCOPE_VOICE: _ClassVar[TokenScope]
+
+class TokenRefusal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOKEN_REFUSAL_UNSPECIFIED: _ClassVar[TokenRefusal]
+    TOKEN_REFUSAL_MALFORMED: _ClassVar[TokenRefusal]
+    TOKEN_REFUSAL_UNKNOWN: _ClassVar[TokenRefusal]
+    TOKEN_REFUSAL_WRONG_SCOPE: _ClassVar[TokenRefusal]
+    TOKEN_REFUSAL_EXPIRED: _ClassVar[TokenRefusal]
+    TOKEN_REFUSAL_OVER_CAP: _ClassVar[TokenRefusal]
+    TOKEN_REFUSAL_NOT_RUNNING: _ClassVar[TokenRefusal]
 TOKEN_SCOPE_UNSPECIFIED: TokenScope
 TOKEN_SCOPE_MODEL: TokenScope
 TOKEN_SCOPE_VOICE: TokenScope
+TOKEN_REFUSAL_UNSPECIFIED: TokenRefusal
+TOKEN_REFUSAL_MALFORMED: TokenRefusal
+TOKEN_REFUSAL_UNKNOWN: TokenRefusal
+TOKEN_REFUSAL_WRONG_SCOPE: TokenRefusal
+TOKEN_REFUSAL_EXPIRED: TokenRefusal
+TOKEN_REFUSAL_OVER_CAP: TokenRefusal
+TOKEN_REFUSAL_NOT_RUNNING: TokenRefusal
 
 class CheckTokenRequest(_message.Message):
-    __slots__ = ("token", "scope")
+    __slots__ = ("token", "scope", "spend_micros")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
+    SPEND_MICROS_FIELD_NUMBER: _ClassVar[int]
     token: str
     scope: TokenScope
-    def __init__(self, token: _Optional[str] = ..., scope: _Optional[_Union[TokenScope, str]] = ...) -> None: ...
+    spend_micros: int
+    def __init__(self, token: _Optional[str] = ..., scope: _Optional[_Union[TokenScope, str]] = ..., spend_micros: _Optional[int] = ...) -> None: ...
 
 class CheckTokenResponse(_message.Message):
-    __slots__ = ("valid", "reason", "workspace", "job_id", "attempt_id", "scope", "spend_cap_micros", "expire_time")
+    __slots__ = ("valid", "reason", "workspace", "job_id", "attempt_id", "scope", "spend_cap_micros", "expire_time", "refusal", "remaining_micros")
     VALID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +55,8 @@ class CheckTokenResponse(_message.Message):
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     SPEND_CAP_MICROS_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_MICROS_FIELD_NUMBER: _ClassVar[int]
     valid: bool
     reason: str
     workspace: str
@@ -44,4 +65,6 @@ class CheckTokenResponse(_message.Message):
     scope: TokenScope
     spend_cap_micros: int
     expire_time: _timestamp_pb2.Timestamp
-    def __init__(self, valid: _Optional[bool] = ..., reason: _Optional[str] = ..., workspace: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., scope: _Optional[_Union[TokenScope, str]] = ..., spend_cap_micros: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    refusal: TokenRefusal
+    remaining_micros: int
+    def __init__(self, valid: _Optional[bool] = ..., reason: _Optional[str] = ..., workspace: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., scope: _Optional[_Union[TokenScope, str]] = ..., spend_cap_micros: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., refusal: _Optional[_Union[TokenRefusal, str]] = ..., remaining_micros: _Optional[int] = ...) -> None: ...

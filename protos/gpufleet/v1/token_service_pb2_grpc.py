@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class TokenServiceStub:
-    """Checks a job token for the model gateway and the voice service.
+    """Checks a job token for the model gateway and the voice service (role `gateway`).
     """
 
     def __init__(self, channel):
@@ -43,11 +43,14 @@ class TokenServiceStub:
 
 
 class TokenServiceServicer:
-    """Checks a job token for the model gateway and the voice service.
+    """Checks a job token for the model gateway and the voice service (role `gateway`).
     """
 
     def CheckToken(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Valid: the token's attempt still runs and the spend fits under its cap; the spend
+        is then debited (a check that spends nothing only asks). A refusal says why and
+        spends nothing. Every answer is OK: a refusal is not an error of the call.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -69,7 +72,7 @@ def add_TokenServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class TokenService:
-    """Checks a job token for the model gateway and the voice service.
+    """Checks a job token for the model gateway and the voice service (role `gateway`).
     """
 
     @staticmethod

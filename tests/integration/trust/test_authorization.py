@@ -48,9 +48,10 @@ SERVED_BY: dict[str, tuple[str, object]] = {
     "SweeperService": ("sweeper", sweeper_service_pb2),
     "ProvisionerService": ("provisioner", provisioner_service_pb2),
     "AgentService": ("agent", agent_service_pb2),
+    "TokenService": ("scheduler", token_service_pb2),
 }
 # Contracts with a rule but no server yet: said here, so none is forgotten silently.
-NOT_SERVED_YET = {"TokenService": token_service_pb2}
+NOT_SERVED_YET: dict[str, object] = {}
 MACHINE_ID = "m-authz"
 REFUSED_AT_HANDSHAKE = grpc.StatusCode.UNAVAILABLE
 

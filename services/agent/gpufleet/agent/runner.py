@@ -34,6 +34,8 @@ from gpufleet.agent.walls.wipe import remove_tree
 from gpufleet.common import telemetry
 from gpufleet.common.clock import Clock
 
+# The job's tokens, one file per scope, inside its own folder (GPUFLEET_TOKENS_DIR).
+TOKENS_FOLDER = "tokens"
 # The job's checkpoint folder, inside its own folder (GPUFLEET_CHECKPOINT_DIR).
 CHECKPOINT_FOLDER = "checkpoint"
 
@@ -192,15 +194,36 @@ class Runner:
         slot.give(folder)
         return Snapshots(self.files, folder, self.checkpoint_every_s, self.checkpoint_max_bytes)
 
+    def _token_files(self, slot: OpenSlot) -> bool:
+        """The attempt's tokens as files in the job's own folder (``tokens/model``,
+        ``tokens/voice``), readable by its slot user only: never in its argv or
+        environment, where another slot's ``/proc`` could read them."""
+        if not self.spec.tokens:
+            return False
+        folder = slot.job_dir / TOKENS_FOLDER
+        folder.mkdir(mode=0o700, exist_ok=True)
+        for scope, token in self.spec.tokens.items():
+            fd = os.open(folder / scope, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o400)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(token)
+        slot.give(folder)
+        return True
+
     def _run_job(self, start: datetime, slot: OpenSlot) -> AttemptResult:
         argv = slot.command(self.pipeline_command)
         try:
             snapshots = self._checkpoint_folder(slot)
         except OSError as err:
             return self._finish(start, Outcome.INFRA_ERROR, 0, f"checkpoint folder not made: {err}")
+        try:
+            has_tokens = self._token_files(slot)
+        except OSError as err:
+            return self._finish(start, Outcome.INFRA_ERROR, 0, f"token files not written: {err}")
         env = slot.environment(
             job_base_environment(os.environ, self.clock_env, self.files.spec, slot.job_dir)
         )
+        if has_tokens:
+            env["GPUFLEET_TOKENS_DIR"] = str(PurePosixPath(env["GPUFLEET_JOB_DIR"]) / TOKENS_FOLDER)
         if snapshots is not None:
             env["GPUFLEET_CHECKPOINT_DIR"] = str(PurePosixPath(env["GPUFLEET_JOB_DIR"]) / CHECKPOINT_FOLDER)
         try:

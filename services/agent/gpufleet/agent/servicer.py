@@ -50,6 +50,9 @@ class StateActivity:
 
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+TOKEN_SCOPES = frozenset({"model", "voice"})
+# What the agent accepts as a token (it checks no checksum: the control plane minted it).
+TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9_]{8,256}$")
 
 
 def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, machine_slots: int) -> JobSpec:
@@ -86,6 +89,13 @@ def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, ma
             raise InvalidArgument("must be lowercase hex SHA-256", field="checkpoint_sha256")
         if request.checkpoint_size_bytes <= 0:
             raise InvalidArgument("must be positive", field="checkpoint_size_bytes")
+    for scope, token in request.tokens.items():
+        if scope not in TOKEN_SCOPES:
+            raise InvalidArgument(
+                f"unknown scope {scope!r}: one of {', '.join(sorted(TOKEN_SCOPES))}", field="tokens"
+            )
+        if not TOKEN_PATTERN.match(token):
+            raise InvalidArgument(f"the {scope} token is not a token", field="tokens")
     return JobSpec(
         attempt_id=request.attempt_id,
         job_id=request.job_id,
@@ -103,6 +113,7 @@ def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, ma
         keeps_checkpoint=request.keeps_checkpoint,
         checkpoint_id=request.checkpoint_id,
         checkpoint_sha256=request.checkpoint_sha256,
+        tokens=dict(request.tokens),
         checkpoint_size_bytes=request.checkpoint_size_bytes,
     )
 

@@ -56,6 +56,9 @@ class JobSpec:
     checkpoint_id: str = ""
     checkpoint_sha256: str = ""
     checkpoint_size_bytes: int = 0
+    # The attempt's job tokens by scope ("model", "voice"): laid out as files in the job's
+    # folder (GPUFLEET_TOKENS_DIR) and redacted from its log.
+    tokens: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,6 +83,7 @@ class JobSpec:
             checkpoint_id=str(doc.get("checkpoint_id", "")),
             checkpoint_sha256=str(doc.get("checkpoint_sha256", "")),
             checkpoint_size_bytes=int(doc.get("checkpoint_size_bytes", 0)),
+            tokens={str(k): str(v) for k, v in dict(doc.get("tokens", {})).items()},
         )
 
     def save(self, path: Path) -> None:

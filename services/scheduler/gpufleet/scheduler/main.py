@@ -34,6 +34,7 @@ from gpufleet.scheduler.job_service import JobService
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
 from gpufleet.scheduler.tick.served import ServedOfferings
+from gpufleet.scheduler.token_service import TokenService
 from gpufleet.scheduler.watchdogs.no_consumer import NAME as NO_CONSUMER
 from gpufleet.scheduler.watchdogs.no_consumer import NoConsumerDetector
 from gpufleet.scheduler.watchdogs.paid_wait import NAME as PAID_WAIT
@@ -51,6 +52,8 @@ from gpufleet.v1 import (
     fleet_service_pb2_grpc,
     job_service_pb2,
     job_service_pb2_grpc,
+    token_service_pb2,
+    token_service_pb2_grpc,
     worker_service_pb2,
     worker_service_pb2_grpc,
     workspace_service_pb2,
@@ -86,6 +89,11 @@ def _server(
                 workspace_service_pb2_grpc.add_WorkspaceServiceServicer_to_server,
                 WorkspaceService(sessions, clock),
                 workspace_service_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].full_name,
+            ),
+            ServiceBinding(
+                token_service_pb2_grpc.add_TokenServiceServicer_to_server,
+                TokenService(sessions, clock),
+                token_service_pb2.DESCRIPTOR.services_by_name["TokenService"].full_name,
             ),
             ServiceBinding(
                 worker_service_pb2_grpc.add_WorkerServiceServicer_to_server,

@@ -35,6 +35,10 @@ class Settings(StoreSettings):
     # While short jobs wait in a pool, films hold at most this share of its machines
     # (rounded down: a one-machine pool runs a film only when no short waits).
     film_share: float = Field(default=0.5, ge=0, le=1)
+    # Job tokens (token_service.py): what one token may spend (micro-dollars), and how long
+    # past its attempt's time limit it lives at most (it dies with its attempt anyway).
+    token_spend_cap_micros: int = Field(default=20_000_000, ge=0)
+    token_expiry_margin_s: float = Field(default=900.0, ge=0)
     # Where checkpoints are kept (every scheduler process of a deployment must see the same
     # folder), and the largest one accepted.
     checkpoint_dir: str = "var/checkpoints"

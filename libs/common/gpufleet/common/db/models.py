@@ -309,6 +309,25 @@ class Checkpoint(Base):
     __table_args__ = (UniqueConstraint("job_id", "sequence", name="uq_checkpoints_job_sequence"),)
 
 
+class JobToken(Base):
+    """A token an attempt was given (DESIGN §10): its SHA-256 only — the token itself
+    leaves the scheduler once, in the StartJob call — with whom it names, what it may spend
+    and spent, and when it expires. It is refused the moment its attempt stops running."""
+
+    __tablename__ = "job_tokens"
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    scope: Mapped[str] = mapped_column(String(16))
+    workspace_id: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"))
+    attempt_id: Mapped[str] = mapped_column(ForeignKey("attempts.id"))
+    spend_cap_micros: Mapped[int] = mapped_column(BigInteger)
+    spent_micros: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_job_tokens_attempt", "attempt_id"),)
+
+
 class JobEvent(Base):
     """Each change of a job's state, in order: what WatchJob streams."""
 

@@ -43,6 +43,7 @@ from gpufleet.scheduler.tick.calls import CallPool
 from gpufleet.scheduler.tick.earmarks import clear_for_started_films
 from gpufleet.scheduler.tick.model import Assignment
 from gpufleet.scheduler.tick.scale import Outcomes
+from gpufleet.scheduler.token_service import TokenMinter
 from gpufleet.v1 import agent_service_pb2
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,9 @@ class DispatchController:
         self.calls = calls
         self.agents = agents
         self.outcomes = outcomes
+        self.minter = TokenMinter(
+            sessions, clock, settings.token_spend_cap_micros, settings.token_expiry_margin_s
+        )
         self._started_lock = threading.Lock()
         self._started: list[Dispatch] = []
         self._flushing = False
@@ -271,8 +275,19 @@ class DispatchController:
         return self.calls.submit(f"dispatch:{d.attempt_id}", lambda: self._dispatch(d))
 
     def _dispatch(self, d: Dispatch) -> None:
+        # The attempt's tokens, minted now (each dispatch of it its own: a re-dispatch after a
+        # lost answer leaves the first ones valid, as the agent may already run the job with
+        # them); they travel in this one call and are kept nowhere here.
+        request = agent_service_pb2.AgentServiceStartJobRequest()
+        request.CopyFrom(d.request)
         try:
-            self.agents.get(d.address).start_job(d.request)
+            request.tokens.update(self.minter.mint(d.request))
+        except Exception as exc:  # the database: the dispatch is taken back like a refused one
+            log.warning("attempt %s: its tokens could not be minted: %s", d.attempt_id, exc)
+            self._failed(d, f"tokens not minted: {exc}")
+            return
+        try:
+            self.agents.get(d.address).start_job(request)
         except GpufleetError as exc:
             self._failed(d, f"agent refused the job: {exc}")
             return

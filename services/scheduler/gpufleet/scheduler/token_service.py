@@ -1,0 +1,148 @@
+"""TokenService (for the model gateway and the voice service) and the minting of an
+attempt's tokens at its dispatch. The rules are :mod:`gpufleet.scheduler.tokens`'; this
+module reads and writes their rows."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+import grpc
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.clock import Clock
+from gpufleet.common.db import models
+from gpufleet.common.errors import InvalidArgument
+from gpufleet.scheduler import tokens
+from gpufleet.scheduler.tokens import Held, Refusal, Scope
+from gpufleet.v1 import agent_service_pb2, token_service_pb2, token_service_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+_SCOPES = {token_service_pb2.TOKEN_SCOPE_MODEL: Scope.MODEL, token_service_pb2.TOKEN_SCOPE_VOICE: Scope.VOICE}
+_SCOPE_PB = {v: k for k, v in _SCOPES.items()}
+_REFUSAL_PB = {
+    Refusal.MALFORMED: token_service_pb2.TOKEN_REFUSAL_MALFORMED,
+    Refusal.UNKNOWN: token_service_pb2.TOKEN_REFUSAL_UNKNOWN,
+    Refusal.WRONG_SCOPE: token_service_pb2.TOKEN_REFUSAL_WRONG_SCOPE,
+    Refusal.EXPIRED: token_service_pb2.TOKEN_REFUSAL_EXPIRED,
+    Refusal.OVER_CAP: token_service_pb2.TOKEN_REFUSAL_OVER_CAP,
+    Refusal.NOT_RUNNING: token_service_pb2.TOKEN_REFUSAL_NOT_RUNNING,
+}
+_WHY = {
+    Refusal.MALFORMED: "not a gpufleet job token",
+    Refusal.UNKNOWN: "no attempt was given this token",
+    Refusal.WRONG_SCOPE: "a token of another scope",
+    Refusal.EXPIRED: "the token has expired",
+    Refusal.OVER_CAP: "the spend would pass the token's cap",
+    Refusal.NOT_RUNNING: "its attempt no longer runs",
+}
+# Longest token text looked at: anything longer is refused as malformed unread.
+MAX_TOKEN_CHARS = 256
+
+
+class TokenMinter:
+    """Mints an attempt's tokens (one per scope) just before its StartJob: their hashes are
+    committed first, so a token exists here before the job can ever present it."""
+
+    def __init__(
+        self, sessions: sessionmaker[Session], clock: Clock, spend_cap_micros: int, expiry_margin_s: float
+    ) -> None:
+        self.sessions = sessions
+        self.clock = clock
+        self.spend_cap_micros = spend_cap_micros
+        self.margin = timedelta(seconds=expiry_margin_s)
+
+    def mint(self, request: agent_service_pb2.AgentServiceStartJobRequest) -> dict[str, str]:
+        now = self.clock.now()
+        limit = request.time_limit.ToTimedelta() if request.HasField("time_limit") else timedelta(0)
+        expires = now + (limit if limit > timedelta(0) else timedelta(hours=24)) + self.margin
+        minted = {scope: tokens.mint(scope) for scope in Scope}
+        with self.sessions() as session, session.begin():
+            for scope, token in minted.items():
+                session.add(
+                    models.JobToken(
+                        token_hash=tokens.digest(token),
+                        scope=scope.value,
+                        workspace_id=request.workspace,
+                        job_id=request.job_id,
+                        attempt_id=request.attempt_id,
+                        spend_cap_micros=self.spend_cap_micros,
+                        spent_micros=0,
+                        expires_at=expires,
+                        created_at=now,
+                    )
+                )
+        return {scope.value: token for scope, token in minted.items()}
+
+
+class TokenService(token_service_pb2_grpc.TokenServiceServicer):
+    def __init__(self, sessions: sessionmaker[Session], clock: Clock) -> None:
+        self.sessions = sessions
+        self.clock = clock
+
+    def CheckToken(
+        self, request: token_service_pb2.CheckTokenRequest, context: grpc.ServicerContext
+    ) -> token_service_pb2.CheckTokenResponse:
+        if not request.token:
+            raise InvalidArgument("is required", field="token")
+        asked = _SCOPES.get(request.scope)
+        if asked is None:
+            raise InvalidArgument("must be TOKEN_SCOPE_MODEL or TOKEN_SCOPE_VOICE", field="scope")
+        if request.spend_micros < 0:
+            raise InvalidArgument("must not be negative", field="spend_micros")
+        token = request.token
+        if len(token) > MAX_TOKEN_CHARS or tokens.scope_of(token) is None:
+            return _refused(Refusal.MALFORMED)
+        now = self.clock.now()
+        with self.sessions() as session, session.begin():
+            found = session.execute(
+                select(models.JobToken, models.Attempt.state, models.Job.cancel_requested)
+                .join(models.Attempt, models.Attempt.id == models.JobToken.attempt_id)
+                .join(models.Job, models.Job.id == models.JobToken.job_id)
+                .where(models.JobToken.token_hash == tokens.digest(token))
+                .with_for_update(of=models.JobToken)
+            ).first()
+            row = found[0] if found else None
+            held = (
+                Held(
+                    scope=Scope(row.scope),
+                    spend_cap_micros=row.spend_cap_micros,
+                    spent_micros=row.spent_micros,
+                    expires_at=row.expires_at,
+                    attempt_state=str(found[1]),
+                    cancel_requested=bool(found[2]),
+                )
+                if found and row is not None
+                else None
+            )
+            verdict = tokens.decide(held, asked, request.spend_micros, now)
+            if verdict.refusal is not None or row is None:
+                # A refusal names no workspace, job or attempt.
+                return _refused(verdict.refusal or Refusal.UNKNOWN, verdict.remaining_micros)
+            if request.spend_micros:
+                row.spent_micros += request.spend_micros
+            return _answer(row, verdict, row.expires_at)
+
+
+def _refused(refusal: Refusal, remaining_micros: int = 0) -> token_service_pb2.CheckTokenResponse:
+    return token_service_pb2.CheckTokenResponse(
+        valid=False, reason=_WHY[refusal], refusal=_REFUSAL_PB[refusal], remaining_micros=remaining_micros
+    )
+
+
+def _answer(
+    row: models.JobToken, verdict: tokens.Verdict, expires_at: datetime
+) -> token_service_pb2.CheckTokenResponse:
+    resp = token_service_pb2.CheckTokenResponse(
+        valid=True,
+        workspace=row.workspace_id,
+        job_id=row.job_id,
+        attempt_id=row.attempt_id,
+        scope=_SCOPE_PB[Scope(row.scope)],
+        spend_cap_micros=row.spend_cap_micros,
+        remaining_micros=verdict.remaining_micros,
+    )
+    resp.expire_time.FromDatetime(expires_at)
+    return resp

@@ -1,0 +1,122 @@
+"""Job tokens: minted when an attempt starts, checked by the model gateway and the voice
+service through ``TokenService.CheckToken``, refused the moment the attempt stops running.
+
+A token is opaque, typed and checksummed, so a secret scanner can recognise one and a typo
+is told from a forgery without a database read::
+
+    gfm_<30 base62 random><6 base62 CRC32>     a model token
+    gfv_<30 base62 random><6 base62 CRC32>     a voice (narration) token
+
+Only its SHA-256 is stored. The token names its workspace, job, attempt and scope through
+its row, carries a spend cap (debited by each check that spends) and an expiry (the
+attempt's time limit plus a margin).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import secrets
+import zlib
+from dataclasses import dataclass
+from datetime import datetime
+
+ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+RANDOM_CHARS = 30  # 178 bits
+CRC_CHARS = 6
+
+
+class Scope(enum.StrEnum):
+    MODEL = "model"
+    VOICE = "voice"
+
+
+PREFIX = {Scope.MODEL: "gfm_", Scope.VOICE: "gfv_"}
+SCOPE_OF_PREFIX = {v: k for k, v in PREFIX.items()}
+LENGTH = 4 + RANDOM_CHARS + CRC_CHARS
+# An attempt runs from its dispatch (STARTING: the job may already call out) until it ends.
+LIVE = frozenset({"STARTING", "RUNNING"})
+
+
+def _base62(value: int, width: int) -> str:
+    out = []
+    for _ in range(width):
+        value, digit = divmod(value, 62)
+        out.append(ALPHABET[digit])
+    return "".join(reversed(out))
+
+
+def checksum(body: str) -> str:
+    return _base62(zlib.crc32(body.encode()), CRC_CHARS)
+
+
+def mint(scope: Scope) -> str:
+    """A new token of ``scope`` (never stored: keep :func:`digest` of it)."""
+    body = PREFIX[scope] + "".join(secrets.choice(ALPHABET) for _ in range(RANDOM_CHARS))
+    return body + checksum(body)
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def scope_of(token: str) -> Scope | None:
+    """The scope a well-formed token claims; None for anything that is not one of ours
+    (wrong length, prefix, alphabet or checksum)."""
+    if len(token) != LENGTH or not token.isascii():
+        return None
+    scope = SCOPE_OF_PREFIX.get(token[:4])
+    body, crc = token[:-CRC_CHARS], token[-CRC_CHARS:]
+    if scope is None or any(c not in ALPHABET for c in token[4:]) or checksum(body) != crc:
+        return None
+    return scope
+
+
+class Refusal(enum.StrEnum):
+    MALFORMED = "malformed"
+    UNKNOWN = "unknown"
+    WRONG_SCOPE = "wrong_scope"
+    EXPIRED = "expired"
+    OVER_CAP = "over_cap"
+    NOT_RUNNING = "not_running"
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a check reads of one token and its attempt."""
+
+    scope: Scope
+    spend_cap_micros: int
+    spent_micros: int
+    expires_at: datetime
+    attempt_state: str
+    # The job's cancel was asked for: its attempt is winding down, its tokens are done.
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    refusal: Refusal | None
+    remaining_micros: int = 0
+
+    @property
+    def valid(self) -> bool:
+        return self.refusal is None
+
+
+def decide(held: Held | None, asked: Scope, spend_micros: int, now: datetime) -> Verdict:
+    """May this token be used for ``asked``, spending ``spend_micros`` more? In order: an
+    unknown token; a token of the other scope; its attempt no longer running (ended, lost,
+    cancelled, timed out: at once, not at expiry); expired; over its cap."""
+    if held is None:
+        return Verdict(Refusal.UNKNOWN)
+    if held.scope is not asked:
+        return Verdict(Refusal.WRONG_SCOPE)
+    if held.attempt_state not in LIVE or held.cancel_requested:
+        return Verdict(Refusal.NOT_RUNNING)
+    if now >= held.expires_at:
+        return Verdict(Refusal.EXPIRED)
+    remaining = held.spend_cap_micros - held.spent_micros
+    if spend_micros > remaining or remaining <= 0:
+        return Verdict(Refusal.OVER_CAP, max(remaining, 0))
+    return Verdict(None, remaining - spend_micros)
