@@ -27,15 +27,21 @@ class FreeCapacity:
         self._whole: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
         self._max_slots: dict[str, int] = defaultdict(int)
         for m in machines:
-            free = m.free_slots
-            if not free or m.pool_id is None:
+            pool = m.pool_id
+            if pool is None:
+                continue
+            busy = m.busy_slots
+            # ``m.free_slots``, written out: this runs for every machine with room, every tick.
+            free = [s for s in range(m.slots) if s not in busy] if busy else list(range(m.slots))
+            if not free:
                 continue  # full machines are never looked at again
             self._free[m.id] = free
             self._machine[m.id] = m
-            self._max_slots[m.pool_id] = max(self._max_slots[m.pool_id], m.slots)
-            self._push(m, len(free))
+            if m.slots > self._max_slots[pool]:
+                self._max_slots[pool] = m.slots
+            heapq.heappush(self._by_count[pool].setdefault(len(free), []), (m.hourly_price_micros, m.id))
             if len(free) == m.slots:
-                self._whole[m.pool_id].append((m.slots, m.hourly_price_micros, m.id))
+                self._whole[pool].append((m.slots, m.hourly_price_micros, m.id))
         for heap in self._whole.values():
             heapq.heapify(heap)
 

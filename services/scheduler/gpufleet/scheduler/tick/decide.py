@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections import Counter, deque
+from collections import deque
 from datetime import datetime, timedelta
 
 from gpufleet.common.db.enums import MachineIntent, MachineOrigin, MachineState
@@ -49,11 +49,12 @@ def decide(snapshot: FleetSnapshot, policy: Policy) -> TickPlan:
     assigned = {a.job_id for a in assignments}
     unmet = [j for j in demand if j.id not in assigned]
     busy = busy_pools(snapshot)
+    expired, over_limit = _attempts_to_end(snapshot.live_attempts, snapshot.now)
     return TickPlan(
         scale=scale(snapshot, policy, unmet, book, warm_missing(snapshot, busy)),
         assignments=assignments,
-        expired_leases=expired_leases(snapshot.live_attempts, snapshot),
-        over_limit=over_time_limit(snapshot.live_attempts, snapshot),
+        expired_leases=expired,
+        over_limit=over_limit,
         drains=book.drains,
         releases=releases,
         film_waits=book.waits,
@@ -67,12 +68,17 @@ def eligible_demand(snapshot: FleetSnapshot) -> list[JobView]:
     first), then fair share (slot-seconds over the window / plan weight, least first), then
     age — each workspace capped at its plan's number of GPU jobs at once."""
     ordered = sorted(snapshot.queued, key=lambda j: (-j.tier, j.usage / j.weight, j.created_at, j.id))
-    running = Counter(snapshot.running_per_workspace)
+    running, limits = snapshot.running_per_workspace, snapshot.workspace_limits
+    # Jobs taken here per workspace: the snapshot's own count (every workspace with a live
+    # attempt) is read, not copied.
+    taken: dict[str, int] = {}
     out: list[JobView] = []
     for job in ordered:
-        if running[job.workspace_id] >= snapshot.workspace_limits.get(job.workspace_id, 0):
+        ws = job.workspace_id
+        now_taken = taken.get(ws, 0)
+        if running.get(ws, 0) + now_taken >= limits.get(ws, 0):
             continue
-        running[job.workspace_id] += 1
+        taken[ws] = now_taken + 1
         out.append(job)
     return out
 
@@ -366,12 +372,29 @@ def _usable(offering: OfferingView, snapshot: FleetSnapshot) -> bool:
 
 def expired_leases(attempts: list[AttemptView], snapshot: FleetSnapshot) -> list[str]:
     """Live attempts whose lease ran out: the machine was lost."""
-    return [a.id for a in attempts if a.lease_expires_at < snapshot.now]
+    return _attempts_to_end(attempts, snapshot.now)[0]
 
 
 def over_time_limit(attempts: list[AttemptView], snapshot: FleetSnapshot) -> list[str]:
-    """Live attempts past their kind's limit, counted from the start of this attempt."""
-    now = snapshot.now
-    # One cutoff per distinct limit (a few kinds), not a timedelta per attempt.
-    cutoffs = {s: now - timedelta(seconds=s) for s in {a.time_limit_s for a in attempts}}
-    return [a.id for a in attempts if a.started_at < cutoffs[a.time_limit_s] and a.lease_expires_at >= now]
+    """Live attempts past their kind's limit, counted from the start of this attempt (an
+    attempt whose lease ran out is lost, not timed out)."""
+    return _attempts_to_end(attempts, snapshot.now)[1]
+
+
+def _attempts_to_end(attempts: list[AttemptView], now: datetime) -> tuple[list[str], list[str]]:
+    """``expired_leases`` and ``over_time_limit`` in one pass over the live attempts."""
+    expired: list[str] = []
+    over: list[str] = []
+    # One cutoff per distinct limit (a few kinds), not a timedelta per attempt, made when
+    # the first attempt of that limit is met.
+    cutoffs: dict[float, datetime] = {}
+    for a in attempts:
+        if a.lease_expires_at < now:
+            expired.append(a.id)
+            continue
+        cutoff = cutoffs.get(a.time_limit_s)
+        if cutoff is None:
+            cutoff = cutoffs[a.time_limit_s] = now - timedelta(seconds=a.time_limit_s)
+        if a.started_at < cutoff:
+            over.append(a.id)
+    return expired, over

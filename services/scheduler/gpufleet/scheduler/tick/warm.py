@@ -79,7 +79,10 @@ def warm_pins(snapshot: FleetSnapshot, busy: frozenset[str]) -> list[WarmPin]:
     for pool in snapshot.pools.values():
         if holds_warm(pool, busy):
             wanted.update(m.id for m in warm_machines(snapshot, pool))
-    changed = [m for m in snapshot.machines if m.warm_held != (m.id in wanted)]
+    if wanted:
+        changed = [m for m in snapshot.machines if m.warm_held != (m.id in wanted)]
+    else:  # no pool holds warm machines: only pins left over are to clear
+        changed = [m for m in snapshot.machines if m.warm_held]
     return [WarmPin(m.id, held=m.id in wanted) for m in sorted(changed, key=lambda m: m.id)]
 
 
