@@ -278,3 +278,47 @@ def test_a_machine_whose_start_failed_is_not_counted_as_arriving() -> None:
     ]
     settled = replace(failed, backoff_until=NOW - timedelta(seconds=1))
     assert decide(snapshot(queued=[job("a")], machines=[settled]), POLICY).scale == []
+
+
+def box(mid: str, *, reported_s_ago: float | None, **kw: object) -> MachineView:
+    """A self-registered box (not ours: never started, stopped or destroyed by us)."""
+    return machine(mid, reported_s_ago=reported_s_ago, origin="REGISTERED", managed=False, **kw)
+
+
+@pytest.mark.parametrize(
+    ("boxes", "creates"),
+    [
+        # Two boxes that registered and went silent (or never reported) fill nothing.
+        ([box("dead-1", reported_s_ago=None), box("dead-2", reported_s_ago=3600)], 2),
+        # Reporting boxes are capacity (here busy, so no job fits on them): the pool is full.
+        (
+            [
+                box("live-1", reported_s_ago=5, busy=frozenset({0, 1})),
+                box("live-2", reported_s_ago=5, busy=frozenset({0, 1})),
+            ],
+            0,
+        ),
+        # A cordoned box takes no job, so it holds no room either.
+        (
+            [
+                box("cordoned", reported_s_ago=5, cordoned=True),
+                box("live", reported_s_ago=5, busy=frozenset({0, 1})),
+            ],
+            1,
+        ),
+    ],
+)
+def test_a_registered_box_holds_room_in_its_pool_only_while_it_can_take_jobs(
+    boxes: list[MachineView], creates: int
+) -> None:
+    snap = snapshot(queued=[job(f"j{i}") for i in range(4)], machines=boxes, pool_max=2)
+    plan = decide(snap, POLICY)
+    assert len([a for a in plan.scale if isinstance(a, CreateMachine)]) == creates
+    assert not plan.assignments or all(a.machine_id.startswith("live") for a in plan.assignments)
+
+
+def test_a_silent_machine_of_ours_still_holds_room_it_bills() -> None:
+    snap = snapshot(
+        queued=[job("a"), job("b")], machines=[machine("silent", reported_s_ago=None)], pool_max=1
+    )
+    assert decide(snap, POLICY).scale == []

@@ -112,6 +112,16 @@ def healthy(
     return snapshot.now - machine.worker_report_at <= timedelta(seconds=policy.worker_fresh_s)
 
 
+def holds_room(machine: MachineView, snapshot: FleetSnapshot, policy: Policy) -> bool:
+    """Whether a machine counts against its pool's and the fleet's ceilings. One of ours
+    does from its request until it is stopped, whatever its health (it bills). A box that
+    registered itself does only while it can take jobs — its worker reports and it is ready
+    — so boxes that registered and went silent cannot fill a pool for good."""
+    if machine.state in NOT_RUNNING:
+        return False
+    return machine.origin != MachineOrigin.REGISTERED or healthy(machine, snapshot, policy)
+
+
 def assign(
     snapshot: FleetSnapshot, policy: Policy, demand: list[JobView], book: FilmBook | None = None
 ) -> list[Assignment]:
@@ -220,7 +230,7 @@ def scale(
         book = film_book(snapshot, policy, unmet, [])
     earmarked = book.earmarked
     actions: list[StartMachine | CreateMachine] = []
-    running = sum(1 for m in snapshot.machines if m.state not in NOT_RUNNING)
+    running = sum(1 for m in snapshot.machines if holds_room(m, snapshot, policy))
     by_pool: dict[str, list[MachineView]] = {}
     for m in snapshot.machines:
         if m.pool_id is not None:
@@ -234,7 +244,7 @@ def scale(
         if pool is None:
             continue
         machines = by_pool.get(pool_id, [])
-        in_pool = sum(1 for m in machines if m.state not in NOT_RUNNING)
+        in_pool = sum(1 for m in machines if holds_room(m, snapshot, policy))
         stopped = sorted(
             ScaleCandidate(
                 expected_cost_micros(
