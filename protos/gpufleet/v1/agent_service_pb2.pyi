@@ -155,3 +155,21 @@ class ListRunnersResponse(_message.Message):
     runners: _containers.RepeatedCompositeFieldContainer[Runner]
     next_page_token: str
     def __init__(self, runners: _Optional[_Iterable[_Union[Runner, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ReadJobLogRequest(_message.Message):
+    __slots__ = ("attempt_id", "offset", "max_bytes")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    offset: int
+    max_bytes: int
+    def __init__(self, attempt_id: _Optional[str] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ReadJobLogResponse(_message.Message):
+    __slots__ = ("data", "end_of_log")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    END_OF_LOG_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    end_of_log: bool
+    def __init__(self, data: _Optional[bytes] = ..., end_of_log: _Optional[bool] = ...) -> None: ...

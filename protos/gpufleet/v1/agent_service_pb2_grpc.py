@@ -60,6 +60,11 @@ class AgentServiceStub:
                 request_serializer=gpufleet_dot_v1_dot_agent__service__pb2.ListRunnersRequest.SerializeToString,
                 response_deserializer=gpufleet_dot_v1_dot_agent__service__pb2.ListRunnersResponse.FromString,
                 _registered_method=True)
+        self.ReadJobLog = channel.unary_unary(
+                '/gpufleet.v1.AgentService/ReadJobLog',
+                request_serializer=gpufleet_dot_v1_dot_agent__service__pb2.ReadJobLogRequest.SerializeToString,
+                response_deserializer=gpufleet_dot_v1_dot_agent__service__pb2.ReadJobLogResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -99,6 +104,13 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadJobLog(self, request, context):
+        """A part of an attempt's job log as kept on this machine (tokens redacted when written).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +138,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ListRunners,
                     request_deserializer=gpufleet_dot_v1_dot_agent__service__pb2.ListRunnersRequest.FromString,
                     response_serializer=gpufleet_dot_v1_dot_agent__service__pb2.ListRunnersResponse.SerializeToString,
+            ),
+            'ReadJobLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadJobLog,
+                    request_deserializer=gpufleet_dot_v1_dot_agent__service__pb2.ReadJobLogRequest.FromString,
+                    response_serializer=gpufleet_dot_v1_dot_agent__service__pb2.ReadJobLogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +281,33 @@ class AgentService:
             '/gpufleet.v1.AgentService/ListRunners',
             gpufleet_dot_v1_dot_agent__service__pb2.ListRunnersRequest.SerializeToString,
             gpufleet_dot_v1_dot_agent__service__pb2.ListRunnersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadJobLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufleet.v1.AgentService/ReadJobLog',
+            gpufleet_dot_v1_dot_agent__service__pb2.ReadJobLogRequest.SerializeToString,
+            gpufleet_dot_v1_dot_agent__service__pb2.ReadJobLogResponse.FromString,
             options,
             channel_credentials,
             insecure,

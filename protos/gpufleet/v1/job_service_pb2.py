@@ -25,25 +25,29 @@ _sym_db = _symbol_database.Default()
 from gpufleet.v1 import job_pb2 as gpufleet_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgpufleet/v1/job_service.proto\x12\x0bgpufleet.v1\x1a\x15gpufleet/v1/job.proto\"E\n\x10SubmitJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1d\n\x03job\x18\x02 \x01(\x0b\x32\x10.gpufleet.v1.Job\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x7f\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x11\n\tworkspace\x18\x03 \x01(\t\x12$\n\x05state\x18\x04 \x01(\x0e\x32\x15.gpufleet.v1.JobState\x12\x0c\n\x04pool\x18\x05 \x01(\t\"K\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.gpufleet.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"F\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"!\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t2\xcc\x02\n\nJobService\x12<\n\tSubmitJob\x12\x1d.gpufleet.v1.SubmitJobRequest\x1a\x10.gpufleet.v1.Job\x12\x36\n\x06GetJob\x12\x1a.gpufleet.v1.GetJobRequest\x1a\x10.gpufleet.v1.Job\x12G\n\x08ListJobs\x12\x1c.gpufleet.v1.ListJobsRequest\x1a\x1d.gpufleet.v1.ListJobsResponse\x12<\n\tCancelJob\x12\x1d.gpufleet.v1.CancelJobRequest\x1a\x10.gpufleet.v1.Job\x12\x41\n\x08WatchJob\x12\x1c.gpufleet.v1.WatchJobRequest\x1a\x15.gpufleet.v1.JobEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgpufleet/v1/job_service.proto\x12\x0bgpufleet.v1\x1a\x15gpufleet/v1/job.proto\"Y\n\x10GetJobLogRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x05\"u\n\x11GetJobLogResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x13\n\x0bnext_offset\x18\x03 \x01(\x03\x12\x12\n\nend_of_log\x18\x04 \x01(\x08\x12\x15\n\rattempt_ended\x18\x05 \x01(\x08\"E\n\x10SubmitJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1d\n\x03job\x18\x02 \x01(\x0b\x32\x10.gpufleet.v1.Job\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x7f\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x11\n\tworkspace\x18\x03 \x01(\t\x12$\n\x05state\x18\x04 \x01(\x0e\x32\x15.gpufleet.v1.JobState\x12\x0c\n\x04pool\x18\x05 \x01(\t\"K\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.gpufleet.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"F\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"!\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t2\x98\x03\n\nJobService\x12<\n\tSubmitJob\x12\x1d.gpufleet.v1.SubmitJobRequest\x1a\x10.gpufleet.v1.Job\x12\x36\n\x06GetJob\x12\x1a.gpufleet.v1.GetJobRequest\x1a\x10.gpufleet.v1.Job\x12G\n\x08ListJobs\x12\x1c.gpufleet.v1.ListJobsRequest\x1a\x1d.gpufleet.v1.ListJobsResponse\x12<\n\tCancelJob\x12\x1d.gpufleet.v1.CancelJobRequest\x1a\x10.gpufleet.v1.Job\x12\x41\n\x08WatchJob\x12\x1c.gpufleet.v1.WatchJobRequest\x1a\x15.gpufleet.v1.JobEvent0\x01\x12J\n\tGetJobLog\x12\x1d.gpufleet.v1.GetJobLogRequest\x1a\x1e.gpufleet.v1.GetJobLogResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpufleet.v1.job_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SUBMITJOBREQUEST']._serialized_start=69
-  _globals['_SUBMITJOBREQUEST']._serialized_end=138
-  _globals['_GETJOBREQUEST']._serialized_start=140
-  _globals['_GETJOBREQUEST']._serialized_end=171
-  _globals['_LISTJOBSREQUEST']._serialized_start=173
-  _globals['_LISTJOBSREQUEST']._serialized_end=300
-  _globals['_LISTJOBSRESPONSE']._serialized_start=302
-  _globals['_LISTJOBSRESPONSE']._serialized_end=377
-  _globals['_CANCELJOBREQUEST']._serialized_start=379
-  _globals['_CANCELJOBREQUEST']._serialized_end=449
-  _globals['_WATCHJOBREQUEST']._serialized_start=451
-  _globals['_WATCHJOBREQUEST']._serialized_end=484
-  _globals['_JOBSERVICE']._serialized_start=487
-  _globals['_JOBSERVICE']._serialized_end=819
+  _globals['_GETJOBLOGREQUEST']._serialized_start=69
+  _globals['_GETJOBLOGREQUEST']._serialized_end=158
+  _globals['_GETJOBLOGRESPONSE']._serialized_start=160
+  _globals['_GETJOBLOGRESPONSE']._serialized_end=277
+  _globals['_SUBMITJOBREQUEST']._serialized_start=279
+  _globals['_SUBMITJOBREQUEST']._serialized_end=348
+  _globals['_GETJOBREQUEST']._serialized_start=350
+  _globals['_GETJOBREQUEST']._serialized_end=381
+  _globals['_LISTJOBSREQUEST']._serialized_start=383
+  _globals['_LISTJOBSREQUEST']._serialized_end=510
+  _globals['_LISTJOBSRESPONSE']._serialized_start=512
+  _globals['_LISTJOBSRESPONSE']._serialized_end=587
+  _globals['_CANCELJOBREQUEST']._serialized_start=589
+  _globals['_CANCELJOBREQUEST']._serialized_end=659
+  _globals['_WATCHJOBREQUEST']._serialized_start=661
+  _globals['_WATCHJOBREQUEST']._serialized_end=694
+  _globals['_JOBSERVICE']._serialized_start=697
+  _globals['_JOBSERVICE']._serialized_end=1105
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class GetJobLogRequest(_message.Message):
+    __slots__ = ("job_id", "attempt_id", "offset", "max_bytes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt_id: str
+    offset: int
+    max_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class GetJobLogResponse(_message.Message):
+    __slots__ = ("attempt_id", "data", "next_offset", "end_of_log", "attempt_ended")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OF_LOG_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ENDED_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    data: bytes
+    next_offset: int
+    end_of_log: bool
+    attempt_ended: bool
+    def __init__(self, attempt_id: _Optional[str] = ..., data: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., end_of_log: _Optional[bool] = ..., attempt_ended: _Optional[bool] = ...) -> None: ...
+
 class SubmitJobRequest(_message.Message):
     __slots__ = ("request_id", "job")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

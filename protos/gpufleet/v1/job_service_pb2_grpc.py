@@ -61,6 +61,11 @@ class JobServiceStub:
                 request_serializer=gpufleet_dot_v1_dot_job__service__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=gpufleet_dot_v1_dot_job__pb2.JobEvent.FromString,
                 _registered_method=True)
+        self.GetJobLog = channel.unary_unary(
+                '/gpufleet.v1.JobService/GetJobLog',
+                request_serializer=gpufleet_dot_v1_dot_job__service__pb2.GetJobLogRequest.SerializeToString,
+                response_deserializer=gpufleet_dot_v1_dot_job__service__pb2.GetJobLogResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -100,6 +105,14 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobLog(self, request, context):
+        """A page of the log an attempt's job wrote, as its machine kept it: every token of the
+        attempt already redacted on the machine, in every form the job might have printed it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +140,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.WatchJob,
                     request_deserializer=gpufleet_dot_v1_dot_job__service__pb2.WatchJobRequest.FromString,
                     response_serializer=gpufleet_dot_v1_dot_job__pb2.JobEvent.SerializeToString,
+            ),
+            'GetJobLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobLog,
+                    request_deserializer=gpufleet_dot_v1_dot_job__service__pb2.GetJobLogRequest.FromString,
+                    response_serializer=gpufleet_dot_v1_dot_job__service__pb2.GetJobLogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +283,33 @@ class JobService:
             '/gpufleet.v1.JobService/WatchJob',
             gpufleet_dot_v1_dot_job__service__pb2.WatchJobRequest.SerializeToString,
             gpufleet_dot_v1_dot_job__pb2.JobEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufleet.v1.JobService/GetJobLog',
+            gpufleet_dot_v1_dot_job__service__pb2.GetJobLogRequest.SerializeToString,
+            gpufleet_dot_v1_dot_job__service__pb2.GetJobLogResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -365,6 +366,29 @@ def machine_detail(m: machine_pb2.Machine, now: datetime) -> str:
             ),
         ]
     )
+
+
+def logs(args: argparse.Namespace) -> int:
+    """``gpufleet logs JOB [--attempt A] [--follow]``: the job's log as its machine kept it,
+    its tokens already redacted there; with --follow, until the attempt ends."""
+    stub = _job_stub(args)
+    out = sys.stdout.buffer
+    offset = 0
+    pause = threading.Event()
+    while True:
+        part: job_service_pb2.GetJobLogResponse = grpcclient.call(
+            stub.GetJobLog,
+            job_service_pb2.GetJobLogRequest(job_id=args.job, attempt_id=args.attempt or "", offset=offset),
+            timeout=TIMEOUT_S,
+            idempotent=True,
+        )
+        out.write(part.data)
+        out.flush()
+        offset = part.next_offset
+        if part.end_of_log and (part.attempt_ended or not args.follow):
+            return 0
+        if part.end_of_log:
+            pause.wait(1.0)  # real time between looks at a running job's log
 
 
 def run_client(func: object, args: argparse.Namespace, address: str | None = None) -> int:

@@ -6,6 +6,7 @@ gpufleet submit ...         submit a GPU job to a running system
 gpufleet jobs [--json]      list jobs
 gpufleet machines [--json]  list machines with their liveness channels and idle timers
 gpufleet machines ID        one machine: who changed its state last, and why
+gpufleet logs JOB           a job's log, its tokens redacted on the machine
 gpufleet certs issue ...    a client certificate of the deployment's CA (backend, machine)
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -22,6 +22,7 @@ from gpufleet.cli import certs, commands, ops, workspaces
 from gpufleet.cli.credentials import DEFAULT_STATE_DIR
 from gpufleet.cli.demo import run_demo
 from gpufleet.cli.stack import DEFAULT_PORTS, ClockMismatch, Stack, StackConfig
+from gpufleet.common.signals import stop_on_signals
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -39,8 +40,7 @@ def run_up(args: argparse.Namespace) -> int:
     )
     stop = threading.Event()
     # Both stop it, even when started in the background where SIGINT starts out ignored.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop_on_signals(stop)
     try:
         try:
             stack.start(on_started=lambda n, a: print(f"  {n:<12} serving on {a}", flush=True))
@@ -118,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--workspace", default=None)
     jobs.add_argument("--state", default=None, help="e.g. queued, running, succeeded")
     jobs.set_defaults(func=lambda a: commands.run_client(commands.jobs, a))
+
+    job_log = client("logs", "a job's log (its tokens redacted on the machine)")
+    job_log.add_argument("job", help="the job's id")
+    job_log.add_argument("--attempt", default=None, help="one attempt (default: the newest)")
+    job_log.add_argument("--follow", action="store_true", help="keep printing until the attempt ends")
+    job_log.set_defaults(func=lambda a: commands.run_client(commands.logs, a))
 
     machines = client("machines", "list machines, or show one")
     machines.add_argument(

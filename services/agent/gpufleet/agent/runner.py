@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from gpufleet.agent.checkpoints import CheckpointError, Snapshots, restore_file, unpack
 from gpufleet.agent.launcher import OpenSlot, SlotError, SlotLauncher
+from gpufleet.agent.redact import Redactor
 from gpufleet.agent.settings import Settings
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome, iso
 from gpufleet.agent.statedir import AttemptFiles, atomic_write_json, atomic_write_text
@@ -33,6 +34,7 @@ from gpufleet.agent.walls.setup import WallsUnavailable, build_launcher
 from gpufleet.agent.walls.wipe import remove_tree
 from gpufleet.common import telemetry
 from gpufleet.common.clock import Clock
+from gpufleet.common.signals import on_signals
 
 # The job's tokens, one file per scope, inside its own folder (GPUFLEET_TOKENS_DIR).
 TOKENS_FOLDER = "tokens"
@@ -130,7 +132,7 @@ class Runner:
         self.stop = threading.Event()
         self.signalled = False
 
-    def on_signal(self, signum: int, _frame: object) -> None:
+    def on_signal(self, signum: int) -> None:
         log.warning("runner received %s; stopping the job", signal.Signals(signum).name)
         self.signalled = True
         self.stop.set()
@@ -243,7 +245,11 @@ class Runner:
             )
         except OSError as err:
             return self._finish(start, Outcome.INFRA_ERROR, 0, f"could not start the job {argv[0]!r}: {err}")
-        copier = threading.Thread(target=copy_output, args=(proc, self.files.job_log), daemon=True)
+        copier = threading.Thread(
+            target=copy_output,
+            args=(proc, self.files.job_log, Redactor(self.spec.tokens.values())),
+            daemon=True,
+        )
         copier.start()
         atomic_write_json(
             self.files.runner_state, {"pid": os.getpid(), "job_pid": proc.pid, "start_time": iso(start)}
@@ -326,13 +332,16 @@ class Runner:
         return result
 
 
-def copy_output(proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    """The job's stdout and stderr, appended to its log as they come."""
+def copy_output(proc: subprocess.Popen[bytes], log_path: Path, redactor: Redactor | None = None) -> None:
+    """The job's stdout and stderr, appended to its log as they come — with the attempt's
+    tokens redacted first, so no form of one is ever written on the machine's disk."""
     assert proc.stdout is not None
+    scrub = redactor or Redactor(())
     with open(log_path, "ab") as job_log:
         while chunk := os.read(proc.stdout.fileno(), 65536):
-            job_log.write(chunk)
+            job_log.write(scrub.feed(chunk))
             job_log.flush()
+        job_log.write(scrub.flush())
     proc.stdout.close()
 
 
@@ -375,8 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint_every_s=settings.checkpoint_every_s,
         checkpoint_max_bytes=settings.checkpoint_max_bytes,
     )
-    signal.signal(signal.SIGTERM, runner.on_signal)
-    signal.signal(signal.SIGINT, runner.on_signal)
+    on_signals(runner.on_signal)
     runner.run()
     return 0
 

@@ -15,6 +15,10 @@ the system Python, behind walls that hide gpufleet's own installation. It writes
 to its folder, its home and ``/tmp`` as a real pipeline would, so every kind exercises the
 walls' private folders.
 
+With ``tenant_values["print_tokens"] = "1"`` it behaves like a careless job and prints its
+tokens (``GPUFLEET_TOKENS_DIR``) in several encodings, split across writes and lines: the
+agent must redact every one of them before its log leaves the machine.
+
 A kind that resumes from checkpoints gets ``GPUFLEET_CHECKPOINT_DIR``: the pipeline keeps
 its progress there (``progress.json``, written under a dot-name and renamed into place so
 it is only ever taken whole) and, started again with a checkpoint, goes on from it.
@@ -63,6 +67,8 @@ def main() -> int:
                 Path(folder, f"scratch-{spec['attempt_id']}").write_text("frame cache\n")
             except OSError as err:
                 print(f"sample pipeline: cannot write in {folder}: {err}", file=sys.stderr, flush=True)
+    if values.get("print_tokens") == "1":
+        print_tokens(os.environ.get("GPUFLEET_TOKENS_DIR", ""))
     try:
         duration = float(values.get("duration_s", DEFAULT_DURATION_S))
         exit_code = int(values.get("exit_code", 0))
@@ -88,6 +94,30 @@ def main() -> int:
             keep_progress(checkpoint, done, spec["attempt_id"])
     print(f"sample pipeline: done, exiting with {exit_code}", flush=True)
     return exit_code
+
+
+def print_tokens(folder: str) -> None:
+    """What a careless job does with its credentials: print them, every way."""
+    import base64
+    import urllib.parse
+
+    if not folder:
+        print("sample pipeline: no tokens given", flush=True)
+        return
+    for scope in sorted(os.listdir(folder)):
+        token = Path(folder, scope).read_text(encoding="utf-8")
+        raw = token.encode()
+        print(f"{scope} token: {token}", flush=True)
+        print(f"{scope} base64: {base64.b64encode(b'Bearer ' + raw).decode()}", flush=True)
+        print(f"{scope} urlsafe: {base64.urlsafe_b64encode(raw).decode().rstrip('=')}", flush=True)
+        print(f"{scope} hex: {raw.hex()}", flush=True)
+        print(f"{scope} url: {urllib.parse.quote(token, safe='')}", flush=True)
+        print(f"{scope} json: {json.dumps({'authorization': token})}", flush=True)
+        half = len(token) // 2
+        sys.stdout.write(f"{scope} two writes: {token[:half]}")
+        sys.stdout.flush()
+        sys.stdout.write(f"{token[half:]}\n")
+        print(f"{scope} two lines: {token[:half]}\n{token[half:]}", flush=True)
 
 
 def resume_from(checkpoint: Path | None) -> int:

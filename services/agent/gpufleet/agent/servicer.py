@@ -23,11 +23,11 @@ from gpufleet.agent.dead_man import Contact
 from gpufleet.agent.samplers import RequestCounter, UtilizationSampler
 from gpufleet.agent.settings import AGENT_VERSION
 from gpufleet.agent.specs import JobSpec
-from gpufleet.agent.statedir import ATTEMPT_ID_PATTERN, StateDir, atomic_write_text
+from gpufleet.agent.statedir import ATTEMPT_ID_PATTERN, AttemptFiles, StateDir, atomic_write_text
 from gpufleet.agent.supervisor import WorkerWatch, startup_status
 from gpufleet.common import paging
 from gpufleet.common.clock import Clock
-from gpufleet.common.errors import FailedPrecondition, InvalidArgument
+from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 
 DEFAULT_WINDOW = timedelta(seconds=2)
@@ -50,6 +50,8 @@ class StateActivity:
 
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+# The most of a job's log one ReadJobLog answers with.
+MAX_LOG_READ = 1 << 20
 TOKEN_SCOPES = frozenset({"model", "voice"})
 # What the agent accepts as a token (it checks no checksum: the control plane minted it).
 TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9_]{8,256}$")
@@ -244,6 +246,31 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
                     f"{request.reason or 'cancelled by the control plane'}\n",
                 )
         return agent_service_pb2.AgentServiceCancelJobResponse(was_running=was_running)
+
+    @_from_control_plane
+    def ReadJobLog(
+        self, request: agent_service_pb2.ReadJobLogRequest, context: Any
+    ) -> agent_service_pb2.ReadJobLogResponse:
+        if not ATTEMPT_ID_PATTERN.match(request.attempt_id):
+            raise InvalidArgument("must be an attempt id", field="attempt_id")
+        if request.offset < 0:
+            raise InvalidArgument("must not be negative", field="offset")
+        size = request.max_bytes or MAX_LOG_READ
+        if not 0 < size <= MAX_LOG_READ:
+            raise InvalidArgument(f"must be 1-{MAX_LOG_READ}", field="max_bytes")
+        for folder in (self.state.attempts, self.state.finished, self.state.refused):
+            path = AttemptFiles(folder / request.attempt_id).job_log
+            try:
+                with open(path, "rb") as log_file:
+                    log_file.seek(request.offset)
+                    data = log_file.read(size)
+                    end = not log_file.read(1)
+            except FileNotFoundError:
+                continue
+            return agent_service_pb2.ReadJobLogResponse(data=data, end_of_log=end)
+        if self.state.known(request.attempt_id):  # accepted, not launched yet: nothing written
+            return agent_service_pb2.ReadJobLogResponse(data=b"", end_of_log=True)
+        raise NotFound(f"this machine never ran attempt {request.attempt_id!r}", field="attempt_id")
 
     @_from_control_plane
     def ListRunners(

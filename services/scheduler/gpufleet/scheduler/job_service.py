@@ -39,6 +39,8 @@ from gpufleet.scheduler.render import job_from_row, job_to_proto
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 
 log = logging.getLogger(__name__)
+# The most of a job's log one GetJobLog answers with.
+MAX_LOG_PAGE = 1 << 20
 
 WATCH_POLL_S = 0.1
 # WatchJob streams open at once, per client connection and in all (per caller identity
@@ -113,6 +115,9 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         # CancelJob's word to the agents: reused channels, on threads of their own.
         self._agents = AgentClients(lambda address: AgentClient(address, transport))
         self._notify = ThreadPoolExecutor(4, thread_name_prefix="cancel-notify")
+        # GetJobLog asks the machine's agent: on threads of its own, so a flood of log reads
+        # (or a machine slow to answer) queues here and never holds an API thread.
+        self._logs = ThreadPoolExecutor(4, thread_name_prefix="job-log")
         # Open WatchJob streams; touched only on the server's event loop.
         self._streams: Counter[str] = Counter()
         self._streams_total = 0
@@ -120,6 +125,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     def close(self) -> None:
         self.hub.executor.shutdown(wait=False, cancel_futures=True)
         self._notify.shutdown(wait=False, cancel_futures=True)
+        self._logs.shutdown(wait=False, cancel_futures=True)
         self._agents.close()
         if self._statements is not None:
             self._statements.close()
@@ -360,6 +366,57 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             )
 
     # -- WatchJob --------------------------------------------------------------------
+    async def GetJobLog(
+        self, request: job_service_pb2.GetJobLogRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> job_service_pb2.GetJobLogResponse:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._logs, self._job_log, request)
+
+    def _job_log(self, request: job_service_pb2.GetJobLogRequest) -> job_service_pb2.GetJobLogResponse:
+        job_id = validation.job_id(request.job_id)
+        if request.attempt_id:
+            validation.require(request.attempt_id, "attempt_id", validation.JOB_ID, "attempt id")
+        if request.offset < 0:
+            raise InvalidArgument("must not be negative", field="offset")
+        size = request.max_bytes or MAX_LOG_PAGE
+        if not 0 < size <= MAX_LOG_PAGE:
+            raise InvalidArgument(f"must be 1-{MAX_LOG_PAGE}", field="max_bytes")
+        with self.sessions() as session:
+            if session.get(models.Job, job_id) is None:
+                raise NotFound(f"no job {job_id!r}", field="job_id")
+            query = select(models.Attempt).where(models.Attempt.job_id == job_id)
+            if request.attempt_id:
+                query = query.where(models.Attempt.id == request.attempt_id)
+            attempt = session.execute(
+                query.order_by(models.Attempt.started_at.desc(), models.Attempt.id.desc()).limit(1)
+            ).scalar_one_or_none()
+            if attempt is None:
+                field = "attempt_id" if request.attempt_id else "job_id"
+                raise NotFound(
+                    "no such attempt of this job" if request.attempt_id else "the job has not run yet",
+                    field=field,
+                )
+            machine = session.get_one(models.Machine, attempt.machine_id)
+            ended = attempt.state not in LIVE_ATTEMPT_STATES
+            attempt_id, state, address = attempt.id, machine.state, machine.agent_address
+        if state == "DESTROYED":
+            raise FailedPrecondition(
+                "the machine that ran it is destroyed, and its log with it", field="attempt_id"
+            )
+        if state in ("STOPPED", "STOPPING") or not address:
+            raise FailedPrecondition(
+                f"its machine is {state.lower()}: the log is kept on its disk, readable while it runs",
+                field="attempt_id",
+            )
+        part = self._agents.get(address).read_job_log(attempt_id, request.offset, size)
+        return job_service_pb2.GetJobLogResponse(
+            attempt_id=attempt_id,
+            data=part.data,
+            next_offset=request.offset + len(part.data),
+            end_of_log=part.end_of_log,
+            attempt_ended=ended,
+        )
+
     async def WatchJob(
         self, request: job_service_pb2.WatchJobRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[job_pb2.JobEvent]:

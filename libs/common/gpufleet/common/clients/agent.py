@@ -65,6 +65,17 @@ class AgentClient:
         )
         return resp
 
+    def read_job_log(
+        self, attempt_id: str, offset: int, max_bytes: int
+    ) -> agent_service_pb2.ReadJobLogResponse:
+        resp: agent_service_pb2.ReadJobLogResponse = grpcclient.call(
+            self._stub.ReadJobLog,
+            agent_service_pb2.ReadJobLogRequest(attempt_id=attempt_id, offset=offset, max_bytes=max_bytes),
+            timeout=self.timeout_s,
+            idempotent=True,
+        )
+        return resp
+
     def cancel_job(self, attempt_id: str, reason: str) -> agent_service_pb2.AgentServiceCancelJobResponse:
         resp: agent_service_pb2.AgentServiceCancelJobResponse = grpcclient.call(
             self._stub.CancelJob,

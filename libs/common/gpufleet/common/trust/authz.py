@@ -32,7 +32,9 @@ def _service(name: str, roles: frozenset[Role], methods: tuple[str, ...]) -> dic
 # Full method name -> the roles that may call it.
 RULES: Mapping[str, frozenset[Role]] = {
     # The product backend's door; the operator's CLI (submit, jobs, usage) uses it too.
-    **_service("JobService", _FRONT_DOOR, ("SubmitJob", "GetJob", "ListJobs", "CancelJob", "WatchJob")),
+    **_service(
+        "JobService", _FRONT_DOOR, ("SubmitJob", "GetJob", "ListJobs", "CancelJob", "WatchJob", "GetJobLog")
+    ),
     **_service(
         "WorkspaceService",
         _FRONT_DOOR,
@@ -82,7 +84,9 @@ RULES: Mapping[str, frozenset[Role]] = {
     ),
     # A machine's agent takes sessions only from the control plane that drives it.
     **_service(
-        "AgentService", _DRIVES_AGENTS, ("Probe", "SampleUtilization", "StartJob", "CancelJob", "ListRunners")
+        "AgentService",
+        _DRIVES_AGENTS,
+        ("Probe", "SampleUtilization", "StartJob", "CancelJob", "ListRunners", "ReadJobLog"),
     ),
     # What a machine reports, each only for itself (require_self in the servicer).
     **_service(

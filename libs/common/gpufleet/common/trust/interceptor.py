@@ -175,36 +175,23 @@ class AioAuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[m
             return grpc.unary_unary_rpc_method_handler(
                 unary, handler.request_deserializer, handler.response_serializer
             )
-        if handler.unary_stream:
-            inner_stream = handler.unary_stream
+        streaming = handler.unary_stream or handler.stream_stream
+        if streaming:
+            make = (
+                grpc.unary_stream_rpc_method_handler
+                if handler.unary_stream
+                else grpc.stream_stream_rpc_method_handler
+            )
 
-            async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            async def stream(request_or_requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 await allowed(context)
-                produced = inner_stream(request, context)
+                produced = streaming(request_or_requests, context)
                 if inspect.isasyncgen(produced):
                     async for item in produced:
                         yield item
-                else:
+                else:  # a synchronous generator (none in the services: it would hold the loop)
                     for item in produced:
                         yield item
 
-            return grpc.unary_stream_rpc_method_handler(
-                stream, handler.request_deserializer, handler.response_serializer
-            )
-        if handler.stream_stream:
-            inner_bidi = handler.stream_stream
-
-            async def bidi(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                await allowed(context)
-                produced = inner_bidi(requests, context)
-                if inspect.isasyncgen(produced):
-                    async for item in produced:
-                        yield item
-                else:
-                    for item in produced:
-                        yield item
-
-            return grpc.stream_stream_rpc_method_handler(
-                bidi, handler.request_deserializer, handler.response_serializer
-            )
+            return make(stream, handler.request_deserializer, handler.response_serializer)
         return _refuse_unknown_shape(method)

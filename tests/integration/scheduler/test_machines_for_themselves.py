@@ -4,9 +4,7 @@ registering under another name is refused, and changes nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import grpc
 import pytest
@@ -16,22 +14,7 @@ from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.v1 import job_pb2, machine_pb2, worker_service_pb2, worker_service_pb2_grpc
 from tests.support.fleet_rows import add_attempt, add_machine
-from tests.support.procs import ServiceProcess, start_service
-
-
-@pytest.fixture
-def scheduler(pg_url: str, tmp_path: Path) -> Iterator[ServiceProcess]:
-    svc = start_service(
-        "scheduler",
-        tmp_path,
-        {
-            "GPUFLEET_DATABASE_URL": pg_url,
-            "GPUFLEET_PROVISIONER_ADDRESS": "127.0.0.1:9",
-            "GPUFLEET_MAX_RUNNING_MACHINES": "0",
-        },
-    )
-    yield svc
-    svc.stop()
+from tests.support.procs import ServiceProcess
 
 
 def refused(call: object, code: grpc.StatusCode) -> None:
