@@ -230,7 +230,7 @@ def test_a_runner_told_to_stop_reports_infra_error(tmp_path: Path) -> None:
     runner = make_runner(tmp_path, spec("a-1"), SLEEP, ManualClock())
     thread, results = run_in_thread(runner)
     wait_started(runner)
-    runner.on_signal(15, None)
+    runner.on_signal(15)
     thread.join(10)
     assert results[0].outcome is Outcome.INFRA_ERROR
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
@@ -24,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import server_interceptor
 
 from gpufleet.common.errors import FIELD_METADATA_KEY, GpufleetError
+from gpufleet.common.signals import stop_on_signals
 from gpufleet.common.trust.interceptor import AioAuthorizationInterceptor, AuthorizationInterceptor, Gate
 from gpufleet.common.trust.transport import Transport
 
@@ -211,12 +211,7 @@ def run_until_signalled(
 ) -> None:
     """Block until SIGTERM/SIGINT, then stop loops (``stop``) and the server gracefully."""
 
-    def _handler(signum: int, _frame: object) -> None:
-        log.info("received signal %s; stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _handler)
-    signal.signal(signal.SIGINT, _handler)
+    stop_on_signals(stop, log.info)
     stop.wait()
     server.stop(grace)
 

@@ -45,6 +45,7 @@ from gpufleet.agent.walls.setup import WallsUnavailable, build_launcher
 from gpufleet.common import telemetry
 from gpufleet.common.clock import Clock
 from gpufleet.common.errors import GpufleetError
+from gpufleet.common.signals import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -302,8 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint_send_per_tick_bytes=settings.checkpoint_send_per_tick_bytes,
     )
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
-    signal.signal(signal.SIGINT, lambda _s, _f: stop.set())
+    stop_on_signals(stop)
     log.info("worker %d serving machine %s from %s", os.getpid(), settings.machine_id, state.root)
     worker.run_forever(stop, settings.poll_s)
     log.info("worker stopping; runners keep running and the next worker adopts them")
