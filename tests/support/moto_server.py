@@ -28,6 +28,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
 
 from gpufleet.common.provider_errors import ProviderError
+from gpufleet.common.trust.pki import MachineIssuer
 from gpufleet.provisioner.drivers.aws import AwsDriver, AwsOptions
 from gpufleet.provisioner.drivers.aws_clients import ClientBounds, Ec2Clients
 
@@ -281,6 +282,7 @@ def aws_driver_for(
     *,
     regions: tuple[str, ...] = TEST_REGIONS,
     page_size: int = 5,
+    machine_issuer: MachineIssuer | None = None,
     **options: Any,
 ) -> AwsDriver:
     """An aws driver on ``moto`` whose every client carries ``faults``' hooks; one attempt
@@ -294,4 +296,4 @@ def aws_driver_for(
     aws_options = AwsOptions(
         regions=regions, images={r: moto.image(r) for r in regions}, page_size=page_size, **options
     )
-    return AwsDriver(deployment_id, aws_options, clients)
+    return AwsDriver(deployment_id, aws_options, clients, machine_issuer=machine_issuer)

@@ -600,3 +600,34 @@ def test_the_provisioner_process_drives_ec2_end_to_end(
         client.close()
     (planted,) = [i for i in moto_server.instances("us-east-1") if i["InstanceId"] == foreign]
     assert planted["State"]["Name"] == "running"  # another deployment's instance untouched
+
+
+def test_a_machine_is_born_with_its_own_certificate_in_its_user_data(
+    moto_server: MotoServer, aws_faults: Ec2Faults
+) -> None:
+    import base64
+    import json
+
+    from cryptography import x509
+
+    from gpufleet.common.trust.pki import machine_ca_subject
+    from tests.support import tls
+
+    driver = aws_driver_for(
+        moto_server, aws_faults, DEPLOYMENT, machine_issuer=tls.machine_issuer(DEPLOYMENT)
+    )
+    machine_id = new_machine_id()
+    made = driver.create(InstanceSpec(machine_id=machine_id, offering=EU))
+    answer = moto_server.client("eu-central-1").describe_instance_attribute(
+        InstanceId=made.provider_instance_id, Attribute="userData"
+    )
+    doc = json.loads(base64.b64decode(answer["UserData"]["Value"]))["gpufleet"]
+    assert (doc["machine_id"], doc["deployment_id"]) == (machine_id, DEPLOYMENT)
+    cert = x509.load_pem_x509_certificate(doc["tls-cert"].encode())
+    uris = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert uris.get_values_for_type(x509.UniformResourceIdentifier) == [
+        f"spiffe://gpufleet.{DEPLOYMENT}/machine/{machine_id}"
+    ]
+    assert cert.issuer == machine_ca_subject(DEPLOYMENT)
+    (run,) = aws_faults.calls_of("RunInstances")
+    assert run.params["MetadataOptions"] == {"HttpTokens": "required", "HttpPutResponseHopLimit": 1}

@@ -517,3 +517,28 @@ def test_the_provisioner_process_serves_gcp_over_grpc(fake: GceFake, tmp_path: P
     finally:
         client.close()
         service.stop()
+
+
+def test_a_machine_is_born_with_its_own_certificate_in_its_instance_metadata(fake: GceFake) -> None:
+    from cryptography import x509
+
+    from gpufleet.common.trust.pki import machine_ca_subject
+    from tests.support import tls
+
+    driver = gcp_driver_for(fake, DEPLOYMENT, machine_issuer=tls.machine_issuer(DEPLOYMENT))
+    machine_id = new_machine()
+    driver.create(spec(machine_id))
+    (sent,) = fake.requests_of("insert")
+    metadata = {item["key"]: item["value"] for item in (sent.body or {})["metadata"]["items"]}
+    cert = x509.load_pem_x509_certificate(metadata["gpufleet-tls-cert"].encode())
+    uris = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert uris.get_values_for_type(x509.UniformResourceIdentifier) == [
+        f"spiffe://gpufleet.{DEPLOYMENT}/machine/{machine_id}"
+    ]
+    assert cert.issuer == machine_ca_subject(DEPLOYMENT)
+    assert "PRIVATE KEY" in metadata["gpufleet-tls-key"] and "CERTIFICATE" in metadata["gpufleet-tls-ca"]
+    # Without an issuer (a provisioner run insecure for development) no credential is sent.
+    plain = gcp_driver_for(fake, DEPLOYMENT)
+    plain.create(spec(new_machine()))
+    last = fake.requests_of("insert")[-1].body or {}
+    assert not [i for i in last["metadata"]["items"] if i["key"].startswith("gpufleet-tls")]

@@ -13,6 +13,7 @@ from typing import Any
 from google.auth.credentials import AnonymousCredentials
 
 from gpufleet.common.clock import Clock, RealClock
+from gpufleet.common.trust.pki import MachineIssuer
 from gpufleet.provisioner.drivers.base import CapacityType, Offering, Provider
 from gpufleet.provisioner.drivers.gcp import GcpClients, GcpDriver, GcpOptions
 from gpufleet.provisioner.drivers.gcp_instances import Recipe
@@ -45,6 +46,7 @@ def gcp_driver_for(
     *,
     clock: Clock | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    machine_issuer: MachineIssuer | None = None,
     **options: Any,
 ) -> GcpDriver:
     """A driver on ``fake``; ``options`` override :class:`GcpOptions` fields. Reads are not
@@ -63,4 +65,5 @@ def gcp_driver_for(
         clock or RealClock(),
         GcpOptions(project=fake.project, recipe=recipe, **settings),
         monotonic=monotonic,
+        machine_issuer=machine_issuer,
     )

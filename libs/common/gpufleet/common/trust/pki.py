@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -257,3 +258,16 @@ class MachineIssuer:
         out = TlsFiles(folder / "ca.crt", folder / "machine.crt", folder / "machine.key")
         issue_with(self.signer, self.ca_pem, Identity(Role.MACHINE, self.deployment, machine_id), out, days)
         return out
+
+
+def machine_credential(issuer: MachineIssuer | None, machine_id: str) -> dict[str, str]:
+    """A new machine's credential for a cloud driver to hand to that instance alone, as
+    PEM text: ``tls-ca``, ``tls-cert`` (with its chain) and ``tls-key``; empty without an
+    issuer (a development provisioner run insecure). The machine's image writes them to
+    files and points ``GPUFLEET_TLS_*`` at them before its agent starts."""
+    if issuer is None:
+        return {}
+    with tempfile.TemporaryDirectory() as folder:
+        files = issuer.issue(machine_id, Path(folder))
+        ca, cert, key = files.read()
+    return {"tls-ca": ca.decode(), "tls-cert": cert.decode(), "tls-key": key.decode()}

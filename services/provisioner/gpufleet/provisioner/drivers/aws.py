@@ -58,6 +58,7 @@ once with a transitional state, and nothing here waits.
 from __future__ import annotations
 
 import builtins
+import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -69,6 +70,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.common.errors import FailedPrecondition
 from gpufleet.common.provider_errors import InstanceNotFound, ProviderError, Transient
+from gpufleet.common.trust.pki import MachineIssuer, machine_credential
 from gpufleet.provisioner.drivers.aws_clients import Ec2ClientFactory
 from gpufleet.provisioner.drivers.aws_errors import ec2_errors, error_code
 from gpufleet.provisioner.drivers.aws_instances import LIVE_STATES, instance_info, moved
@@ -132,7 +134,14 @@ class AwsDriver:
 
     provider = Provider.AWS
 
-    def __init__(self, deployment_id: str, options: AwsOptions, clients: Ec2ClientFactory) -> None:
+    def __init__(
+        self,
+        deployment_id: str,
+        options: AwsOptions,
+        clients: Ec2ClientFactory,
+        machine_issuer: MachineIssuer | None = None,
+    ) -> None:
+        self.machine_issuer = machine_issuer
         self.deployment_id = deployment_id
         self.options = options
         self.clients = clients
@@ -230,6 +239,20 @@ class AwsDriver:
             ],
             "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1},
         }
+        credential = machine_credential(self.machine_issuer, spec.machine_id)
+        if credential:
+            # The machine's own certificate, for this instance alone: its image's boot step
+            # reads the user data (IMDSv2, hop limit 1: not from a job's namespace) and writes
+            # the files its agent's GPUFLEET_TLS_* name.
+            request["UserData"] = json.dumps(
+                {
+                    "gpufleet": {
+                        "machine_id": spec.machine_id,
+                        "deployment_id": self.deployment_id,
+                        **credential,
+                    }
+                }
+            )
         subnet = self.options.subnets.get(offering.zone)
         if subnet:
             request["SubnetId"] = subnet

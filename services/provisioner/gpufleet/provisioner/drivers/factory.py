@@ -68,7 +68,7 @@ def aws_driver(settings: Settings, clock: Clock) -> Driver:
             max_attempts=settings.aws_max_attempts,
         ),
     )
-    return AwsDriver(settings.deployment_id, options, clients)
+    return AwsDriver(settings.deployment_id, options, clients, machine_issuer=settings.machine_issuer())
 
 
 def gcp_driver(settings: Settings, clock: Clock) -> Driver:
@@ -113,7 +113,9 @@ def gcp_driver(settings: Settings, clock: Clock) -> Driver:
         clients = GcpClients.connect(settings.gcp_api_endpoint, credentials)
     except auth_exceptions.DefaultCredentialsError as exc:
         raise ValueError(f"driver GCP found no application default credentials: {exc}") from exc
-    return GcpDriver(clients, settings.deployment_id, clock, options)
+    return GcpDriver(
+        clients, settings.deployment_id, clock, options, machine_issuer=settings.machine_issuer()
+    )
 
 
 def build_drivers(settings: Settings, clock: Clock) -> dict[Provider, Driver]:

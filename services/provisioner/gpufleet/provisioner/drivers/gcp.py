@@ -46,6 +46,7 @@ from google.cloud import compute_v1
 from gpufleet.common.clock import Clock
 from gpufleet.common.errors import AlreadyExists, InvalidArgument
 from gpufleet.common.provider_errors import InstanceNotFound, NotYetDone, Transient
+from gpufleet.common.trust.pki import MachineIssuer, machine_credential
 from gpufleet.provisioner.drivers.base import (
     DEPLOYMENT_LABEL,
     MACHINE_LABEL,
@@ -140,8 +141,10 @@ class GcpDriver:
         options: GcpOptions,
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        machine_issuer: MachineIssuer | None = None,
     ) -> None:
         check_label_value(deployment_id, "deployment_id")
+        self.machine_issuer = machine_issuer
         self.clients = clients
         self.deployment_id = deployment_id
         self.clock = clock
@@ -165,7 +168,14 @@ class GcpDriver:
             return self._info(existing)
         name = instance_name(machine_id)
         labels = instance_labels(self.deployment_id, machine_id, spec.labels)
-        body = instance_body(name, spec, labels, self.options.recipe, self.deployment_id)
+        body = instance_body(
+            name,
+            spec,
+            labels,
+            self.options.recipe,
+            self.deployment_id,
+            machine_credential(self.machine_issuer, machine_id),
+        )
         request = compute_v1.InsertInstanceRequest(
             project=self.options.project,
             zone=zone,

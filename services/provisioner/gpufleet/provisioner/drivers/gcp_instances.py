@@ -180,7 +180,12 @@ def _scheduling(capacity: CapacityType) -> compute_v1.Scheduling:
 
 
 def instance_body(
-    name: str, spec: InstanceSpec, labels: Mapping[str, str], recipe: Recipe, deployment_id: str
+    name: str,
+    spec: InstanceSpec,
+    labels: Mapping[str, str],
+    recipe: Recipe,
+    deployment_id: str,
+    credential: Mapping[str, str] | None = None,
 ) -> compute_v1.Instance:
     """The ``instances.insert`` body: labels on the instance and its disk, no service account
     (a machine holds no cloud credential), the L4s come with the g2 machine type."""
@@ -204,13 +209,16 @@ def instance_body(
             labels=dict(labels),
         ),
     )
-    # What the recipe's agent reads at boot to know who it is; no secret goes here.
+    # What the recipe's agent reads at boot to know who it is, and its own credential
+    # (gpufleet-tls-ca/-cert/-key: this instance's certificate, which no other instance is
+    # given; the walls keep every job away from the metadata server).
     metadata = {
         "gpufleet-machine-id": spec.machine_id,
         "gpufleet-deployment-id": deployment_id,
         "gpufleet-slots": str(spec.offering.slots),
         "gpufleet-agent-port": str(recipe.agent_port),
         "gpufleet-scheduler-address": recipe.scheduler_address,
+        **{f"gpufleet-{key}": value for key, value in (credential or {}).items()},
     }
     return compute_v1.Instance(
         name=name,
