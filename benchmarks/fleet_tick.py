@@ -44,8 +44,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.support import tls
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc
@@ -67,6 +65,7 @@ from gpufleet.v1 import (
     agent_service_pb2,
     agent_service_pb2_grpc,
 )
+from tests.support import tls
 from tests.support.postgres import PostgresServer, start_postgres
 from tests.support.sim_provisioner import SlowCreates, serve_provisioner
 

@@ -37,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import grpc
 
 from gpufleet.common.db.migrate import upgrade
+from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
+from tests.support import tls
 from tests.support.postgres import start_postgres
 from tests.support.procs import ServiceProcess, start_service
 
@@ -73,7 +75,8 @@ def _echo_process(answer: bytes, ports: Any, stop: Any) -> None:
     )
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
     server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
+    # Mutual TLS like the scheduler's own port, so the ratio compares like with like.
+    port = server.add_secure_port("127.0.0.1:0", tls.transport("scheduler").server_credentials())
     server.start()
     ports.put((port, os.getpid()))
     stop.wait()
@@ -87,7 +90,7 @@ def _caller_process(address: str, echo: bool, tag: str, seconds: float, threads:
     # One connection per caller (a local subchannel pool each), as 16 separate clients
     # would have: with several API processes the kernel spreads connections, not calls.
     channels = [
-        grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+        tls.channel(address, Role.SCHEDULER, who="backend", options=[("grpc.use_local_subchannel_pool", 1)])
         for _ in range(threads)
     ]
     for channel in channels:

@@ -9,7 +9,9 @@ whatever its empty request deserves, never a refusal)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -112,7 +114,11 @@ def plane(tmp_path_factory: pytest.TempPathFactory, postgres: object) -> Iterato
         }
         log = (root / "agent.log").open("ab")
         agent = subprocess.Popen(
-            [sys.executable, "-m", "gpufleet.agent"], env=env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "gpufleet.agent"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a machine: its worker goes with it at the end
         )
         deadline = time.monotonic() + 30
         while not (state / "agent.port").exists():
@@ -123,7 +129,8 @@ def plane(tmp_path_factory: pytest.TempPathFactory, postgres: object) -> Iterato
         yield addresses
     finally:
         if agent is not None:
-            agent.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(agent.pid, signal.SIGKILL)
             agent.wait(10)
         for p in procs:
             p.stop()
