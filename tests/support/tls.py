@@ -8,9 +8,13 @@ with :func:`channel`.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
+import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +26,33 @@ from gpufleet.common.trust.pki import Authority, MachineIssuer, TlsFiles
 from gpufleet.common.trust.transport import Transport
 
 DEFAULT_DEPLOYMENT = "local"
-_root = Path(tempfile.mkdtemp(prefix="gpufleet-test-ca-"))
-atexit.register(shutil.rmtree, _root, True)
+# One set of CAs for a test run and every process it starts (a benchmark's worker processes
+# import this module again): the first process makes the folder and hands it down.
+_ROOT_ENV = "GPUFLEET_TEST_CA_ROOT"
+if os.environ.get(_ROOT_ENV):
+    _root = Path(os.environ[_ROOT_ENV])
+else:
+    _root = Path(tempfile.mkdtemp(prefix="gpufleet-test-ca-"))
+    os.environ[_ROOT_ENV] = str(_root)
+    _owner = os.getpid()
+    atexit.register(lambda: os.getpid() == _owner and shutil.rmtree(_root, True))
 _lock = threading.Lock()
 _authorities: dict[str, Authority] = {}
 
 
+@contextlib.contextmanager
+def _across_processes() -> Iterator[None]:
+    """Several processes of one run may make the same CA or certificate at once."""
+    with _lock, open(_root / ".lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def authority(deployment: str = DEFAULT_DEPLOYMENT) -> Authority:
-    with _lock:
+    with _across_processes():
         found = _authorities.get(deployment)
         if found is None:
             found = _authorities[deployment] = Authority.ensure(_root / deployment, deployment)
@@ -43,7 +66,7 @@ def identity(who: str | Role, deployment: str = DEFAULT_DEPLOYMENT) -> Identity:
 
 def files(who: str | Role, deployment: str = DEFAULT_DEPLOYMENT) -> TlsFiles:
     ident = identity(who, deployment)
-    with _lock:
+    with _across_processes():
         return _ensure(ident)
 
 
