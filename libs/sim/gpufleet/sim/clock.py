@@ -49,7 +49,15 @@ class EventQueue:
 
 
 def dt(t: float) -> datetime:
-    return EPOCH + timedelta(seconds=t)
+    """The datetime of ``t``; the last one made is kept, since one event asks for its own
+    time several times (a tick's snapshot, each attempt it starts, each row it moves)."""
+    global _last_t, _last_d
+    if t != _last_t:
+        _last_t, _last_d = t, EPOCH + timedelta(seconds=t)
+    return _last_d
+
+
+_last_t, _last_d = math.nan, EPOCH
 
 
 def secs(d: datetime) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 # AWS Spot Advisor's "frequency of interruption" buckets, per month: the middle of each
@@ -40,7 +41,7 @@ class Offering:
     source: str
     as_of: str
 
-    @property
+    @cached_property
     def hourly_price_micros(self) -> int:
         return round(self.hourly_usd * 1_000_000)
 

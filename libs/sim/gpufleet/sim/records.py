@@ -87,6 +87,9 @@ class Machine:
     id: str
     offering: Offering
     ordinal: int
+    # Where the machine leaves its id when its tick view is dropped or its live attempts
+    # change: its pool's rows (``PoolRows.stale``), read at the next tick.
+    stale: set[str] = field(default_factory=set, repr=False, compare=False)
     # -- the control plane's row --------------------------------------------------------
     state: str = "PROVISIONING"
     intent: str = "RUNNING"
@@ -135,13 +138,16 @@ class Machine:
     # writing any field it is built from drops it (``__setattr__``; the slot map, changed
     # in place, is dropped by hand where it changes).
     view: MachineView | None = None
-    # Until when the kept view's report clock answers "fresh" as a new read would.
-    view_fresh_until: float = -1.0
 
     def __setattr__(self, name: str, value: object) -> None:
         if name in VIEW_FIELDS:
-            object.__setattr__(self, "view", None)
+            self.drop_view()
         object.__setattr__(self, name, value)
+
+    def drop_view(self) -> None:
+        """The tick's view of the row (or of its live attempts) no longer holds."""
+        object.__setattr__(self, "view", None)
+        self.stale.add(self.id)
 
     # -- the three liveness channels, as their writers would have left them -------------
 

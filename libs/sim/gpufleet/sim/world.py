@@ -44,11 +44,9 @@ from gpufleet.reaper.agent_probe import StartupProbe
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.scheduler.tick import decide as tick_decide
 from gpufleet.scheduler.tick.model import (
-    AttemptView,
     CreateMachine,
     FleetSnapshot,
     JobView,
-    MachineView,
     OfferingView,
     Policy,
     PoolView,
@@ -58,6 +56,7 @@ from gpufleet.scheduler.tick.model import (
 from gpufleet.sim.clock import EventQueue, dt, secs
 from gpufleet.sim.profile import Offering, SimConfig, load_offerings
 from gpufleet.sim.records import INF, USELESS_CLASSES, Attempt, Failure, Job, Machine
+from gpufleet.sim.tick_rows import LEASE_S, PoolRows
 from gpufleet.sweeper import inventory_reconcile, orphan_sweep
 from gpufleet.sweeper.listing import ListedInstance
 from gpufleet.sweeper.orphan_rows import OrphanAction
@@ -82,24 +81,12 @@ PLANS: dict[str, tuple[int, float, int]] = {
 assert {p.id for p in DEFAULT_CATALOG.plans} <= set(PLANS)
 KINDS = {k.id: k for k in DEFAULT_CATALOG.kinds}
 SLOTS_PER_MACHINE = 2
-LEASE_S = 90.0  # the scheduler's attempt lease (GPUFLEET_ATTEMPT_LEASE_S)
 DISPATCH_DEADLINE_S = 30.0
 START_BACKOFF_S = 60.0
 FAIR_SHARE_HALF_LIFE_S = 86400.0
 
 
-_SECONDS = [timedelta(seconds=i) for i in range(3600)]
-_LEASE = timedelta(seconds=LEASE_S)
 NOT_RUNNING = frozenset({"STOPPED", "DESTROYED"})
-# A kept report clock this old still reads fresh to the tick (its worker_fresh_s is 60 s).
-REPORT_REFRESH_S = 50.0
-
-
-def _lease(a: Attempt, last: datetime | None) -> datetime:
-    """An attempt's lease: its worker's last report (or its start, if later) plus the lease."""
-    if last is None or last < a.started_dt:
-        return a.started_dt + _LEASE
-    return last + _LEASE
 
 
 class InvariantBroken(AssertionError):
@@ -159,12 +146,16 @@ class Sim:
                 )
             )
         self.pools = sorted({o.pool for o in self.offerings})
+        # Each pool as the tick reads it (one pool a decision): the same every tick.
+        self.pool_views = {
+            p: {p: PoolView(id=p, slots_per_machine=SLOTS_PER_MACHINE, max_machines=config.machines)}
+            for p in self.pools
+        }
         self.machines: dict[str, Machine] = {}
         self.live: set[str] = set()  # machines not DESTROYED
         self.by_pool: dict[str, set[str]] = {p: set() for p in self.pools}
         # Each pool's machines that bill or are about to (not STOPPED or DESTROYED).
         self.running: Counter[str] = Counter()
-        self.pool_order: dict[str, list[Machine]] = {}  # the pool's live machines by id, cached
         self.jobs: dict[str, Job] = {}
         self.queued: dict[str, dict[str, Job]] = {p: {} for p in self.pools}
         # The same jobs as each pool's workspaces' queues, oldest first (ids are given in
@@ -206,6 +197,7 @@ class Sim:
         self.violations: list[str] = []
         t = config.timing
         self.tick_policy = Policy(max_running_machines=config.machines, worker_fresh_s=60.0)
+        self.tick_policies: dict[int, Policy] = {}
         self.outcomes = OutcomePolicy()
         self.nets = {
             "idle_scanner": (30.0, idle_scanner.IdlePolicy()),
@@ -221,7 +213,8 @@ class Sim:
             "merged_check": (60.0, None),
         }
         self.heartbeat_s = t.heartbeat_s
-        self.nowd: datetime | None = None
+        # Each pool's machine and attempt views as the tick reads them, kept between ticks.
+        self.rows = {p: PoolRows(self.heartbeat_s, SLOTS_PER_MACHINE) for p in self.pools}
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -367,10 +360,12 @@ class Sim:
         for pool in pools:
             others = sum(n for p, n in self.running.items() if p != pool)
             snapshot = self._snapshot(pool, now)
-            policy = Policy(
-                max_running_machines=max(0, self.cfg.machines - others),
-                worker_fresh_s=self.tick_policy.worker_fresh_s,
-            )
+            ceiling = max(0, self.cfg.machines - others)
+            policy = self.tick_policies.get(ceiling)
+            if policy is None:  # one per ceiling, built once (the decision only reads it)
+                policy = self.tick_policies[ceiling] = Policy(
+                    max_running_machines=ceiling, worker_fresh_s=self.tick_policy.worker_fresh_s
+                )
             plan = tick_decide.decide(snapshot, policy)
             self.metrics.decisions["fleet_tick"] += 1
             self._apply_plan(pool, plan, now)
@@ -380,7 +375,7 @@ class Sim:
         return float(used * 0.5 ** ((now - at) / FAIR_SHARE_HALF_LIFE_S))
 
     def _snapshot(self, pool: str, now: float) -> FleetSnapshot:
-        nowd = self.nowd = dt(now)
+        nowd = dt(now)
         queued = []
         limits = self.limits
         for ws, jobs in self.ws_queue[pool].items():
@@ -409,132 +404,21 @@ class Sim:
                 room -= 1
                 if not room:
                     break
-        machines, attempts = [], []
-        order = self.pool_order.get(pool)
-        if order is None:
-            order = self.pool_order[pool] = [self.machines[mid] for mid in sorted(self.by_pool[pool])]
-        # ``_view`` and ``_attempt_view`` written out in the loop: this is the simulator's
-        # hottest path (every machine and attempt of the pool, every tick).
-        hb = self.heartbeat_s
-        for m in order:
-            view = m.view
-            if view is None:
-                view = self._view(m, now)
-            elif now > m.view_fresh_until:
-                sd = m.startup_done_at
-                if sd <= now < m.worker_stopped_at:
-                    k = int((now - sd) % hb)
-                    object.__setattr__(view, "worker_report_at", nowd - _SECONDS[k])
-                    m.view_fresh_until = now - k + REPORT_REFRESH_S
-                else:
-                    object.__setattr__(view, "worker_report_at", m.worker_report_at(now, hb))
-                    m.view_fresh_until = INF
-            machines.append(view)
-            if m.live_attempts:
-                report = view.worker_report_at
-                for a in m.live_attempts:
-                    av = a.view
-                    if av is None or av.state != a.state:
-                        av = self._attempt_view(a, view)
-                    elif a.lease_from is not report:
-                        object.__setattr__(av, "lease_expires_at", _lease(a, report))
-                        a.lease_from = report
-                    attempts.append(av)
+        rows = self.rows[pool]
+        rows.read(now, nowd)
         return FleetSnapshot(
             now=nowd,
             queued=queued,
-            running_per_workspace=dict(self.running_per_ws),
+            # Read, never written, by the decision: the counter itself, not a copy.
+            running_per_workspace=self.running_per_ws,
             workspace_limits=self.limits,
-            machines=machines,
-            pools={
-                pool: PoolView(id=pool, slots_per_machine=SLOTS_PER_MACHINE, max_machines=self.cfg.machines)
-            },
+            machines=rows.machines,
+            pools=self.pool_views[pool],
             offerings=self.offering_views[pool],
-            live_attempts=attempts,
+            live_attempts=rows.attempts,
             quarantined_offerings=frozenset(o for o, until in self.quarantined.items() if until > now),
             halted_regions=frozenset(r for r, until in self.halted.items() if until > now),
         )
-
-    def _view(self, m: Machine, now: float) -> MachineView:
-        """The row as the tick's snapshot reads it, kept between ticks while none of the
-        fields it is built from has been written (``Machine.__setattr__`` drops it). The
-        only thing that moves on its own is a reporting worker's report clock, which the
-        tick reads for one question: is it under ``worker_fresh_s`` old? It is refreshed
-        once it is ``REPORT_REFRESH_S`` old, so the answer is the one a fresh read gives
-        (a kept value is at most that old, a fresh one at most a heartbeat)."""
-        view = m.view
-        if view is None:
-            view = m.view = self._build_view(m, now)
-            m.view_fresh_until = self._fresh_until(m, now)
-        elif now > m.view_fresh_until:
-            # Written in place, as the database row would be (the tick keeps no view from
-            # one tick to the next).
-            object.__setattr__(view, "worker_report_at", self._report(m, now))
-            m.view_fresh_until = self._fresh_until(m, now)
-        return view
-
-    def _fresh_until(self, m: Machine, now: float) -> float:
-        """Until when the view's report clock may be kept: forever for a worker that does
-        not report (its clock stands still)."""
-        if not m.reporting(now):
-            return INF
-        return now - int((now - m.startup_done_at) % self.heartbeat_s) + REPORT_REFRESH_S
-
-    def _build_view(self, m: Machine, now: float) -> MachineView:
-        return MachineView(
-            id=m.id,
-            pool_id=m.offering.pool,
-            state=m.state,
-            intent=m.intent,
-            origin="PROVISIONED",
-            managed=True,
-            lost=m.lost,
-            cordoned=m.cordoned,
-            slots=SLOTS_PER_MACHINE,
-            busy_slots=frozenset(m.attempts),
-            worker_report_at=self._report(m, now),
-            hourly_price_micros=m.offering.hourly_price_micros,
-            capacity_type=m.offering.capacity_type,
-            preemption_count=m.preemptions,
-            spot_seconds=m.spot_seconds,
-            backoff_until=m.backoff_until,
-            agent_address="sim",
-            dispatch_backoff_until=m.dispatch_backoff_until,
-            earmarked_for=m.earmarked_for,
-        )
-
-    def _attempt_view(self, a: Attempt, m: MachineView) -> AttemptView:
-        """Kept between ticks like the machine's view. Its lease is the machine's report
-        clock (as that view holds it) plus the attempt lease, so a reporting worker's lease
-        is always more than ``LEASE_S - REPORT_REFRESH_S`` ahead — never expired, as a
-        fresh read would say — and a silent worker's stands still at the true one."""
-        view = a.view
-        if view is None or view.state != a.state:
-            view = a.view = AttemptView(
-                id=a.id,
-                job_id=a.job.id,
-                machine_id=m.id,
-                state=a.state,
-                started_at=a.started_dt,
-                lease_expires_at=_lease(a, m.worker_report_at),
-                slots=len(a.slots),
-                time_limit_s=a.job.time_limit_s,
-                expected_s=a.job.expected_s,
-                whole_machine=a.job.whole,
-            )
-        elif a.lease_from is not m.worker_report_at:
-            object.__setattr__(view, "lease_expires_at", _lease(a, m.worker_report_at))
-        a.lease_from = m.worker_report_at
-        return view
-
-    def _report(self, m: Machine, now: float) -> datetime | None:
-        """The report clock at ``now``. A reporting worker's last heartbeat is taken to the
-        whole second below it (at most a second older: never a fresher channel than the
-        truth)."""
-        if m.reporting(now):
-            assert self.nowd is not None
-            return self.nowd - _SECONDS[int((now - m.startup_done_at) % self.heartbeat_s)]
-        return m.worker_report_at(now, self.heartbeat_s)
 
     def _apply_plan(self, pool: str, plan: TickPlan, now: float) -> None:
         attempts: dict[str, Attempt] = {}
@@ -577,7 +461,7 @@ class Sim:
         a.started_dt = dt(now)
         for s in slots:
             m.attempts[s] = a
-        m.view = None  # the slot map changed in place
+        m.drop_view()  # the slot map changed in place
         m.live_attempts.append(a)
         job.live = a
         job.state = "DISPATCHING"
@@ -609,6 +493,7 @@ class Sim:
             return
         now = self.q.now
         a.state = "RUNNING"
+        a.machine.stale.add(a.machine.id)  # its attempt's view changed
         job = a.job
         job.state = "RUNNING"
         if job.first_start is None:
@@ -649,7 +534,7 @@ class Sim:
         for s in a.slots:
             if m.attempts.get(s) is a:
                 del m.attempts[s]
-        m.view = None  # the slot map changed in place
+        m.drop_view()  # the slot map changed in place
         if a in m.live_attempts:
             m.live_attempts.remove(a)
         job.live = None
@@ -740,7 +625,7 @@ class Sim:
         if to == "DESTROYED":
             self.live.discard(m.id)
             self.by_pool[m.offering.pool].discard(m.id)
-            self.pool_order.pop(m.offering.pool, None)
+            self.rows[m.offering.pool].remove(m)
             for net in self.due:
                 self.due[net].pop(m.id, None)
         self._touch(m.offering.pool)
@@ -935,7 +820,8 @@ class Sim:
     def _create(self, o: Offering, for_job: str | None) -> None:
         now = self.q.now
         self.ordinal += 1
-        m = Machine(id=f"m{self.ordinal:06d}", offering=o, ordinal=self.ordinal)
+        rows_stale = self.rows[o.pool].stale
+        m = Machine(id=f"m{self.ordinal:06d}", offering=o, ordinal=self.ordinal, stale=rows_stale)
         m.requested_at = dt(now)
         m.provision_deadline_at = dt(now + 20 * 60.0)
         m.state_changed_at = dt(now)
@@ -944,7 +830,7 @@ class Sim:
         self.live.add(m.id)
         self.by_pool[o.pool].add(m.id)
         self.running[o.pool] += 1
-        self.pool_order.pop(o.pool, None)
+        self.rows[o.pool].add(m)
         self._due("stuck_transition", m, now + 600.0)
         self._due("provision_deadline", m, now + 20 * 60.0)
         self._call(m, "create", lambda outcome: self._created(m, outcome))
