@@ -72,7 +72,10 @@ def test_a_job_runs_is_heartbeated_and_reported_succeeded(
     assert done.machine_id == "machine-1"
     # 30 clock seconds on one slot, measured on the shared clock (a little more: start-up).
     assert 30 <= done.slot_seconds < 30 + 10 * CLOCK_SPEED
-    log = (agent.state_dir / "finished" / "ok-1" / "job.log").read_text()
+    # Filed away once the completion is acknowledged (just after the scheduler has it).
+    filed = agent.state_dir / "finished" / "ok-1" / "job.log"
+    wait_for(filed.exists, what="the attempt filed away")
+    log = filed.read_text()
     assert "rendering: 100%" in log
     assert all(r.attempt_id != "ok-1" for r in agent.list_runners())
     # Only one runner ever ran it, despite the second StartJob.

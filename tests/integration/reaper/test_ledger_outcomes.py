@@ -47,6 +47,8 @@ EXPECTED = {
     "preempted": "REPLACE_MACHINE",
     "machine_lost": "NOTHING",
     "instance_gone": "REPLACE_MACHINE",
+    # The dead-man switch halted an idle machine: whatever was thought to run there is ended.
+    "machine_stopped_itself": "REPLACE_MACHINE",
     "queue_wait_timeout": "FAIL_JOB",
     "no_consumer": "FAIL_JOB",
     "dispatch_stuck": "NOTHING",
