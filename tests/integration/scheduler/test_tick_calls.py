@@ -364,6 +364,8 @@ def test_a_cancelled_jobs_slot_is_free_only_once_the_machine_says_so(fleet: Flee
 
     heartbeat(running.id)
     jobs.CancelJob(job_service_pb2.CancelJobRequest(job_id=first, reason="changed my mind"), None)
+    # CancelJob tells the agent from a thread of its own (over a TLS channel it may first open).
+    wait_for(lambda: agent.cancelled, "the agent to be told")
     assert agent.cancelled == [running.id]
     second = fleet.job(2)
 
