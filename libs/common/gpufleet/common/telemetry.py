@@ -27,7 +27,10 @@ _insecure = False
 
 
 def mark_insecure() -> None:
+    """Said once, on every line after (a process may build its transport more than once)."""
     global _insecure
+    if _insecure:
+        return
     _insecure = True
     logging.getLogger(__name__).warning(
         "running INSECURE: plaintext gRPC, no caller is authenticated or authorized "

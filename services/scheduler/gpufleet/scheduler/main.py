@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import telemetry
 from gpufleet.common.catalog import load_catalog
+from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
@@ -27,6 +28,7 @@ from gpufleet.common.grpcserver import (
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import PeriodicTask, Ticker
 from gpufleet.common.runtime import Closable, TimerService, serve
+from gpufleet.common.trust.transport import Transport
 from gpufleet.scheduler.api_processes import API_ONLY_FLAG, ApiProcesses, die_with_parent
 from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.fleet_service import FleetService
@@ -66,12 +68,11 @@ log = logging.getLogger("gpufleet.scheduler")
 
 
 def _server(
-    settings: Settings, sessions: sessionmaker[Session], clock: Clock, jobs: JobService
+    settings: Settings, sessions: sessionmaker[Session], clock: Clock, jobs: JobService, transport: Transport
 ) -> AioServiceServer:
     """The API: JobService, FleetService and WorkerService on an asyncio server. WatchJob
     streams wait on its loop and hold no thread; the workers' reports run on a lane of
     their own that no other caller can fill."""
-    transport = settings.transport(SERVICE)
     return create_aio_server(
         settings.listen_address,
         [
@@ -132,7 +133,15 @@ def build(settings: Settings) -> TimerService:
     )
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, settings.lease_ttl_s)
     served = ServedOfferings()
-    tick = FleetTick(sessions, clock, lease, provisioner, settings, served=served)
+    tick = FleetTick(
+        sessions,
+        clock,
+        lease,
+        provisioner,
+        settings,
+        agent_factory=lambda address: AgentClient(address, transport),
+        served=served,
+    )
     # Its own client with a short deadline: reading the offerings is quick, and the ticker
     # that runs the fleet tick must not wait out a provider call's long one on it.
     offerings_client = ProvisionerClient(
@@ -164,7 +173,7 @@ def build(settings: Settings) -> TimerService:
         settings.lease_renew_s,
     )
     jobs = JobService(sessions, clock, transport)
-    server = _server(settings, sessions, clock, jobs)
+    server = _server(settings, sessions, clock, jobs, transport)
     others: list[Closable] = [tick, jobs, offerings_client]
     if settings.api_processes > 1:
         host = settings.listen_address.rsplit(":", 1)[0]
@@ -196,8 +205,9 @@ def serve_api_only(settings: Settings) -> int:
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
     clock = settings.make_clock()
-    jobs = JobService(sessions, clock, settings.transport(SERVICE))
-    server = _server(settings, sessions, clock, jobs)
+    transport = settings.transport(SERVICE)
+    jobs = JobService(sessions, clock, transport)
+    server = _server(settings, sessions, clock, jobs, transport)
     announce_port(server.port, settings.port_file)
     try:
         run_until_signalled(server, threading.Event())

@@ -9,6 +9,7 @@ that part's: a scheduler that dials a machine's agent is answered by that machin
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,13 @@ class Transport:
         ca, cert, key = self.files.read()
         return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
 
+    @functools.cached_property
+    def _channel_credentials(self) -> grpc.ChannelCredentials:
+        """Read once: a process opens a channel per agent, and a prober one per probe."""
+        assert self.files is not None
+        ca, cert, key = self.files.read()
+        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+
     def add_port(self, server: grpc.Server | grpc.aio.Server, address: str) -> int:
         if self.files is None:
             return server.add_insecure_port(address)
@@ -86,10 +94,8 @@ class Transport:
         opts = list(options or [])
         if self.files is None:
             return grpc.insecure_channel(address, options=opts)
-        ca, cert, key = self.files.read()
-        creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
         opts.append(("grpc.ssl_target_name_override", server_name))
-        return grpc.secure_channel(address, creds, options=opts)
+        return grpc.secure_channel(address, self._channel_credentials, options=opts)
 
     def server_name(self, role: Role, machine_id: str | None = None) -> str:
         """The name the server of ``role`` must prove; for a machine whose id the caller
