@@ -1,6 +1,6 @@
-"""No caller can starve the workers' reports: 200 WatchJob streams that are never read,
-held open against a real scheduler process, while a machine's worker reports, a backend
-submits and an operator lists machines.
+"""No caller can starve the workers' reports: 200 WatchJob streams, read no further than
+their first event, held open against a real scheduler process, while a machine's worker
+reports, a backend submits and an operator lists machines.
 
 Before the scheduler served on an asyncio server, 50 such streams took all 32 of its
 threads: ListMachines and the health check timed out, heartbeats went undelivered, and
@@ -88,13 +88,18 @@ def test_two_hundred_unread_streams_leave_heartbeats_submissions_and_leases_alon
             time.sleep(0.1)
         (attempt_id,) = agent.started
 
-        # 200 streams over 20 connections, never read; one more connection past its cap.
+        # 200 streams over 20 connections, read no further than their first event;
+        # then one connection asks past its cap.
         held = [
             job_service_pb2_grpc.JobServiceStub(channels[1 + i % CHANNELS]).WatchJob(
                 job_service_pb2.WatchJobRequest(job_id=running.job_id), timeout=300
             )
             for i in range(STREAMS)
         ]
+        # Each has its first event, so the scheduler serves (and counts) every one of them
+        # before the greedy connection asks for more; after that none is read again.
+        for h in held:
+            next(h)
         greedy = job_service_pb2_grpc.JobServiceStub(channels[1])
         with pytest.raises(grpc.RpcError) as refused:
             # This connection holds 10 already; 7 more pass its cap of 16.
