@@ -17,6 +17,7 @@ import grpc
 
 from gpufleet.common.grpcserver import ServiceBinding, ServiceServer, create_server
 from gpufleet.common.provider_errors import BY_KIND, METADATA_KEY
+from gpufleet.common.trust.transport import Transport
 from gpufleet.v1 import (
     agent_service_pb2,
     agent_service_pb2_grpc,
@@ -209,7 +210,9 @@ class ScriptedProvisioner(provisioner_service_pb2_grpc.ProvisionerServiceService
 
 
 @contextmanager
-def serve_agent() -> Iterator[ScriptedAgent]:
+def serve_agent(transport: Transport | None = None) -> Iterator[ScriptedAgent]:
+    """A scripted agent on loopback; by default it answers for any machine id (``transport``:
+    serve as one machine instead)."""
     agent = ScriptedAgent()
     agent.server = create_server(
         "127.0.0.1:0",
@@ -221,7 +224,8 @@ def serve_agent() -> Iterator[ScriptedAgent]:
             )
         ],
         max_workers=8,
-        transport=tls.transport("machine:scripted-agent"),
+        # By default it answers for every machine a test registers at its address.
+        transport=transport or tls.stand_in_agent_transport(),
     )
     try:
         yield agent

@@ -70,11 +70,11 @@ def files(who: str | Role, deployment: str = DEFAULT_DEPLOYMENT) -> TlsFiles:
         return _ensure(ident)
 
 
-def _ensure(ident: Identity) -> TlsFiles:
+def _ensure(ident: Identity, name: str | None = None) -> TlsFiles:
     auth = _authorities.get(ident.deployment)
     if auth is None:
         auth = _authorities[ident.deployment] = Authority.ensure(_root / ident.deployment, ident.deployment)
-    return auth.ensure_part(ident)
+    return auth.ensure_part(ident, name)
 
 
 def env(who: str | Role, deployment: str = DEFAULT_DEPLOYMENT) -> dict[str, str]:
@@ -92,6 +92,23 @@ def env(who: str | Role, deployment: str = DEFAULT_DEPLOYMENT) -> dict[str, str]
         out["GPUFLEET_TLS_MACHINE_CA_CERT_FILE"] = str(folder / "machine-ca.crt")
         out["GPUFLEET_TLS_MACHINE_CA_KEY_FILE"] = str(folder / "machine-ca.key")
     return out
+
+
+class _StandIn(Identity):
+    """A machine identity whose certificate answers to every machine's name: the tests'
+    scripted agent stands in for whichever machines a test registers at its address. No
+    part of gpufleet issues such a certificate (each machine's names only itself)."""
+
+    @property
+    def server_names(self) -> list[str]:
+        return [f"*.machine.gpufleet.{self.deployment}"]
+
+
+def stand_in_agent_transport(deployment: str = DEFAULT_DEPLOYMENT) -> Transport:
+    """The serving credential of a scripted agent that answers for any machine id."""
+    ident = _StandIn(Role.MACHINE, deployment, "scripted-agent")
+    with _across_processes():
+        return Transport(deployment, _ensure(ident, name="scripted-agent-stand-in"))
 
 
 def settings(who: str | Role, deployment: str = DEFAULT_DEPLOYMENT) -> dict[str, str]:

@@ -36,16 +36,17 @@ class AgentProcess:
     proc: subprocess.Popen[bytes]
     state_dir: Path
     port: int
+    machine_id: str
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def client(self) -> AgentClient:
-        return AgentClient(self.address, tls.transport("scheduler"))
+        return AgentClient(self.machine_id, self.address, tls.transport("scheduler"))
 
     def list_runners(self) -> list[agent_service_pb2.Runner]:
-        with tls.channel(self.address, Role.MACHINE, who="scheduler") as channel:
+        with tls.channel(self.address, Role.MACHINE, who="scheduler", machine_id=self.machine_id) as channel:
             stub = agent_service_pb2_grpc.AgentServiceStub(channel)
             return list(stub.ListRunners(agent_service_pb2.ListRunnersRequest(), timeout=5).runners)
 
@@ -114,7 +115,7 @@ class AgentLauncher:
             return None
 
         port = wait_for(ready, timeout=20, what="agent.port")
-        return AgentProcess(proc, state_dir, port)
+        return AgentProcess(proc, state_dir, port, machine_id)
 
     def kill_all(self) -> None:
         for group in self.groups:

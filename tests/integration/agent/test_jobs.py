@@ -222,7 +222,7 @@ def test_samples_report_activity_and_requests(agent: AgentProcess, fake_schedule
     bad = agent_service_pb2.SampleUtilizationRequest()
     bad.window.FromSeconds(-1)
     with (
-        tls.channel(agent.address, Role.MACHINE, who="reaper") as channel,
+        tls.channel(agent.address, Role.MACHINE, who="reaper", machine_id=agent.machine_id) as channel,
         pytest.raises(InvalidArgument) as caught,
     ):
         call(

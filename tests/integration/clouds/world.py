@@ -362,7 +362,8 @@ def build_world(pg_url: str, cloud: Cloud, other: Cloud) -> Iterator[World]:
                 )
             ],
             max_workers=4,
-            transport=tls.transport("machine:scripted-agent", DEPLOYMENT),
+            # It answers for each machine the clouds start (their addresses all lead here).
+            transport=tls.stand_in_agent_transport(DEPLOYMENT),
         )
         stack.callback(agent.server.stop, 0)
 

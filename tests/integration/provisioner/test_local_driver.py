@@ -56,8 +56,9 @@ def ref(machine_id: str) -> InstanceRef:
     return InstanceRef(machine_id=machine_id, offering=OFFERING)
 
 
-def probe_machine_id(address: str) -> str:
-    with AgentClient(address, tls.transport("scheduler", "dep")) as client:
+def probe_machine_id(machine_id: str, address: str) -> str:
+    """What the agent at ``address`` answers Probe with, dialled as ``machine_id``."""
+    with AgentClient(machine_id, address, tls.transport("scheduler", "dep")) as client:
         return client.probe().machine_id
 
 
@@ -79,7 +80,7 @@ def test_machine_folder_and_the_agents_environment(root: Path) -> None:
 
     assert info.status is InstanceStatus.RUNNING
     assert info.agent_address == f"127.0.0.1:{read_int(folder / 'disk' / 'agent.port')}"
-    with AgentClient(info.agent_address, tls.transport("scheduler", "dep")) as client:
+    with AgentClient("m-1", info.agent_address, tls.transport("scheduler", "dep")) as client:
         probe = client.probe()
     assert (probe.machine_id, probe.slots) == ("m-1", 3)
     assert (folder / "logs" / "agent.log").exists()
@@ -170,7 +171,7 @@ def test_stop_ends_agent_and_worker_and_keeps_the_disk(root: Path) -> None:
 
     started = driver.start(ref("m-1"))
     assert started.status is InstanceStatus.RUNNING
-    assert probe_machine_id(started.agent_address) == "m-1"
+    assert probe_machine_id("m-1", started.agent_address) == "m-1"
     assert read_int(disk / "agent.pid") != agent_pid
     assert (disk / "checkpoint.bin").read_bytes() == b"state"
 
@@ -248,7 +249,7 @@ def test_a_new_driver_on_the_same_host_sees_and_controls_what_exists(root: Path)
     after = local_driver(root, "dep")
     [seen] = after.list()
     assert (seen.provider_instance_id, seen.status) == (first.provider_instance_id, InstanceStatus.RUNNING)
-    assert probe_machine_id(seen.agent_address) == "m-1"
+    assert probe_machine_id("m-1", seen.agent_address) == "m-1"
     adopted = after.create(InstanceSpec(machine_id="m-1", offering=OFFERING))
     assert adopted.provider_instance_id == first.provider_instance_id
     assert after.stop(ref("m-1")).status is InstanceStatus.STOPPED

@@ -106,9 +106,10 @@ def provisioner(tmp_path: Path) -> Iterator[Provisioner]:
     kill_local_machines(root)
 
 
-def ask_agent(address: str) -> str:
-    """The machine id the real agent at ``address`` answers Probe with."""
-    with AgentClient(address, tls.transport("scheduler", DEPLOYMENT)) as client:
+def ask_agent(machine_id: str, address: str) -> str:
+    """The machine id the real agent at ``address`` answers Probe with, dialled as the
+    machine ``machine_id`` (only that machine's certificate is accepted)."""
+    with AgentClient(machine_id, address, tls.transport("scheduler", DEPLOYMENT)) as client:
         return client.probe().machine_id
 
 
@@ -177,11 +178,11 @@ def test_restarting_the_provisioner_ends_no_local_machine(provisioner: Provision
     client = provisioner.client()
     made = client.create("m-local", LOCAL, request_id="r-1")
     assert made.status == provisioner_service_pb2.INSTANCE_STATUS_RUNNING
-    assert ask_agent(made.agent_address) == "m-local"
+    assert ask_agent("m-local", made.agent_address) == "m-local"
     client.close()
 
     assert provisioner.stop() == 0
-    assert ask_agent(made.agent_address) == "m-local"  # the machine outlived its provisioner
+    assert ask_agent("m-local", made.agent_address) == "m-local"  # the machine outlived its provisioner
 
     provisioner.start()
     client = provisioner.client()

@@ -146,7 +146,8 @@ class Plane:
 
     # ---- building the world -------------------------------------------------------------
 
-    def agent(self) -> WorldAgent:
+    def agent(self, machine_id: str) -> WorldAgent:
+        """The agent of ``machine_id``, serving with that machine's own certificate."""
         agent = WorldAgent()
         agent.server = create_server(
             "127.0.0.1:0",
@@ -158,7 +159,7 @@ class Plane:
                 )
             ],
             max_workers=2,
-            transport=tls.transport("machine:scripted-agent"),
+            transport=tls.transport(f"machine:{machine_id}"),
         )
         self.stack.callback(agent.server.stop, 0)
         return agent
@@ -201,7 +202,7 @@ class Plane:
         if instance:
             row["provider_instance_id"] = self.sim.create(mid).provider_instance_id
         if agent:
-            self.agents[mid] = self.agent()
+            self.agents[mid] = self.agent(mid)
             row["agent_address"] = self.agents[mid].address
         row.update(values)
         with self.sessions() as s, s.begin():

@@ -176,7 +176,8 @@ def call(door: Door, channel: grpc.Channel) -> grpc.StatusCode:
 def channel_as(address: str, service: str, files: TlsFiles | None, trust: bytes) -> grpc.Channel:
     key, chain = (files.key.read_bytes(), files.cert.read_bytes()) if files else (None, None)
     creds = grpc.ssl_channel_credentials(root_certificates=trust, private_key=key, certificate_chain=chain)
-    name = Transport("local", None).server_name(server_role(service))
+    role = server_role(service)
+    name = Transport("local", None).server_name(role, MACHINE_ID if role is Role.MACHINE else None)
     return grpc.secure_channel(address, creds, options=[("grpc.ssl_target_name_override", name)])
 
 

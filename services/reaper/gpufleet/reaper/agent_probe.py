@@ -32,8 +32,9 @@ class StartupProbe:
 
 
 class AgentProber(Protocol):
-    def probe(self, address: str) -> StartupProbe | None:
-        """The agent's answer, or None when it cannot be reached or answer in time."""
+    def probe(self, machine_id: str, address: str) -> StartupProbe | None:
+        """The answer of the machine's agent at ``address`` (only that machine may answer),
+        or None when it cannot be reached or answer in time."""
         ...
 
 
@@ -44,9 +45,9 @@ class GrpcAgentProber:
         self.transport = transport
         self.timeout_s = timeout_s
 
-    def probe(self, address: str) -> StartupProbe | None:
+    def probe(self, machine_id: str, address: str) -> StartupProbe | None:
         try:
-            with AgentClient(address, self.transport, timeout_s=self.timeout_s) as client:
+            with AgentClient(machine_id, address, self.transport, timeout_s=self.timeout_s) as client:
                 resp = client.probe()
         except GpufleetError as err:
             log.info("agent %s did not answer its probe: %s", address, err)
@@ -62,16 +63,18 @@ class GrpcAgentProber:
 
 
 def probe_all(
-    prober: AgentProber, addresses: list[str | None], concurrency: int
+    prober: AgentProber, agents: list[tuple[str, str | None]], concurrency: int
 ) -> list[StartupProbe | None]:
-    """Probe every address in parallel (an absent address is an unreachable agent)."""
-    if not addresses:
+    """Probe every (machine id, agent address) in parallel (an absent address is an
+    unreachable agent)."""
+    if not agents:
         return []
 
-    def one(address: str | None) -> StartupProbe | None:
-        return prober.probe(address) if address else None
+    def one(agent: tuple[str, str | None]) -> StartupProbe | None:
+        machine_id, address = agent
+        return prober.probe(machine_id, address) if address else None
 
     with ThreadPoolExecutor(
-        max_workers=min(max(1, concurrency), len(addresses)), thread_name_prefix="probe"
+        max_workers=min(max(1, concurrency), len(agents)), thread_name_prefix="probe"
     ) as pool:
-        return list(pool.map(one, addresses))
+        return list(pool.map(one, agents))

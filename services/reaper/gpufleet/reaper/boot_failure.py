@@ -196,7 +196,7 @@ class BootFailure:
                 decisions.refused(machine.machine_id, gated.reason)
             elif isinstance(gated, CheckStartup):
                 to_check.append(machine)
-        probes = probe_all(self.prober, [m.agent_address for m in to_check], self.concurrency)
+        probes = probe_all(self.prober, [(m.machine_id, m.agent_address) for m in to_check], self.concurrency)
         for machine, probe in zip(to_check, probes, strict=True):
             self.apply(now, machine, decide(now, machine, probe, self.policy), decisions)
 

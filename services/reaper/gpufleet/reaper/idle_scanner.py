@@ -129,8 +129,9 @@ def decide(
 
 
 class AgentSampler(Protocol):
-    def sample(self, address: str) -> UtilisationSample | None:
-        """A live sample, or None when the agent cannot be reached or answer in time."""
+    def sample(self, machine_id: str, address: str) -> UtilisationSample | None:
+        """A live sample of the machine's agent at ``address`` (only that machine may
+        answer), or None when the agent cannot be reached or answer in time."""
         ...
 
 
@@ -143,11 +144,13 @@ class GrpcAgentSampler:
         self.window = window
         self.timeout_s = timeout_s
         # One channel per agent, reused pass after pass.
-        self.clients = AgentClients(lambda address: AgentClient(address, transport, timeout_s=timeout_s))
+        self.clients = AgentClients(
+            lambda machine_id, address: AgentClient(machine_id, address, transport, timeout_s=timeout_s)
+        )
 
-    def sample(self, address: str) -> UtilisationSample | None:
+    def sample(self, machine_id: str, address: str) -> UtilisationSample | None:
         try:
-            resp = self.clients.get(address).sample(self.window)
+            resp = self.clients.get(machine_id, address).sample(self.window)
         except GpufleetError as err:
             log.info("agent %s gave no sample: %s", address, err)
             return None
@@ -236,7 +239,7 @@ class IdleScanner:
             if busy:  # its last sample has not come back: unreachable again this pass
                 decisions.acted(m.machine_id, "sample_still_running")
                 continue
-            future = self._pool.submit(self.sampler.sample, m.agent_address or "")
+            future = self._pool.submit(self.sampler.sample, m.machine_id, m.agent_address or "")
             future.add_done_callback(functools.partial(self._returned, m.machine_id))
             futures[m.machine_id] = future
         wait(list(futures.values()), timeout=self.pass_deadline_s)

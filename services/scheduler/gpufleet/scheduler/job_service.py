@@ -113,7 +113,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         self._event_binds = self._sqlite.processors(_EVENTS) if self._sqlite else {}
         self.hub = EventHub(sessions, WATCH_POLL_S)
         # CancelJob's word to the agents: reused channels, on threads of their own.
-        self._agents = AgentClients(lambda address: AgentClient(address, transport))
+        self._agents = AgentClients(lambda machine_id, address: AgentClient(machine_id, address, transport))
         self._notify = ThreadPoolExecutor(4, thread_name_prefix="cancel-notify")
         # GetJobLog asks the machine's agent: on threads of its own, so a flood of log reads
         # (or a machine slow to answer) queues here and never holds an API thread.
@@ -321,7 +321,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         job_id = validation.job_id(request.job_id)
         if len(request.reason) > 1024:
             raise InvalidArgument("at most 1024 characters", field="reason")
-        to_cancel: list[tuple[str, str]] = []
+        to_cancel: list[tuple[str, str, str]] = []
         with self.sessions() as session, session.begin():
             job = session.get(models.Job, job_id)
             if job is None:
@@ -344,19 +344,19 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                 # A cancelled attempt is charged for the GPU time it held until now.
                 end_attempt(session, attempt, AttemptState.CANCELLED, now, charged=True, on_machine=True)
                 if machine.agent_address:
-                    to_cancel.append((machine.agent_address, attempt.id))
+                    to_cancel.append((machine.id, machine.agent_address, attempt.id))
             job.cancel_requested = True
             set_job_state(session, job, JobState.CANCELLED, now, message)
         # After commit: tell the machines, off the API's threads (best effort; the next
         # heartbeat repeats it), so a hung agent holds no API thread for its deadline.
-        for address, attempt_id in to_cancel:
-            self._notify.submit(self._tell_agent, address, attempt_id)
+        for machine_id, address, attempt_id in to_cancel:
+            self._notify.submit(self._tell_agent, machine_id, address, attempt_id)
         with self.sessions() as session:
             return self._render(session, job_id)
 
-    def _tell_agent(self, address: str, attempt_id: str) -> None:
+    def _tell_agent(self, machine_id: str, address: str, attempt_id: str) -> None:
         try:
-            self._agents.get(address).cancel_job(attempt_id, "job cancelled")
+            self._agents.get(machine_id, address).cancel_job(attempt_id, "job cancelled")
         except GpufleetError as exc:
             log.warning(
                 "cancel of attempt %s on %s not delivered (%s); the worker's next heartbeat will be told",
@@ -399,6 +399,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             machine = session.get_one(models.Machine, attempt.machine_id)
             ended = attempt.state not in LIVE_ATTEMPT_STATES
             attempt_id, state, address = attempt.id, machine.state, machine.agent_address
+            machine_id = machine.id
         if state == "DESTROYED":
             raise FailedPrecondition(
                 "the machine that ran it is destroyed, and its log with it", field="attempt_id"
@@ -408,7 +409,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                 f"its machine is {state.lower()}: the log is kept on its disk, readable while it runs",
                 field="attempt_id",
             )
-        part = self._agents.get(address).read_job_log(attempt_id, request.offset, size)
+        part = self._agents.get(machine_id, address).read_job_log(attempt_id, request.offset, size)
         return job_service_pb2.GetJobLogResponse(
             attempt_id=attempt_id,
             data=part.data,

@@ -139,7 +139,7 @@ def build(settings: Settings) -> TimerService:
         lease,
         provisioner,
         settings,
-        agent_factory=lambda address: AgentClient(address, transport),
+        agent_factory=lambda machine_id, address: AgentClient(machine_id, address, transport),
         served=served,
     )
     # Its own client with a short deadline: reading the offerings is quick, and the ticker

@@ -11,6 +11,7 @@ from cryptography import x509
 from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.peer import identity_from_auth_context
 from gpufleet.common.trust.pki import Authority, MachineIssuer, TlsFiles, issue_with, machine_ca_subject
+from gpufleet.common.trust.transport import Transport
 
 
 def auth_of(files: TlsFiles) -> dict[str, list[bytes]]:
@@ -44,7 +45,9 @@ def test_a_part_is_read_back_as_the_identity_it_was_issued(tmp_path: Path, who: 
     assert stat.S_IMODE(files.key.stat().st_mode) == 0o600
     cert = x509.load_pem_x509_certificate(files.cert.read_bytes())
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert identity.server_name in names.get_values_for_type(x509.DNSName)
+    # Its own name and no other: in particular no name every machine shares, so a caller
+    # that dials one machine cannot be answered by another.
+    assert names.get_values_for_type(x509.DNSName) == [identity.server_name, "localhost"]
 
 
 def test_a_machine_signed_by_the_root_is_no_machine(tmp_path: Path) -> None:
@@ -96,3 +99,11 @@ def test_no_certificate_is_no_identity() -> None:
 )
 def test_uris_that_name_no_identity(uri: str) -> None:
     assert Identity.parse_uri(uri) is None
+
+
+def test_an_agent_is_dialled_as_one_machine(tmp_path: Path) -> None:
+    authority = Authority.ensure(tmp_path / "tls", "dep")
+    transport = Transport("dep", authority.ensure_part(Identity(Role.SCHEDULER, "dep")))
+    assert transport.server_name(Role.MACHINE, "m-3") == "m-3.machine.gpufleet.dep"
+    with pytest.raises(ValueError, match="machine_id"):
+        transport.server_name(Role.MACHINE)

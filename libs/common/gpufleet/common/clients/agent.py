@@ -15,14 +15,20 @@ from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 
 
 class AgentClient:
-    """Short deadlines: an agent that does not answer quickly counts as unreachable."""
+    """The agent of one machine. Short deadlines: an agent that does not answer quickly
+    counts as unreachable.
 
-    def __init__(self, address: str, transport: Transport, timeout_s: float = 5.0) -> None:
+    Only that machine can answer: the channel checks that the serving certificate names
+    ``machine_id`` (``<id>.machine.gpufleet.<deployment>``), not merely some machine of the
+    deployment. A cloud hands a destroyed machine's address to the next instance it starts;
+    without the check, a probe of the old machine answered by the new one would keep the
+    old one looking alive, and a job dispatched to it would run where no record says."""
+
+    def __init__(self, machine_id: str, address: str, transport: Transport, timeout_s: float = 5.0) -> None:
+        self.machine_id = machine_id
         self.address = address
         self.timeout_s = timeout_s
-        # Any machine of this deployment may answer at an address: the callers here know
-        # the address, and a machine's id is checked on the calls it makes itself.
-        self._channel = grpcclient.open_channel(address, transport, Role.MACHINE)
+        self._channel = grpcclient.open_channel(address, transport, Role.MACHINE, machine_id)
         self._stub = agent_service_pb2_grpc.AgentServiceStub(self._channel)
 
     def close(self) -> None:
@@ -87,29 +93,25 @@ class AgentClient:
 
 
 class AgentClients:
-    """One client — one channel — per agent address, reused across calls.
+    """One client — one channel — per machine at its address, reused across calls.
 
     Opening a channel per call cost 2.2 times a reused one, and a fleet tick dispatching
     thousands of jobs would open thousands. gRPC channels reconnect by themselves, so a
-    client is kept until :meth:`close` (or :meth:`forget` for a machine that is gone)."""
+    client is kept until :meth:`close`. Keyed by machine and address together: a machine
+    that moved gets a new channel, and an address another machine took over is dialled as
+    that machine's (its certificate decides who answers)."""
 
-    def __init__(self, factory: Callable[[str], AgentClient]) -> None:
+    def __init__(self, factory: Callable[[str, str], AgentClient]) -> None:
         self._factory = factory
-        self._clients: dict[str, AgentClient] = {}
+        self._clients: dict[tuple[str, str], AgentClient] = {}
         self._lock = threading.Lock()
 
-    def get(self, address: str) -> AgentClient:
+    def get(self, machine_id: str, address: str) -> AgentClient:
         with self._lock:
-            client = self._clients.get(address)
+            client = self._clients.get((machine_id, address))
             if client is None:
-                client = self._clients[address] = self._factory(address)
+                client = self._clients[(machine_id, address)] = self._factory(machine_id, address)
             return client
-
-    def forget(self, address: str) -> None:
-        with self._lock:
-            client = self._clients.pop(address, None)
-        if client is not None:
-            client.close()
 
     def close(self) -> None:
         with self._lock:

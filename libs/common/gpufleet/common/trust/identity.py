@@ -34,10 +34,6 @@ class Role(enum.StrEnum):
 SERVICE_ROLES = frozenset(r for r in Role if r is not Role.MACHINE)
 
 
-def any_machine_name(deployment: str) -> str:
-    return f"machine.gpufleet.{deployment}"
-
-
 @dataclass(frozen=True)
 class Identity:
     role: Role
@@ -68,11 +64,9 @@ class Identity:
 
     @property
     def server_names(self) -> list[str]:
-        """Every DNS name this part's certificate carries: its own, and for a machine also
-        the name any machine of the deployment answers to (for a caller that knows the
-        address but not yet which machine is there)."""
-        if self.role is Role.MACHINE:
-            return [self.server_name, any_machine_name(self.deployment)]
+        """Every DNS name this part's certificate carries: its own only. A machine's names
+        its machine, and no name is shared by every machine: a caller dials one machine and
+        only that one may answer."""
         return [self.server_name]
 
     def __str__(self) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpc
 
-from gpufleet.common.trust.identity import Identity, Role, any_machine_name
+from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.pki import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,8 @@ class Transport:
         return grpc.secure_channel(address, self._channel_credentials, options=opts)
 
     def server_name(self, role: Role, machine_id: str | None = None) -> str:
-        """The name the server of ``role`` must prove; for a machine whose id the caller
-        does not know, the name every machine of this deployment carries."""
+        """The name the server of ``role`` must prove; a machine's agent proves its own
+        machine's (the caller names which machine it means to reach)."""
         if role is Role.MACHINE and machine_id is None:
-            return any_machine_name(self.deployment)
+            raise ValueError("an agent is dialled as one machine: name its machine_id")
         return Identity(role, self.deployment, machine_id).server_name

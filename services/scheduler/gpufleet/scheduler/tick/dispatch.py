@@ -287,7 +287,7 @@ class DispatchController:
             self._failed(d, f"tokens not minted: {exc}")
             return
         try:
-            self.agents.get(d.address).start_job(request)
+            self.agents.get(d.machine_id, d.address).start_job(request)
         except GpufleetError as exc:
             self._failed(d, f"agent refused the job: {exc}")
             return
@@ -352,7 +352,8 @@ class DispatchController:
             )
         for attempt_id in gone:
             self.outcomes.add("dispatch_after_take_back")
-            self.cancel(by_id[attempt_id].address, attempt_id, "attempt taken back before it started")
+            gone_d = by_id[attempt_id]
+            self.cancel(gone_d.machine_id, gone_d.address, attempt_id, "attempt taken back before it started")
         for _ in batch:
             self.outcomes.add("dispatched")
 
@@ -414,13 +415,13 @@ class DispatchController:
         deadline = now - timedelta(seconds=self.settings.dispatch_deadline_s)
         with self.sessions() as session:
             overdue = session.execute(
-                select(models.Attempt.id, models.Machine.agent_address)
+                select(models.Attempt.id, models.Machine.id, models.Machine.agent_address)
                 .join(models.Machine, models.Machine.id == models.Attempt.machine_id)
                 .where(
                     models.Attempt.state == AttemptState.STARTING.value, models.Attempt.started_at < deadline
                 )
             ).all()
-        for attempt_id, address in overdue:
+        for attempt_id, machine_id, address in overdue:
             why = f"not started within the dispatch deadline ({self.settings.dispatch_deadline_s:g} s)"
             with self.sessions() as session, session.begin():
                 epoch = self.lease.fence(session)
@@ -429,7 +430,7 @@ class DispatchController:
                 report.actions["dispatch_taken_back"] += 1
                 log.warning("attempt %s taken back: %s", attempt_id, why)
                 if address:
-                    self.cancel(address, attempt_id, why)
+                    self.cancel(machine_id, address, attempt_id, why)
 
     def adopt(self, now: datetime, report: TickReport) -> None:
         """Re-dispatch attempts committed STARTING that no worker here is dispatching (a
@@ -483,13 +484,13 @@ class DispatchController:
             if self._submit(d):
                 report.actions["dispatch_adopted"] += 1
 
-    def cancel(self, address: str, attempt_id: str, reason: str) -> None:
+    def cancel(self, machine_id: str, address: str, attempt_id: str, reason: str) -> None:
         """Tell the agent to stop an attempt, from the pool: a frozen agent costs only its
         own call. Not delivered: the worker's next heartbeat repeats it."""
 
         def call() -> None:
             try:
-                self.agents.get(address).cancel_job(attempt_id, reason)
+                self.agents.get(machine_id, address).cancel_job(attempt_id, reason)
             except GpufleetError as exc:
                 log.warning(
                     "cancel of %s on %s not delivered (%s); the next heartbeat repeats it",

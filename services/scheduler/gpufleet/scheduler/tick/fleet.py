@@ -51,14 +51,14 @@ class FleetTick:
         lease: LeaderLease,
         provisioner: ProvisionerClient,
         settings: Settings,
-        agent_factory: Callable[[str], AgentClient] | None = None,
+        agent_factory: Callable[[str, str], AgentClient] | None = None,
         served: ServedOfferings | None = None,
     ) -> None:
         if agent_factory is None:
             transport = settings.transport("scheduler")
 
-            def agent_factory(address: str) -> AgentClient:
-                return AgentClient(address, transport)
+            def agent_factory(machine_id: str, address: str) -> AgentClient:
+                return AgentClient(machine_id, address, transport)
 
         self.sessions = sessions
         self.served = served or ServedOfferings()

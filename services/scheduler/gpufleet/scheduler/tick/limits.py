@@ -54,23 +54,24 @@ class LimitsController:
             if later:
                 report.refusals[f"{what}_next_tick"] += len(later)
             for i in range(0, len(now_ids), BATCH):
-                cancels: list[tuple[str, str]] = []
+                cancels: list[tuple[str, str, str]] = []
                 with self.sessions() as session, session.begin():
                     self.lease.fence(session)
                     for attempt_id in now_ids[i : i + BATCH]:
-                        address = end(session, attempt_id, now)
-                        if address is not None:
+                        ended = end(session, attempt_id, now)
+                        if ended is not None:
                             report.actions[what] += 1
+                            machine_id, address = ended
                             if address:
-                                cancels.append((address, attempt_id))
-                for address, attempt_id in cancels:
+                                cancels.append((machine_id, address, attempt_id))
+                for machine_id, address, attempt_id in cancels:
                     # The job runs again elsewhere, or is over: the first process must not
                     # keep running on an agent that is still reachable.
-                    self.dispatch.cancel(address, attempt_id, what.replace("_", " "))
+                    self.dispatch.cancel(machine_id, address, attempt_id, what.replace("_", " "))
 
-    def _expire_lease(self, session: Session, attempt_id: str, now: datetime) -> str | None:
-        """End one attempt LOST; its machine's agent address ("" if none), or None when it
-        was not due after all."""
+    def _expire_lease(self, session: Session, attempt_id: str, now: datetime) -> tuple[str, str] | None:
+        """End one attempt LOST; its machine's id and agent address ("" if none), or None
+        when it was not due after all."""
         attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
         if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES or attempt.lease_expires_at >= now:
             return None
@@ -102,9 +103,9 @@ class LimitsController:
         log.warning(
             "attempt %s lost: lease expired", attempt_id, extra={"fields": {"attempt_id": attempt_id}}
         )
-        return machine.agent_address or ""
+        return machine.id, machine.agent_address or ""
 
-    def _time_out(self, session: Session, attempt_id: str, now: datetime) -> str | None:
+    def _time_out(self, session: Session, attempt_id: str, now: datetime) -> tuple[str, str] | None:
         attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
         if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES:
             return None
@@ -130,4 +131,4 @@ class LimitsController:
             details="past its kind's time limit",
         )
         set_job_state(session, job, JobState.TIMED_OUT, now, "stopped: past its kind's time limit")
-        return machine.agent_address or ""
+        return machine.id, machine.agent_address or ""
