@@ -164,7 +164,8 @@ def test_each_service_gets_the_environment_it_reads(compose: dict[str, Any], nam
     env = environment(compose["services"][name])
     assert env["GPUFLEET_LISTEN_ADDRESS"] == f"0.0.0.0:{DEFAULT_PORTS[name]}"
     assert env["GPUFLEET_DEPLOYMENT_ID"]
-    assert env["GPUFLEET_OTLP_ENDPOINT"] == "http://otel-collector:4317"
+    assert env["GPUFLEET_OTLP_ENDPOINT"] == "https://otel-collector:4317"
+    assert env.get("GPUFLEET_OTLP_TRUST", "deployment") == "deployment"
     assert ("GPUFLEET_DATABASE_URL" in env) is (name in STORE_SERVICES)
     if name in STORE_SERVICES:
         assert env["GPUFLEET_PROVISIONER_ADDRESS"] == "provisioner:50053"
@@ -299,7 +300,23 @@ def test_the_collector_config_is_consistent_with_the_compose_file(
         (k, s, t.removesuffix(":ro")) for k, s, t in mounts(collector)
     ]
     # Services export to the collector's OTLP gRPC receiver; traces leave for Jaeger.
-    assert collector_config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].endswith(":4317")
+    grpc_receiver = collector_config["receivers"]["otlp"]["protocols"]["grpc"]
+    assert grpc_receiver["endpoint"].endswith(":4317")
+    # Mutual TLS with the collector's own folder of the tls volume, which the certs step makes.
+    assert list(collector_config["receivers"]["otlp"]["protocols"]) == ["grpc"]
+    folder = "/etc/otelcol-contrib/tls"
+    assert grpc_receiver["tls"] == {
+        "cert_file": f"{folder}/tls.crt",
+        "key_file": f"{folder}/tls.key",
+        "client_ca_file": f"{folder}/ca.crt",
+    }
+    tls_mounts = [v for v in collector["volumes"] if isinstance(v, dict) and v.get("source") == "tls"]
+    assert [(m["target"], m["volume"]["subpath"], m["read_only"]) for m in tls_mounts] == [
+        (folder, "collector", True)
+    ]
+    (parts,) = [a for a in compose["services"]["certs"]["command"] if a.startswith("--parts=")]
+    assert "collector" in parts.removeprefix("--parts=").split(",")
+    assert collector["depends_on"]["certs"]["condition"] == "service_completed_successfully"
     assert collector_config["exporters"]["otlp/jaeger"]["endpoint"] == "jaeger:4317"
     assert compose["services"]["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
     assert listen_port(compose["services"]["jaeger"]) is None

@@ -1,72 +1,31 @@
-"""Traces and metrics leave a real service process over OTLP: an in-test OTLP collector on
-loopback receives each watchdog tick's span (with one event per decision naming the gate)
-and the refusal/action counters."""
+"""Traces and metrics leave a real service process over OTLP, with mutual TLS: an in-test
+collector on loopback, proving the deployment's collector identity, receives each watchdog
+tick's span (with one event per decision naming the gate) and the refusal/action counters,
+from the reaper's own certificate."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from datetime import UTC, datetime
 from pathlib import Path
 
-import grpc
 import pytest
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from gpufleet.common.clock import FileClock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from tests.support import tls
 from tests.support.fleet_rows import add_machine
+from tests.support.otlp_collector import Collector, serve_collector
 from tests.support.procs import start_service
 from tests.support.scripted_services import serve_provisioner
 
 
-class Collector(trace_service_pb2_grpc.TraceServiceServicer, metrics_service_pb2_grpc.MetricsServiceServicer):
-    """Records what arrives, as an OpenTelemetry collector would receive it."""
-
-    def __init__(self) -> None:
-        self.spans: list[tuple[str, str, list[str]]] = []  # (service.name, span name, event names)
-        self.metrics: set[str] = set()
-        self.lock = threading.Lock()
-
-    def Export(self, request, context):  # type: ignore[no-untyped-def]
-        with self.lock:
-            if isinstance(request, trace_service_pb2.ExportTraceServiceRequest):
-                for rs in request.resource_spans:
-                    service = next(
-                        (a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), ""
-                    )
-                    for ss in rs.scope_spans:
-                        for span in ss.spans:
-                            events = [
-                                e.name
-                                + ":"
-                                + next(
-                                    (a.value.string_value for a in e.attributes if a.key == "gpufleet.gate"),
-                                    "",
-                                )
-                                for e in span.events
-                            ]
-                            self.spans.append((service, span.name, events))
-                return trace_service_pb2.ExportTraceServiceResponse()
-            for rm in request.resource_metrics:
-                for sm in rm.scope_metrics:
-                    self.metrics.update(m.name for m in sm.metrics)
-            return metrics_service_pb2.ExportMetricsServiceResponse()
-
-
 @pytest.fixture
 def collector() -> Iterator[tuple[Collector, int]]:
-    sink = Collector()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, server)
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(sink, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield sink, port
-    server.stop(0)
+    """The deployment's collector: mutual TLS, proving the collector identity."""
+    with serve_collector(tls.transport("collector")) as served:
+        yield served
 
 
 def test_watchdog_ticks_export_spans_and_metrics(
@@ -118,3 +77,4 @@ def test_watchdog_ticks_export_spans_and_metrics(
     assert all(service == "gpufleet-reaper" for service, _, _ in sink.spans)
     assert refused, f"no auto_stop span with a NOT_OURS decision event: {sink.spans[:5]}"
     assert "gpufleet.reaper.refusals" in metric_names
+    assert sink.senders == {"reaper"}, "every export came with the reaper's certificate"

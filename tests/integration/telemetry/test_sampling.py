@@ -14,7 +14,7 @@ import pytest
 PROBE = """
 import logging
 from gpufleet.common import telemetry
-telemetry.configure("probe", otlp_endpoint=ENDPOINT)
+telemetry.configure("probe", otlp=None if ENDPOINT is None else telemetry.OtlpTarget(ENDPOINT, None))
 with telemetry.tracer("probe").start_as_current_span("work") as span:
     logging.getLogger("probe").warning("inside")
     print(span.is_recording(), flush=True)

@@ -12,6 +12,7 @@ import sys
 from datetime import timedelta
 from typing import Literal
 
+import grpc
 from pydantic import Field
 from pydantic_settings import (
     BaseSettings,
@@ -20,9 +21,11 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gpufleet.common import telemetry
 from gpufleet.common.clock import Clock, clock_from_spec
 from gpufleet.common.outcome_policy import OutcomePolicy
-from gpufleet.common.telemetry import mark_insecure
+from gpufleet.common.telemetry import OtlpTarget, mark_insecure
+from gpufleet.common.trust.identity import Role
 from gpufleet.common.trust.transport import Transport, TransportNotConfigured
 
 
@@ -38,6 +41,12 @@ class BaseServiceSettings(BaseSettings):
     clock_origin: float | None = None
     clock_file: str | None = None
     otlp_endpoint: str | None = None
+    # How the export to the collector is secured: "deployment" — mutual TLS, the collector
+    # proving the deployment's collector identity (its certificate from the same CA);
+    # "system" — TLS to a hosted collector with a public certificate (the system's roots);
+    # "plaintext" — neither, said at start-up. A process running GPUFLEET_INSECURE exports
+    # in plaintext whatever this says.
+    otlp_trust: Literal["deployment", "system", "plaintext"] = "deployment"
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
     # Every client call carries a deadline (seconds of real time).
@@ -87,6 +96,36 @@ class BaseServiceSettings(BaseSettings):
         except TransportNotConfigured as exc:
             print(f"gpufleet-{who}: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
+
+    def otlp_target(self, transport: Transport) -> OtlpTarget | None:
+        """Where this process's traces and metrics go, and how (``otlp_trust``)."""
+        if not self.otlp_endpoint:
+            return None
+        if transport.insecure:  # every line already says the process is insecure
+            return OtlpTarget(self.otlp_endpoint, None)
+        if self.otlp_trust == "deployment":
+            return OtlpTarget(
+                self.otlp_endpoint, transport.channel_credentials(), transport.server_name(Role.COLLECTOR)
+            )
+        if self.otlp_trust == "system":
+            return OtlpTarget(self.otlp_endpoint, grpc.ssl_channel_credentials())
+        return OtlpTarget(
+            self.otlp_endpoint,
+            None,
+            plaintext_warning="traces and metrics leave in PLAINTEXT to "
+            f"{self.otlp_endpoint} (GPUFLEET_OTLP_TRUST=plaintext)",
+        )
+
+    def start_process(self, service: str, who: str | None = None) -> Transport:
+        """A process's first step in ``main()``: its transport (or exit 2 with what to set,
+        :meth:`require_transport`), then logging and telemetry, whose export to the collector
+        goes over that transport's credentials. ``service`` names the process in logs and
+        traces; ``who`` the part in messages, when it differs."""
+        transport = self.require_transport(who or service)
+        telemetry.configure(
+            service, otlp=self.otlp_target(transport), level=self.log_level, log_format=self.log_format
+        )
+        return transport
 
     def make_clock(self) -> Clock:
         return clock_from_spec(self.clock, self.clock_speed, self.clock_origin, self.clock_file)

@@ -2,7 +2,9 @@
 
 Logs are JSON lines carrying the current trace id, so a log line can be found from a
 trace and the reverse. Traces export over OTLP when ``GPUFLEET_OTLP_ENDPOINT`` is set;
-otherwise spans are still created (tests read them) but go nowhere.
+otherwise spans are still created (tests read them) but go nowhere. The export is a
+connection like any other: by default mutual TLS to a collector that proves the
+deployment's ``collector`` identity (:class:`OtlpTarget`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
+import grpc
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -27,15 +32,47 @@ _insecure = False
 
 
 def mark_insecure() -> None:
-    """Said once, on every line after (a process may build its transport more than once)."""
+    """Said once, on every line after (a process may build its transport more than once).
+    Marked before logging is configured (a ``main()`` builds its transport first), it is
+    said as the first line once it is."""
     global _insecure
     if _insecure:
         return
     _insecure = True
+    if _configured:
+        _say_insecure()
+
+
+def _say_insecure() -> None:
     logging.getLogger(__name__).warning(
         "running INSECURE: plaintext gRPC, no caller is authenticated or authorized "
         "(GPUFLEET_INSECURE is for local development only)"
     )
+
+
+@dataclass(frozen=True)
+class OtlpTarget:
+    """Where traces and metrics go, and how the connection is secured: ``credentials``
+    None is plaintext; ``server_name``, when set, is the name the collector's certificate
+    must carry (the deployment's ``collector`` identity), whatever address was dialled."""
+
+    endpoint: str
+    credentials: grpc.ChannelCredentials | None
+    server_name: str | None = None
+    # Why it is plaintext, said once at start-up (None when it is not, or the whole process
+    # runs insecure and says so on every line).
+    plaintext_warning: str | None = None
+
+    def exporter_args(self) -> dict[str, Any]:
+        if self.credentials is None:
+            return {"endpoint": self.endpoint, "insecure": True}
+        options = (("grpc.ssl_target_name_override", self.server_name),) if self.server_name else None
+        return {
+            "endpoint": self.endpoint,
+            "insecure": False,
+            "credentials": self.credentials,
+            "channel_options": options,
+        }
 
 
 class JsonFormatter(logging.Formatter):
@@ -69,7 +106,7 @@ class _TextFormatter(logging.Formatter):
 
 
 def configure(
-    service: str, *, otlp_endpoint: str | None = None, level: str = "INFO", log_format: str = "json"
+    service: str, *, otlp: OtlpTarget | None = None, level: str = "INFO", log_format: str = "json"
 ) -> None:
     """Configure logging and the tracer provider once per process."""
     global _configured
@@ -84,24 +121,24 @@ def configure(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    if _insecure:
+        _say_insecure()
+    if otlp is not None and otlp.plaintext_warning:
+        logging.getLogger(__name__).warning("%s", otlp.plaintext_warning)
     resource = Resource.create({"service.name": f"gpufleet-{service}"})
     # With nowhere to send them, spans are not recorded (they still get ids, which the
     # logs carry): recording them cost about a sixth of a SubmitJob's CPU for nothing.
     # OTEL_TRACES_SAMPLER, when set, decides as the OpenTelemetry SDK documents.
-    sampler = None if otlp_endpoint or os.environ.get("OTEL_TRACES_SAMPLER") else ALWAYS_OFF
+    sampler = None if otlp is not None or os.environ.get("OTEL_TRACES_SAMPLER") else ALWAYS_OFF
     provider = TracerProvider(resource=resource, sampler=sampler)
     readers: list[PeriodicExportingMetricReader] = []
-    if otlp_endpoint:
+    if otlp is not None:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-        provider.add_span_processor(
-            BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_endpoint, insecure=True))
-        )
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(**otlp.exporter_args())))
         # Refusals by gate, actions by net, provider calls: exported beside the traces.
-        readers.append(
-            PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=otlp_endpoint, insecure=True))
-        )
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(**otlp.exporter_args())))
     trace.set_tracer_provider(provider)
     metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
 

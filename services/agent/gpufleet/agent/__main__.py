@@ -24,7 +24,6 @@ from gpufleet.agent.settings import AGENT_VERSION, Settings
 from gpufleet.agent.statedir import StateDir, atomic_write_text
 from gpufleet.agent.supervisor import WorkerSupervisor
 from gpufleet.agent.walls.setup import UNWALLED_WARNING, WallsUnavailable, prepare_walls
-from gpufleet.common import telemetry
 from gpufleet.common.grpcserver import ServiceBinding, create_server, run_until_signalled
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 
@@ -53,13 +52,7 @@ def _prepare_walls(settings: Settings, state: StateDir) -> None:
 def main() -> int:
     settings = Settings()
     settings.pin_clock_origin()
-    telemetry.configure(
-        "agent",
-        otlp_endpoint=settings.otlp_endpoint,
-        level=settings.log_level,
-        log_format=settings.log_format,
-    )
-    transport = settings.require_transport("agent")
+    transport = settings.start_process("agent")
     state = StateDir(settings.agent_state_dir).ensure()
     # A previous daemon's files must not be mistaken for this one being ready.
     state.agent_port.unlink(missing_ok=True)

@@ -42,7 +42,6 @@ from gpufleet.agent.statedir import (
     read_pid,
 )
 from gpufleet.agent.walls.setup import WallsUnavailable, build_launcher
-from gpufleet.common import telemetry
 from gpufleet.common.clock import Clock
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.signals import stop_on_signals
@@ -277,12 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.state_dir is not None:
         settings.agent_state_dir = args.state_dir.absolute()
     settings.pin_clock_origin()
-    telemetry.configure(
-        "agent-worker",
-        otlp_endpoint=settings.otlp_endpoint,
-        level=settings.log_level,
-        log_format=settings.log_format,
-    )
+    transport = settings.start_process("agent-worker", "worker")
     state = StateDir(settings.agent_state_dir).ensure()
     lock = take_worker_lock(state)
     if lock is None:
@@ -290,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     atomic_write_text(state.worker_pid, f"{os.getpid()}\n")
     reports = GrpcSchedulerReports(
-        settings.scheduler_address, settings.machine_id, settings.rpc_timeout_s, settings.transport("worker")
+        settings.scheduler_address, settings.machine_id, settings.rpc_timeout_s, transport
     )
     worker = Worker(
         state,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from gpufleet.common import telemetry
 from gpufleet.common.catalog import load_catalog
 from gpufleet.common.grpcserver import ServiceBinding, announce_port, create_server, run_until_signalled
 from gpufleet.provisioner.drivers.factory import build_drivers
@@ -22,13 +21,7 @@ log = logging.getLogger("gpufleet.provisioner")
 
 def main() -> None:
     settings = Settings()
-    telemetry.configure(
-        "provisioner",
-        otlp_endpoint=settings.otlp_endpoint,
-        level=settings.log_level,
-        log_format=settings.log_format,
-    )
-    transport = settings.require_transport("provisioner")
+    transport = settings.start_process("provisioner")
     clock = settings.make_clock()
     servicer = ProvisionerService(build_drivers(settings, clock), load_catalog(settings.catalog_file))
     server = create_server(

@@ -14,7 +14,6 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common import telemetry
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
@@ -158,11 +157,5 @@ def build(
 
 def main() -> int:
     settings = Settings()
-    telemetry.configure(
-        SERVICE,
-        otlp_endpoint=settings.otlp_endpoint,
-        level=settings.log_level,
-        log_format=settings.log_format,
-    )
-    settings.require_transport(SERVICE)
+    settings.start_process(SERVICE)
     return serve(build(settings), settings.port_file)

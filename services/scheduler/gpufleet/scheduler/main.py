@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common import telemetry
 from gpufleet.common.catalog import load_catalog
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.clients.provisioner import ProvisionerClient
@@ -227,13 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     settings = Settings(api_only=API_ONLY_FLAG in args)
-    telemetry.configure(
-        SERVICE,
-        otlp_endpoint=settings.otlp_endpoint,
-        level=settings.log_level,
-        log_format=settings.log_format,
-    )
-    settings.require_transport(SERVICE)
+    settings.start_process(SERVICE)
     if settings.api_only:
         return serve_api_only(settings)
     return serve(build(settings), settings.port_file)

@@ -29,6 +29,9 @@ class Role(enum.StrEnum):
     OPERATOR = "operator"
     # The model gateway and the voice service: they only ask TokenService about a token.
     GATEWAY = "gateway"
+    # The OpenTelemetry collector: it receives every part's traces and metrics and calls
+    # nothing of gpufleet's; its certificate is what an exporter checks before sending.
+    COLLECTOR = "collector"
 
 
 SERVICE_ROLES = frozenset(r for r in Role if r is not Role.MACHINE)

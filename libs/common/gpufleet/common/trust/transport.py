@@ -81,6 +81,14 @@ class Transport:
         ca, cert, key = self.files.read()
         return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        """This process's certificate and the deployment's trust bundle, for a channel a
+        library opens itself (the OTLP exporter); check the server's name with
+        :meth:`server_name` through ``grpc.ssl_target_name_override``."""
+        if self.files is None:
+            raise ValueError("an insecure transport has no credentials")
+        return self._channel_credentials
+
     def add_port(self, server: grpc.Server | grpc.aio.Server, address: str) -> int:
         if self.files is None:
             return server.add_insecure_port(address)
