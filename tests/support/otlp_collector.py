@@ -13,7 +13,7 @@ import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from gpufleet.common.trust.peer import identity_from_auth_context
+from gpufleet.common.trust.peer import identity_of
 from gpufleet.common.trust.transport import Transport
 
 
@@ -27,7 +27,7 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer, metrics_service_pb2
         self.lock = threading.Lock()
 
     def Export(self, request, context):  # type: ignore[no-untyped-def]
-        sender = identity_from_auth_context(context.auth_context())
+        sender = identity_of(context)
         with self.lock:
             self.senders.add(str(sender) if sender is not None else "")
             if isinstance(request, trace_service_pb2.ExportTraceServiceRequest):

@@ -41,18 +41,21 @@ def _spaced(parts: Iterable[bytes]) -> bytes:
     return _BREAK.join(parts)
 
 
+def _either_case(h: int) -> bytes:
+    """One hex digit, lower or upper case."""
+    return b"[" + re.escape(bytes([h])) + re.escape(bytes([h]).upper()) + b"]"
+
+
 def _char(c: int) -> bytes:
     """One character of the token, raw, percent-encoded or JSON-escaped."""
-    hexed = f"{c:02x}".encode()
-    hex_class = b"".join(b"[" + re.escape(bytes([h])) + re.escape(bytes([h]).upper()) + b"]" for h in hexed)
+    hex_class = b"".join(_either_case(h) for h in f"{c:02x}".encode())
     return b"(?:" + re.escape(bytes([c])) + b"|%" + hex_class + rb"|\\u00" + hex_class + b")"
 
 
 def patterns(token: str) -> list[bytes]:
     raw = token.encode()
     found = [_spaced(_char(c) for c in raw)]
-    hexed = raw.hex().encode()
-    found.append(_spaced(b"[" + re.escape(bytes([h])) + re.escape(bytes([h]).upper()) + b"]" for h in hexed))
+    found.append(_spaced(_either_case(h) for h in raw.hex().encode()))
     for core in _b64_cores(raw):
         for variant in (core, core.replace(b"+", b"-").replace(b"/", b"_")):
             found.append(_spaced(re.escape(bytes([c])) for c in variant))

@@ -5,7 +5,7 @@ module reads and writes their rows."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import grpc
 from sqlalchemy import select
@@ -104,26 +104,25 @@ class TokenService(token_service_pb2_grpc.TokenServiceServicer):
                 .where(models.JobToken.token_hash == tokens.digest(token))
                 .with_for_update(of=models.JobToken)
             ).first()
-            row = found[0] if found else None
-            held = (
-                Held(
+            held = None
+            if found is not None:
+                row, attempt_state, cancel_requested = found
+                held = Held(
                     scope=Scope(row.scope),
                     spend_cap_micros=row.spend_cap_micros,
                     spent_micros=row.spent_micros,
                     expires_at=row.expires_at,
-                    attempt_state=str(found[1]),
-                    cancel_requested=bool(found[2]),
+                    attempt_state=str(attempt_state),
+                    cancel_requested=bool(cancel_requested),
                 )
-                if found and row is not None
-                else None
-            )
             verdict = tokens.decide(held, asked, request.spend_micros, now)
-            if verdict.refusal is not None or row is None:
+            if verdict.refusal is not None:
                 # A refusal names no workspace, job or attempt.
-                return _refused(verdict.refusal or Refusal.UNKNOWN, verdict.remaining_micros)
+                return _refused(verdict.refusal, verdict.remaining_micros)
+            assert found is not None  # an unknown token is refused above
             if request.spend_micros:
                 row.spent_micros += request.spend_micros
-            return _answer(row, verdict, row.expires_at)
+            return _answer(row, verdict)
 
 
 def _refused(refusal: Refusal, remaining_micros: int = 0) -> token_service_pb2.CheckTokenResponse:
@@ -132,9 +131,7 @@ def _refused(refusal: Refusal, remaining_micros: int = 0) -> token_service_pb2.C
     )
 
 
-def _answer(
-    row: models.JobToken, verdict: tokens.Verdict, expires_at: datetime
-) -> token_service_pb2.CheckTokenResponse:
+def _answer(row: models.JobToken, verdict: tokens.Verdict) -> token_service_pb2.CheckTokenResponse:
     resp = token_service_pb2.CheckTokenResponse(
         valid=True,
         workspace=row.workspace_id,
@@ -144,5 +141,5 @@ def _answer(
         spend_cap_micros=row.spend_cap_micros,
         remaining_micros=verdict.remaining_micros,
     )
-    resp.expire_time.FromDatetime(expires_at)
+    resp.expire_time.FromDatetime(row.expires_at)
     return resp

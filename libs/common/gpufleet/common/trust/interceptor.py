@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from gpufleet.common import telemetry
+from gpufleet.common.handler_cache import WrappedHandlers
 from gpufleet.common.trust import authz
 from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.peer import identity_from_auth_context
@@ -78,6 +79,7 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
 
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
+        self._wrapped = WrappedHandlers(self._wrap)
 
     def intercept_service(
         self, continuation: Callable[[grpc.HandlerCallDetails], Any], details: grpc.HandlerCallDetails
@@ -85,7 +87,9 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
         handler = continuation(details)
         if handler is None:
             return None
-        method = _method_of(details)
+        return self._wrapped.get(_method_of(details), handler)
+
+    def _wrap(self, method: str, handler: Any) -> Any:
         gate = self.gate
 
         def allowed(context: grpc.ServicerContext) -> None:
@@ -139,7 +143,7 @@ class AioAuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[m
 
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
-        self._wrapped: dict[str, tuple[Any, Any]] = {}
+        self._wrapped = WrappedHandlers(self._wrap)
 
     async def intercept_service(
         self, continuation: Callable[[grpc.HandlerCallDetails], Any], details: grpc.HandlerCallDetails
@@ -147,13 +151,7 @@ class AioAuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[m
         handler = await continuation(details)
         if handler is None:
             return None
-        method = _method_of(details)
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(method, handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+        return self._wrapped.get(_method_of(details), handler)
 
     def _wrap(self, method: str, handler: Any) -> Any:
         gate = self.gate

@@ -75,19 +75,15 @@ class Transport:
         return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
 
     @functools.cached_property
-    def _channel_credentials(self) -> grpc.ChannelCredentials:
-        """Read once: a process opens a channel per agent, and a prober one per probe."""
-        assert self.files is not None
-        ca, cert, key = self.files.read()
-        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-
     def channel_credentials(self) -> grpc.ChannelCredentials:
-        """This process's certificate and the deployment's trust bundle, for a channel a
-        library opens itself (the OTLP exporter); check the server's name with
-        :meth:`server_name` through ``grpc.ssl_target_name_override``."""
+        """This process's certificate and the deployment's trust bundle, read once (a
+        process opens a channel per agent, and a prober one per probe). A channel a library
+        opens itself (the OTLP exporter) checks the server's name with :meth:`server_name`
+        through ``grpc.ssl_target_name_override``, as :meth:`channel` does."""
         if self.files is None:
             raise ValueError("an insecure transport has no credentials")
-        return self._channel_credentials
+        ca, cert, key = self.files.read()
+        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
     def add_port(self, server: grpc.Server | grpc.aio.Server, address: str) -> int:
         if self.files is None:
@@ -103,7 +99,7 @@ class Transport:
         if self.files is None:
             return grpc.insecure_channel(address, options=opts)
         opts.append(("grpc.ssl_target_name_override", server_name))
-        return grpc.secure_channel(address, self._channel_credentials, options=opts)
+        return grpc.secure_channel(address, self.channel_credentials, options=opts)
 
     def server_name(self, role: Role, machine_id: str | None = None) -> str:
         """The name the server of ``role`` must prove; a machine's agent proves its own
