@@ -134,7 +134,7 @@ class Films:
         with self.sessions() as s, s.begin():
             s.execute(update(models.Machine).values(worker_report_at=self.clock.now()))
         report = self.tick.run(self.clock.now())
-        self.tick.calls.wait_idle(10.0)
+        self.tick.settle(10.0)
         return report
 
     def row(self, machine_id: str) -> models.Machine:

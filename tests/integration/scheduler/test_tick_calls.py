@@ -227,8 +227,8 @@ def test_a_create_slower_than_many_ticks_holds_up_nothing_and_a_leader_change_ma
         None,
     )
     wait_for(lambda: fleet.driver.waiting == 1, "the create to reach the slow cloud")
-    tick_a.calls.wait_idle(0.5)  # the dispatches finish; the create does not
-    assert tick_a.calls.in_flight(f"create:{arriving.id}")
+    tick_a.dispatch_calls.wait_idle(5.0)  # the dispatches finish; the create does not
+    assert tick_a.provider_calls.in_flight(f"create:{arriving.id}")
     on_ready = [a for j in queued[:2] for a in fleet.attempts_of(j)]
     assert {a.machine_id for a in on_ready} == {ready}
     assert sorted(good.started) == sorted(a.id for a in on_ready)

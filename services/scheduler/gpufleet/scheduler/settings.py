@@ -43,8 +43,11 @@ class Settings(StoreSettings):
     # folder), and the largest one accepted.
     checkpoint_dir: str = "var/checkpoints"
     checkpoint_max_bytes: int = Field(default=64 << 20, ge=1 << 10, le=1 << 30)
-    # The bounded pool of workers that makes the tick's provider calls and agent dispatches.
-    call_workers: int = Field(default=16, ge=1, le=512)
+    # The tick's two bounded pools of workers: one makes the provider calls (create, start:
+    # 30-60 s each at a cloud), the other the agent calls (StartJob, CancelJob: milliseconds).
+    # Separate, so that no number of slow or hung creates can hold up a dispatch.
+    provider_call_workers: int = Field(default=16, ge=1, le=512)
+    dispatch_workers: int = Field(default=32, ge=1, le=512)
     # A provider call's deadline: longer than any driver's own bounded wait (the gcp driver
     # waits up to 120 s for an insert operation), so a slow create is answered, not cut off.
     provider_call_timeout_s: float = Field(default=300.0, gt=0)

@@ -5,10 +5,12 @@ module reads and writes their rows."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
 
 import grpc
-from sqlalchemy import select
+from sqlalchemy import Table, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.clock import Clock
@@ -38,13 +40,25 @@ _WHY = {
     Refusal.OVER_CAP: "the spend would pass the token's cap",
     Refusal.NOT_RUNNING: "its attempt no longer runs",
 }
+JOB_TOKENS = cast(Table, models.JobToken.__table__)
 # Longest token text looked at: anything longer is refused as malformed unread.
 MAX_TOKEN_CHARS = 256
 
 
+@dataclass(frozen=True)
+class Minted:
+    """One attempt's tokens: the values that travel in its StartJob (once, never kept
+    here) and the rows that hold their hashes."""
+
+    tokens: dict[str, str]
+    rows: list[dict[str, Any]]
+
+
 class TokenMinter:
-    """Mints an attempt's tokens (one per scope) just before its StartJob: their hashes are
-    committed first, so a token exists here before the job can ever present it."""
+    """Mints an attempt's tokens (one per scope). Their hashes are committed before the
+    StartJob that carries them is sent, so a token exists here before the job can ever
+    present it: the assign step inserts :meth:`rows` in its own commit (no transaction per
+    dispatch); a re-dispatch after a leader change commits :meth:`mint` for itself."""
 
     def __init__(
         self, sessions: sessionmaker[Session], clock: Clock, spend_cap_micros: int, expiry_margin_s: float
@@ -54,27 +68,57 @@ class TokenMinter:
         self.spend_cap_micros = spend_cap_micros
         self.margin = timedelta(seconds=expiry_margin_s)
 
-    def mint(self, request: agent_service_pb2.AgentServiceStartJobRequest) -> dict[str, str]:
-        now = self.clock.now()
-        limit = request.time_limit.ToTimedelta() if request.HasField("time_limit") else timedelta(0)
-        expires = now + (limit if limit > timedelta(0) else timedelta(hours=24)) + self.margin
+    def rows(
+        self, *, workspace: str, job_id: str, attempt_id: str, time_limit: timedelta, now: datetime
+    ) -> Minted:
+        """New tokens for one attempt and their rows, written by the caller's transaction.
+        They expire with the attempt's time limit (a day when it has none) plus the margin."""
+        expires = now + (time_limit if time_limit > timedelta(0) else timedelta(hours=24)) + self.margin
         minted = {scope: tokens.mint(scope) for scope in Scope}
-        with self.sessions() as session, session.begin():
-            for scope, token in minted.items():
-                session.add(
-                    models.JobToken(
-                        token_hash=tokens.digest(token),
-                        scope=scope.value,
-                        workspace_id=request.workspace,
-                        job_id=request.job_id,
-                        attempt_id=request.attempt_id,
-                        spend_cap_micros=self.spend_cap_micros,
-                        spent_micros=0,
-                        expires_at=expires,
-                        created_at=now,
-                    )
-                )
-        return {scope.value: token for scope, token in minted.items()}
+        return Minted(
+            tokens={scope.value: token for scope, token in minted.items()},
+            rows=[
+                {
+                    "token_hash": tokens.digest(token),
+                    "scope": scope.value,
+                    "workspace_id": workspace,
+                    "job_id": job_id,
+                    "attempt_id": attempt_id,
+                    "spend_cap_micros": self.spend_cap_micros,
+                    "spent_micros": 0,
+                    "expires_at": expires,
+                    "created_at": now,
+                }
+                for scope, token in minted.items()
+            ],
+        )
+
+    def mint(self, request: agent_service_pb2.AgentServiceStartJobRequest) -> dict[str, str]:
+        """Tokens for the attempt ``request`` starts, committed in a transaction of their own."""
+        return self.mint_many([request])[request.attempt_id]
+
+    def mint_many(
+        self, requests: list[agent_service_pb2.AgentServiceStartJobRequest]
+    ) -> dict[str, dict[str, str]]:
+        """Tokens for each request's attempt (by attempt id), committed in one transaction."""
+        now = self.clock.now()
+        out: dict[str, dict[str, str]] = {}
+        rows: list[dict[str, Any]] = []
+        for request in requests:
+            limit = request.time_limit.ToTimedelta() if request.HasField("time_limit") else timedelta(0)
+            minted = self.rows(
+                workspace=request.workspace,
+                job_id=request.job_id,
+                attempt_id=request.attempt_id,
+                time_limit=limit,
+                now=now,
+            )
+            out[request.attempt_id] = minted.tokens
+            rows.extend(minted.rows)
+        if rows:
+            with self.sessions() as session, session.begin():
+                session.execute(insert(JOB_TOKENS), rows)
+        return out
 
 
 class TokenService(token_service_pb2_grpc.TokenServiceServicer):

@@ -5,12 +5,17 @@ attempts inserted in ``STARTING``, the jobs moved to ``DISPATCHING`` with their 
 the machines' idle timers cleared — a fixed number of statements whatever the number of
 assignments (each checked against the rows read in the same transaction: the job still
 queued, the machine still ready, its slots still free). The agent StartJob calls then run
-in the :class:`~gpufleet.scheduler.tick.calls.CallPool`, each on the machine's reused
-channel; the tick does not wait for them.
+in a :class:`~gpufleet.scheduler.tick.calls.CallPool` of their own — never the pool of the
+provider calls, so any number of slow or hung cloud creates leaves dispatch unaffected —
+each on the machine's reused channel; the tick does not wait for them. The attempt's job
+tokens are minted in the same commit (their hashes inserted beside the attempts), so a
+dispatch is one agent call and nothing else.
 
-An attempt whose StartJob has not succeeded within ``dispatch_deadline_s`` is taken back:
-it ends ``INFRA_ERROR``, uncharged, the job is requeued and the agent is told to cancel
-it. A machine whose agent fails StartJob backs off (doubling) before it is chosen again.
+An attempt whose StartJob was sent and not answered within ``dispatch_deadline_s`` is
+taken back: it ends ``INFRA_ERROR``, uncharged, the job is requeued and the agent is told to
+cancel it. A machine backs off (doubling) only when its agent answered badly or did not
+answer; a StartJob still waiting in this process's own pool is not its agent's fault
+(:mod:`~gpufleet.scheduler.tick.dispatch_failure`).
 """
 
 from __future__ import annotations
@@ -40,10 +45,16 @@ from gpufleet.scheduler.checkpoints import latest_checkpoints
 from gpufleet.scheduler.jobstate import end_attempt
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.calls import CallPool
+from gpufleet.scheduler.tick.dispatch_failure import (
+    BACKS_OFF,
+    DispatchFailure,
+    classify_agent_error,
+    overdue,
+)
 from gpufleet.scheduler.tick.earmarks import clear_for_started_films
 from gpufleet.scheduler.tick.model import Assignment
 from gpufleet.scheduler.tick.scale import Outcomes
-from gpufleet.scheduler.token_service import TokenMinter
+from gpufleet.scheduler.token_service import JOB_TOKENS, TokenMinter
 from gpufleet.v1 import agent_service_pb2
 
 log = logging.getLogger(__name__)
@@ -72,10 +83,16 @@ class Dispatch:
 
 
 def start_request(
-    attempt_id: str, job: Any, kind: Any, slot: int, slots: int, checkpoint: Any = None
+    attempt_id: str,
+    job: Any,
+    kind: Any,
+    slot: int,
+    slots: int,
+    checkpoint: Any = None,
+    tokens: dict[str, str] | None = None,
 ) -> agent_service_pb2.AgentServiceStartJobRequest:
     """The StartJob an attempt sends, from its job's and kind's rows (and the checkpoint
-    it starts from, for a kind that resumes from one)."""
+    it starts from, for a kind that resumes from one), with the attempt's tokens."""
     return agent_service_pb2.AgentServiceStartJobRequest(
         request_id=attempt_id,
         attempt_id=attempt_id,
@@ -95,6 +112,7 @@ def start_request(
         checkpoint_id=checkpoint.id if checkpoint is not None else "",
         checkpoint_sha256=checkpoint.sha256 if checkpoint is not None else "",
         checkpoint_size_bytes=checkpoint.size_bytes if checkpoint is not None else 0,
+        tokens=tokens or {},
     )
 
 
@@ -135,6 +153,10 @@ class DispatchController:
         self._started_lock = threading.Lock()
         self._started: list[Dispatch] = []
         self._flushing = False
+        # Attempts being dispatched from here -> when their StartJob was sent (None while it
+        # still waits in the pool); an entry lives until the call's outcome is recorded.
+        self._sent_lock = threading.Lock()
+        self._sent: dict[str, datetime | None] = {}
 
     # -- the commit (in the tick) ---------------------------------------------------------
     def commit(self, assignments: list[Assignment], now: datetime, report: TickReport) -> None:
@@ -185,6 +207,7 @@ class DispatchController:
         attempts: list[dict[str, Any]] = []
         job_updates: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
+        token_rows: list[dict[str, Any]] = []
         dispatches: list[Dispatch] = []
         films: list[tuple[str, str]] = []
         lease_until = now + timedelta(seconds=self.settings.attempt_lease_s)
@@ -235,12 +258,23 @@ class DispatchController:
             events.append(
                 {"job_id": job.id, "state": JobState.DISPATCHING.value, "at": now, "message": message}
             )
+            kind = kinds[job.kind_id]
+            # The attempt's tokens: their hashes go in with the attempt, the tokens themselves
+            # travel once, in its StartJob.
+            minted = self.minter.rows(
+                workspace=job.workspace_id,
+                job_id=job.id,
+                attempt_id=attempt_id,
+                time_limit=timedelta(seconds=kind.time_limit_s),
+                now=now,
+            )
+            token_rows.extend(minted.rows)
             dispatches.append(
                 Dispatch(
                     attempt_id,
                     a.machine_id,
                     machine.agent_address or "",
-                    start_request(attempt_id, job, kinds[job.kind_id], a.slots[0], len(a.slots), checkpoint),
+                    start_request(attempt_id, job, kind, a.slots[0], len(a.slots), checkpoint, minted.tokens),
                 )
             )
         if not dispatches:
@@ -260,6 +294,7 @@ class DispatchController:
             job_updates,
         )
         conn.execute(insert(_EVENTS), events)
+        conn.execute(insert(JOB_TOKENS), token_rows)
         clear_for_started_films(session, films, now)
         # The scheduler never races the money chain: work assigned clears both timers.
         for part in chunks(sorted({d.machine_id for d in dispatches})):
@@ -272,24 +307,36 @@ class DispatchController:
 
     # -- the dispatch (in the pool) -------------------------------------------------------
     def _submit(self, d: Dispatch) -> bool:
-        return self.calls.submit(f"dispatch:{d.attempt_id}", lambda: self._dispatch(d))
+        with self._sent_lock:
+            if d.attempt_id in self._sent:
+                return False  # already being dispatched (or its start being recorded) here
+            self._sent[d.attempt_id] = None
+        if self.calls.submit(f"dispatch:{d.attempt_id}", lambda: self._dispatch(d)):
+            return True
+        self._done(d.attempt_id)
+        return False
+
+    def dispatching(self, attempt_id: str) -> bool:
+        """Whether this process is dispatching the attempt (queued, sent, or recording)."""
+        with self._sent_lock:
+            return attempt_id in self._sent
+
+    def _done(self, attempt_id: str) -> None:
+        with self._sent_lock:
+            self._sent.pop(attempt_id, None)
 
     def _dispatch(self, d: Dispatch) -> None:
-        # The attempt's tokens, minted now (each dispatch of it its own: a re-dispatch after a
-        # lost answer leaves the first ones valid, as the agent may already run the job with
-        # them); they travel in this one call and are kept nowhere here.
-        request = agent_service_pb2.AgentServiceStartJobRequest()
-        request.CopyFrom(d.request)
+        with self._sent_lock:
+            self._sent[d.attempt_id] = self.clock.now()
         try:
-            request.tokens.update(self.minter.mint(d.request))
-        except Exception as exc:  # the database: the dispatch is taken back like a refused one
-            log.warning("attempt %s: its tokens could not be minted: %s", d.attempt_id, exc)
-            self._failed(d, f"tokens not minted: {exc}")
-            return
-        try:
-            self.agents.get(d.machine_id, d.address).start_job(request)
+            self.agents.get(d.machine_id, d.address).start_job(d.request)
         except GpufleetError as exc:
-            self._failed(d, f"agent refused the job: {exc}")
+            cause = classify_agent_error(getattr(exc, "grpc_code", None))
+            self._failed(d, f"agent did not start the job ({cause.value}): {exc}", cause)
+            return
+        except Exception as exc:  # a fault of ours, not the agent's: taken back, no back-off
+            log.exception("dispatch of attempt %s failed before an answer", d.attempt_id)
+            self._failed(d, f"dispatch failed here: {exc}", DispatchFailure.NOT_DISPATCHED)
             return
         # Record the starts in batches: the worker whose call finished first writes every
         # start that finished meanwhile, in one transaction, while the others go back to
@@ -312,6 +359,8 @@ class DispatchController:
             except Exception:
                 with self._started_lock:
                     self._flushing = False
+                for left in batch:
+                    self._done(left.attempt_id)
                 raise
 
     def _record_started(self, batch: list[Dispatch]) -> None:
@@ -350,21 +399,22 @@ class DispatchController:
                 )
                 .values(dispatch_failures=0, dispatch_backoff_until=None)
             )
+        for d in batch:
+            self._done(d.attempt_id)
         for attempt_id in gone:
             self.outcomes.add("dispatch_after_take_back")
             gone_d = by_id[attempt_id]
             self.cancel(gone_d.machine_id, gone_d.address, attempt_id, "attempt taken back before it started")
-        for _ in batch:
-            self.outcomes.add("dispatched")
+        self.outcomes.add("dispatched", len(starting))
 
-    def _failed(self, d: Dispatch, why: str) -> None:
+    def _failed(self, d: Dispatch, why: str, cause: DispatchFailure) -> None:
         """Take the attempt back — fenced: a deposed leader's view of a dispatch it started
         is not acted on (the new leader re-dispatched it and owns its deadline)."""
         now = self.clock.now()
         try:
             with self.sessions() as session, session.begin():
                 epoch = self.lease.fence(session)
-                if not self._take_back(session, d.attempt_id, now, why, "fleet_tick.dispatch", epoch):
+                if not self._take_back(session, d.attempt_id, now, why, "fleet_tick.dispatch", epoch, cause):
                     return
         except Fenced as exc:
             log.warning(
@@ -372,13 +422,24 @@ class DispatchController:
             )
             self.outcomes.add("dispatch_outcome_fenced")
             return
+        finally:
+            self._done(d.attempt_id)
         self.outcomes.add("start_job_failed")
+        self.outcomes.add(f"start_job_failed_{cause.value}")
 
     def _take_back(
-        self, session: Session, attempt_id: str, now: datetime, why: str, detector: str, epoch: int
+        self,
+        session: Session,
+        attempt_id: str,
+        now: datetime,
+        why: str,
+        detector: str,
+        epoch: int,
+        cause: DispatchFailure,
     ) -> bool:
-        """End a live attempt INFRA_ERROR, uncharged, requeue its job, and back its machine
-        off (doubling per failure in a row, capped)."""
+        """End a live attempt INFRA_ERROR, uncharged, requeue its job, and — only when its
+        agent answered badly or did not answer (:data:`BACKS_OFF`) — back its machine off
+        (doubling per failure in a row, capped)."""
         attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
         if attempt is None or attempt.state not in _LIVE:
             return False
@@ -400,41 +461,60 @@ class DispatchController:
         requeue_after_loss(
             session, job, kind, now, self.settings.retry_backoff_s, "could not start on the machine"
         )
-        machine = session.get_one(models.Machine, attempt.machine_id, with_for_update=True)
-        machine.dispatch_failures += 1
-        backoff = min(
-            self.settings.dispatch_backoff_s * 2 ** (machine.dispatch_failures - 1),
-            self.settings.dispatch_backoff_max_s,
-        )
-        machine.dispatch_backoff_until = now + timedelta(seconds=backoff)
+        if BACKS_OFF[cause]:
+            machine = session.get_one(models.Machine, attempt.machine_id, with_for_update=True)
+            machine.dispatch_failures += 1
+            backoff = min(
+                self.settings.dispatch_backoff_s * 2 ** (machine.dispatch_failures - 1),
+                self.settings.dispatch_backoff_max_s,
+            )
+            machine.dispatch_backoff_until = now + timedelta(seconds=backoff)
         return True
 
     # -- follow-ups (in the tick: database only) ------------------------------------------
     def take_back_overdue(self, now: datetime, report: TickReport) -> None:
-        """Attempts still STARTING past the dispatch deadline: taken back, the agent told."""
-        deadline = now - timedelta(seconds=self.settings.dispatch_deadline_s)
+        """Attempts still STARTING past the dispatch deadline, taken back when
+        :func:`~gpufleet.scheduler.tick.dispatch_failure.overdue` says so (the agent told);
+        one still waiting in this process's own pool is left to its call."""
+        limit = timedelta(seconds=self.settings.dispatch_deadline_s)
         with self.sessions() as session:
-            overdue = session.execute(
+            rows = session.execute(
                 select(models.Attempt.id, models.Machine.id, models.Machine.agent_address)
                 .join(models.Machine, models.Machine.id == models.Attempt.machine_id)
                 .where(
-                    models.Attempt.state == AttemptState.STARTING.value, models.Attempt.started_at < deadline
+                    models.Attempt.state == AttemptState.STARTING.value,
+                    models.Attempt.started_at < now - limit,
                 )
             ).all()
-        for attempt_id, machine_id, address in overdue:
-            why = f"not started within the dispatch deadline ({self.settings.dispatch_deadline_s:g} s)"
+        for attempt_id, machine_id, address in rows:
+            with self._sent_lock:
+                in_flight = attempt_id in self._sent
+                sent_at = self._sent.get(attempt_id)
+            cause = overdue(now, deadline=limit, in_flight=in_flight, sent_at=sent_at)
+            if cause is None:
+                report.refusals["dispatch_queued_here"] += 1
+                continue
+            why = (
+                f"not started within the dispatch deadline ({self.settings.dispatch_deadline_s:g} s; "
+                f"{cause.value})"
+            )
             with self.sessions() as session, session.begin():
                 epoch = self.lease.fence(session)
-                taken = self._take_back(session, attempt_id, now, why, "fleet_tick.dispatch_deadline", epoch)
+                taken = self._take_back(
+                    session, attempt_id, now, why, "fleet_tick.dispatch_deadline", epoch, cause
+                )
             if taken:
                 report.actions["dispatch_taken_back"] += 1
+                report.actions[f"dispatch_taken_back_{cause.value}"] += 1
                 log.warning("attempt %s taken back: %s", attempt_id, why)
                 if address:
                     self.cancel(machine_id, address, attempt_id, why)
 
     def adopt(self, now: datetime, report: TickReport) -> None:
         """Re-dispatch attempts committed STARTING that no worker here is dispatching (a
-        leader change, a restart): StartJob is idempotent by attempt id on the agent."""
+        leader change, a restart): StartJob is idempotent by attempt id on the agent. Each
+        re-dispatch carries tokens of its own (the first ones stay valid: the agent may
+        already run the job with them), minted for the whole batch in one transaction."""
         deadline = now - timedelta(seconds=self.settings.dispatch_deadline_s)
         with self.sessions() as session:
             rows = session.execute(
@@ -454,6 +534,7 @@ class DispatchController:
                     models.Attempt.state == AttemptState.STARTING.value, models.Attempt.started_at >= deadline
                 )
             ).all()
+            rows = [r for r in rows if not self.dispatching(r.id)]
             if not rows:
                 return
             kinds = {k.id: k for k in session.execute(select(models.JobKind)).scalars()}
@@ -464,23 +545,33 @@ class DispatchController:
                     select(models.Checkpoint).where(models.Checkpoint.id.in_(wanted or [""]))
                 ).scalars()
             }
-        for row in rows:
-            if self.calls.in_flight(f"dispatch:{row.id}"):
-                continue
-            job = _JobRow(row.job_id, row.kind_id, row.workspace_id, row.pipeline_version, row.tenant_values)
-            d = Dispatch(
+        dispatches = [
+            Dispatch(
                 row.id,
                 row.machine_id,
                 row.agent_address or "",
                 start_request(
                     row.id,
-                    job,
+                    _JobRow(
+                        row.job_id, row.kind_id, row.workspace_id, row.pipeline_version, row.tenant_values
+                    ),
                     kinds[row.kind_id],
                     row.slot,
                     row.slots,
                     started_from.get(row.checkpoint_id or ""),
                 ),
             )
+            for row in rows
+        ]
+        try:
+            minted = self.minter.mint_many([d.request for d in dispatches])
+        except Exception as exc:  # the database: taken back, the machine not blamed
+            log.warning("re-dispatch of %d attempt(s): tokens not minted: %s", len(dispatches), exc)
+            for d in dispatches:
+                self._failed(d, f"tokens not minted: {exc}", DispatchFailure.TOKENS_NOT_MINTED)
+            return
+        for d in dispatches:
+            d.request.tokens.update(minted[d.attempt_id])
             if self._submit(d):
                 report.actions["dispatch_adopted"] += 1
 

@@ -6,10 +6,11 @@ only: leases and limits (:class:`LimitsController`), the scale step's intent
 (:class:`ScaleController`), the films' drains and released earmarks
 (:class:`EarmarkController`), the pools' idle clocks and warm pins (:class:`PoolController`),
 the assign step's one-transaction commit
-(:class:`DispatchController`). Provider calls and agent dispatches go to the bounded
-:class:`CallPool` and are recorded when they answer; what they did is counted in the next
-tick's report. So a slow or hung cloud delays only its own machine, and lease expiry, time
-limits and assignment happen every tick.
+(:class:`DispatchController`). Provider calls and agent calls go to two bounded
+pools (:class:`CallPool`) — one for the clouds (create, start), one for the agents (StartJob,
+CancelJob) — and are recorded when they answer; what they did is counted in the next
+tick's report. So a slow or hung cloud delays only its own machine and never a dispatch,
+and lease expiry, time limits and assignment happen every tick.
 """
 
 from __future__ import annotations
@@ -69,12 +70,20 @@ class FleetTick:
             fair_share_quantum_s=settings.fair_share_quantum_s,
             film_share=settings.film_share,
         )
-        self.calls = CallPool(settings.call_workers)
+        # Separate capacity: a create takes 30-60 s at a cloud, a StartJob milliseconds; in one
+        # pool, twenty slow creates held every worker and no job started on the machines
+        # already there.
+        self.provider_calls = CallPool(settings.provider_call_workers, "provider-calls")
+        self.dispatch_calls = CallPool(settings.dispatch_workers, "dispatch-calls")
         self.agents = AgentClients(agent_factory)
         self.outcomes = Outcomes()
-        calls, outcomes = self.calls, self.outcomes
-        self.scale = ScaleController(sessions, clock, lease, provisioner, settings, calls, outcomes)
-        self.dispatch = DispatchController(sessions, clock, lease, settings, calls, self.agents, outcomes)
+        outcomes = self.outcomes
+        self.scale = ScaleController(
+            sessions, clock, lease, provisioner, settings, self.provider_calls, outcomes
+        )
+        self.dispatch = DispatchController(
+            sessions, clock, lease, settings, self.dispatch_calls, self.agents, outcomes
+        )
         self.limits = LimitsController(sessions, lease, settings, self.dispatch)
         self.earmarks = EarmarkController(sessions, lease)
         self.pools = PoolController(sessions, lease)
@@ -106,11 +115,14 @@ class FleetTick:
 
     def settle(self, timeout_s: float = 60.0) -> TickReport:
         """Wait for every call in flight and return what they did (tests, shutdown)."""
-        self.calls.wait_idle(timeout_s)
+        self.dispatch_calls.wait_idle(timeout_s)
+        self.provider_calls.wait_idle(timeout_s)
+        self.dispatch_calls.wait_idle(timeout_s)  # cancels a late provider answer asked for
         report = TickReport()
         self.outcomes.drain_into(report)
         return report
 
     def close(self) -> None:
-        self.calls.close()
+        self.provider_calls.close()
+        self.dispatch_calls.close()
         self.agents.close()

@@ -76,9 +76,9 @@ class Outcomes:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
 
-    def add(self, what: str) -> None:
+    def add(self, what: str, count: int = 1) -> None:
         with self._lock:
-            self._counts[what] += 1
+            self._counts[what] += count
 
     def drain_into(self, report: TickReport) -> None:
         with self._lock:

@@ -1,0 +1,81 @@
+"""Why a dispatch failed, and whether its machine backs off for it.
+
+A machine's dispatch back-off keeps jobs away from an agent that answered StartJob badly
+or did not answer. It must never be applied for a delay or a fault of the control plane's
+own: a StartJob still queued in the scheduler's own call pool when the dispatch deadline
+passed (the pool was busy — say, behind slow cloud creates), tokens that could not be
+written, or an attempt no process here was dispatching (a leader change, a restart). Those
+take the attempt back, uncharged, and leave the machine alone: backing a healthy machine
+off for our own queueing would shrink the fleet exactly when demand is highest.
+
+Both decisions here are pure: :func:`classify_agent_error` reads the status an agent call
+ended with, and :func:`overdue` decides whether a dispatch past its deadline is taken back
+and why. The back-off itself is one table, :data:`BACKS_OFF`.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timedelta
+
+import grpc
+
+
+class DispatchFailure(enum.StrEnum):
+    # The agent answered StartJob with an error (it refused the job, or failed to start it).
+    AGENT_REFUSED = "agent_refused"
+    # The call reached no agent that answered: connection refused or reset, a handshake
+    # that failed (another machine's certificate at the address), the agent's own overload.
+    AGENT_UNREACHABLE = "agent_unreachable"
+    # The agent was sent StartJob and gave no answer within the deadline.
+    AGENT_TIMEOUT = "agent_timeout"
+    # Ours: no process here was dispatching the attempt when its deadline passed (its
+    # leader changed or restarted and the adopting leader came too late).
+    NOT_DISPATCHED = "not_dispatched"
+    # Ours: the attempt's tokens could not be written before a re-dispatch.
+    TOKENS_NOT_MINTED = "tokens_not_minted"
+
+
+# Whether the machine backs off for the failure: only for an agent that answered badly or
+# did not answer.
+BACKS_OFF: dict[DispatchFailure, bool] = {
+    DispatchFailure.AGENT_REFUSED: True,
+    DispatchFailure.AGENT_UNREACHABLE: True,
+    DispatchFailure.AGENT_TIMEOUT: True,
+    DispatchFailure.NOT_DISPATCHED: False,
+    DispatchFailure.TOKENS_NOT_MINTED: False,
+}
+
+_NO_ANSWER = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.CANCELLED}
+
+
+def classify_agent_error(code: grpc.StatusCode | None) -> DispatchFailure:
+    """The failure an agent call ended with, from its status code (None: not a gRPC status).
+
+    DEADLINE_EXCEEDED is a timeout; codes that mean no agent answered as this machine are
+    unreachable; anything else is an answer, and a refusal."""
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DispatchFailure.AGENT_TIMEOUT
+    if code in _NO_ANSWER:
+        return DispatchFailure.AGENT_UNREACHABLE
+    return DispatchFailure.AGENT_REFUSED
+
+
+def overdue(
+    now: datetime, *, deadline: timedelta, in_flight: bool, sent_at: datetime | None
+) -> DispatchFailure | None:
+    """Whether a dispatch still STARTING past its deadline (counted from its commit) is
+    taken back now, and why (None: not now).
+
+    - dispatched here and sent to its agent longer than ``deadline`` ago: the agent did not
+      answer in time (``AGENT_TIMEOUT``, backs off);
+    - dispatched here but sent less than ``deadline`` ago, or still waiting in this
+      process's own call pool: not taken back — the wait is ours, and the call's own
+      gRPC deadline bounds it once sent;
+    - dispatched by no process here (``NOT_DISPATCHED``): taken back, no back-off.
+    """
+    if not in_flight:
+        return DispatchFailure.NOT_DISPATCHED
+    if sent_at is not None and now - sent_at > deadline:
+        return DispatchFailure.AGENT_TIMEOUT
+    return None
