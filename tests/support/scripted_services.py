@@ -36,6 +36,7 @@ class ScriptedAgent(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
         self.sample = agent_service_pb2.SampleUtilizationResponse(sampler="scripted")
         self.reachable = True
         self.sample_calls = 0
+        self.start_calls = 0
         self.server: ServiceServer | None = None
         # StartJob: accepted and recorded, or (``hang()``) held until ``release()``, as a
         # frozen agent holds it; CancelJob is recorded.
@@ -93,6 +94,8 @@ class ScriptedAgent(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
     def StartJob(
         self, request: agent_service_pb2.AgentServiceStartJobRequest, context: grpc.ServicerContext
     ) -> agent_service_pb2.AgentServiceStartJobResponse:
+        with self.lock:
+            self.start_calls += 1  # received, whether or not it then hangs
         if self._hang.is_set():
             self._released.wait(120)
         with self.lock:
