@@ -160,7 +160,9 @@ def wait_for(condition: Any, what: str, timeout_s: float) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_jobs_that_fit_start_while_twenty_creates_of_60_s_are_in_flight(pg_url: str, stack: ExitStack) -> None:
+def test_jobs_that_fit_start_while_twenty_creates_of_60_s_are_in_flight(
+    pg_url: str, stack: ExitStack
+) -> None:
     world = World(pg_url, stack)  # the default call settings
     agent = world.agent()
     ready = {world.machine(agent) for _ in range(READY_MACHINES)}

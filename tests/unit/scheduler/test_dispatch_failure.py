@@ -34,7 +34,9 @@ DEADLINE = timedelta(seconds=30)
         (None, DispatchFailure.AGENT_REFUSED),
     ],
 )
-def test_an_agent_calls_status_names_its_failure(code: grpc.StatusCode | None, cause: DispatchFailure) -> None:
+def test_an_agent_calls_status_names_its_failure(
+    code: grpc.StatusCode | None, cause: DispatchFailure
+) -> None:
     assert classify_agent_error(code) is cause
 
 
