@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import json
 import multiprocessing
 import statistics
@@ -48,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc
 import psycopg
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, event, text
 
 from gpufleet.common.catalog import Catalog, KindSpec, OfferingSpec, PlanSpec, PoolSpec, WorkspaceSpec
 from gpufleet.common.clients.provisioner import ProvisionerClient
@@ -106,34 +107,61 @@ def catalogue(workspaces: int, max_machines: int) -> Catalog:
 
 class PromptAgent(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
     """Answers StartJob at once. It runs in its own process, as a machine's agent does, so
-    the scheduler's figures are not its own CPU shared with the agent's."""
+    the scheduler's figures are not its own CPU shared with the agent's. ``broken``: it
+    refuses every StartJob (the self-checks must then fail the run)."""
+
+    def __init__(self, broken: bool = False) -> None:
+        self.broken = broken
 
     def StartJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        if self.broken:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "bench: this agent refuses every job")
+        if len(request.tokens) != 2:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bench: StartJob came without its tokens")
         return agent_service_pb2.AgentServiceStartJobResponse(already_running=False)
+
+    def StartJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
+        results = []
+        for job in request.jobs:
+            if self.broken:
+                code, message = grpc.StatusCode.FAILED_PRECONDITION, "bench: this agent refuses every job"
+            elif len(job.tokens) != 2:
+                code, message = grpc.StatusCode.INVALID_ARGUMENT, "bench: StartJob came without its tokens"
+            else:
+                code, message = grpc.StatusCode.OK, ""
+            answer = agent_service_pb2.StartJobResult(
+                attempt_id=job.attempt_id, code=code.value[0], message=message
+            )
+            results.append(answer)
+        return agent_service_pb2.StartJobsResponse(results=results)
 
     def CancelJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         return agent_service_pb2.AgentServiceCancelJobResponse(was_running=False)
 
 
-def _agent_process(ports: Any, stop: Any) -> None:
+def _agent_process(ports: Any, stop: Any, broken: bool) -> None:
+    # One agent answers for every machine of the benchmark, as itself for each: it serves
+    # the tests' stand-in machine certificate (any machine id), which the scheduler checks
+    # like a real machine's. (Serving the scheduler's certificate failed every handshake.)
     server = _serve(
         agent_service_pb2_grpc.add_AgentServiceServicer_to_server,
-        PromptAgent(),
+        PromptAgent(broken),
         agent_service_pb2,
         "AgentService",
         16,
+        tls.stand_in_agent_transport(),
     )
     ports.put(server.port)
     stop.wait()
     server.stop(0)
 
 
-def _serve(add: Any, servicer: Any, module: Any, name: str, workers: int) -> ServiceServer:
+def _serve(add: Any, servicer: Any, module: Any, name: str, workers: int, transport: Any) -> ServiceServer:
     return create_server(
         "127.0.0.1:0",
         [ServiceBinding(add, servicer, module.DESCRIPTOR.services_by_name[name].full_name)],
         max_workers=workers,
-        transport=tls.transport("scheduler"),
+        transport=transport,
     )
 
 
@@ -154,10 +182,10 @@ class World:
 
 
 @contextmanager
-def world(clock: ManualClock, catalog: Catalog) -> Iterator[World]:
+def world(clock: ManualClock, catalog: Catalog, broken_agent: bool = False) -> Iterator[World]:
     spawn = multiprocessing.get_context("spawn")
     ports, stop = spawn.Queue(), spawn.Event()
-    agent = spawn.Process(target=_agent_process, args=(ports, stop), daemon=True)
+    agent = spawn.Process(target=_agent_process, args=(ports, stop, broken_agent), daemon=True)
     agent.start()
     agent_port = int(ports.get(timeout=60))
     driver = SlowCreates(SimCloud(clock), "bench")
@@ -402,15 +430,30 @@ class Result:
     burst_phases: dict[str, float] = field(default_factory=dict)
     assigned: int = 0
     statements: int = 0
-    dispatch_drain_s: float = 0.0
+    # From the burst tick's start until its last StartJob answered and was recorded.
+    started: int = 0
+    started_s: float = 0.0
     steady: list[float] = field(default_factory=list)
+    steady_snapshot: list[float] = field(default_factory=list)
+    steady_phases: dict[str, list[float]] = field(default_factory=dict)
     pending_ticks: list[float] = field(default_factory=list)
     creates: int = 0
+    creates_expected: int = 0
+    fitting: int = 0
+    creates_at_cloud: int = 0
+    started_while_pending: int = 0
+    last_started_while_pending_s: float = float("nan")
+    infra_errors: int = 0
+    backed_off: int = 0
     bare_sql_s: float = 0.0
 
     @property
     def per_s(self) -> float:
         return self.assigned / self.burst_s if self.burst_s else 0.0
+
+    @property
+    def started_per_s(self) -> float:
+        return self.started / self.started_s if self.started_s else 0.0
 
 
 class Counter:
@@ -424,6 +467,45 @@ class Counter:
         self.count += 1
 
 
+def _scalar(sessions: Any, sql: str, **params: Any) -> int:
+    with sessions() as session:
+        return int(session.execute(text(sql), params).scalar_one())
+
+
+def _running(sessions: Any, ids: list[str]) -> int:
+    if not ids:
+        return 0
+    with sessions() as session:
+        return int(
+            session.execute(
+                text("SELECT count(*) FROM attempts WHERE state = 'RUNNING' AND id = ANY(:ids)"), {"ids": ids}
+            ).scalar_one()
+        )
+
+
+def _attempt_ids_since(sessions: Any, since: datetime) -> list[str]:
+    with sessions() as session:
+        rows = session.execute(text("SELECT id FROM attempts WHERE started_at >= :t"), {"t": since})
+        return [r[0] for r in rows]
+
+
+def reported(sessions: Any, now: datetime) -> None:
+    """Every machine's worker reports, as real workers do every few seconds (a machine
+    whose worker has not reported within GPUFLEET_WORKER_FRESH_S is given no work)."""
+    with sessions() as session, session.begin():
+        session.execute(text("UPDATE machines SET worker_report_at = :t"), {"t": now})
+
+
+def _wait(condition: Any, timeout_s: float) -> float:
+    """Seconds until ``condition()`` held (NaN if it never did within ``timeout_s``)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        if condition():
+            return time.perf_counter() - t0
+        time.sleep(0.005)
+    return float("nan")
+
+
 def run_size(
     server: PostgresServer,
     queued: int,
@@ -431,22 +513,24 @@ def run_size(
     steady: int,
     create_s: float,
     profile: cProfile.Profile | None = None,
+    broken_agent: bool = False,
 ) -> Result:
     result = Result(queued, machines)
     clock = ManualClock(NOW)
     catalog = catalogue(500, machines + 20)
-    with world(clock, catalog) as w:
+    with world(clock, catalog, broken_agent) as w:
         database = f"tick_{queued}_{machines}"
         t0 = time.perf_counter()
         url = load(server, database, catalog, queued, machines, w.agent_address)
         print(f"  loaded {queued:,} queued jobs and {machines:,} machines in {time.perf_counter() - t0:.1f}s")
+        # The scheduler's default call settings (pools, deadlines): only what a benchmark
+        # without workers must change.
         settings = Settings(
             database_url=url,
             provisioner_address=w.provisioner_address,
             instance_name="bench",
             **tls.settings("scheduler"),
             max_running_machines=machines,
-            call_workers=32,
             # No worker reports here: leases must outlast the run, or the steady ticks would
             # be timing lease expiry instead.
             attempt_lease_s=86400.0,
@@ -461,18 +545,21 @@ def run_size(
         )
         tick = FleetTick(sessions, clock, lease, provisioner, settings)
         try:
+            # The burst: every free slot assigned in one tick, then started on the agent.
             before = counter.count
             t0 = time.perf_counter()
             report = tick.run(clock.now())
             result.burst_s = time.perf_counter() - t0
             result.statements = counter.count - before
             result.assigned = report.actions["assign"]
-            t0 = time.perf_counter()
+            result.burst_phases = dict(tick.last_phases)
             tick.settle(600)
-            result.dispatch_drain_s = time.perf_counter() - t0
+            result.started_s = time.perf_counter() - t0
+            result.started = _running(sessions, _attempt_ids_since(sessions, NOW))
             result.bare_sql_s = bare_sql_writes(server, database, result.assigned)
             for _ in range(steady):
                 clock.advance(timedelta(seconds=5))
+                reported(sessions, clock.now())
                 if profile is not None:
                     profile.enable()
                 t0 = time.perf_counter()
@@ -480,28 +567,95 @@ def run_size(
                 result.steady.append(time.perf_counter() - t0)
                 if profile is not None:
                     profile.disable()
+                for phase, took in tick.last_phases.items():
+                    result.steady_phases.setdefault(phase, []).append(took)
                 tick.settle(60)
-            # 20 creates that each take create_s: the ceiling allows 20 more machines.
+            result.steady_snapshot = result.steady_phases.get("snapshot", [])
+
+            # Slow creates beside dispatch, at the default call settings: twenty jobs end (20
+            # slots free on ready machines), the ceiling allows 20 more machines, and each
+            # create takes create_s at the cloud. The jobs that fit must start meanwhile.
+            free = 20
+            with sessions() as session, session.begin():
+                ended = session.execute(
+                    text(
+                        "UPDATE attempts SET state = 'SUCCEEDED', ended_at = :t, holds_slot = false "
+                        "WHERE id IN (SELECT id FROM attempts WHERE state = 'RUNNING' AND started_at >= :s "
+                        "ORDER BY id LIMIT :n) RETURNING job_id"
+                    ),
+                    {"t": clock.now(), "s": NOW, "n": free},
+                ).all()
+                session.execute(
+                    text("UPDATE jobs SET state = 'SUCCEEDED' WHERE id = ANY(:ids)"),
+                    {"ids": [r[0] for r in ended]},
+                )
             w.driver.create_s = create_s
-            tick.policy = type(tick.policy)(
-                max_running_machines=machines + 20,
-                worker_fresh_s=settings.worker_fresh_s,
-                fair_share_quantum_s=settings.fair_share_quantum_s,
+            tick.policy = dataclasses.replace(tick.policy, max_running_machines=machines + 20)
+            clock.advance(timedelta(seconds=5))
+            reported(sessions, clock.now())
+            mark = clock.now()
+            t0 = time.perf_counter()
+            report = tick.run(mark)
+            result.pending_ticks.append(time.perf_counter() - t0)
+            result.creates += report.actions["create"]
+            fitting = _attempt_ids_since(sessions, mark)
+            result.fitting = len(fitting)
+            # What still waits after the burst and the freed slots, in whole machines.
+            result.creates_expected = min(20, -(-(queued - result.assigned - len(fitting)) // SLOTS))
+            result.last_started_while_pending_s = (
+                _wait(lambda: _running(sessions, fitting) == len(fitting) or w.driver.waiting == 0, 30.0)
+                + result.pending_ticks[0]
             )
-            for _ in range(3):
+            result.started_while_pending = _running(sessions, fitting)
+            result.creates_at_cloud = w.driver.waiting
+            for _ in range(2):
                 clock.advance(timedelta(seconds=5))
                 t0 = time.perf_counter()
                 report = tick.run(clock.now())
                 result.pending_ticks.append(time.perf_counter() - t0)
                 result.creates += report.actions["create"]
-            assert tick.calls.pending() >= result.creates, "the creates are still in flight"
+            if w.driver.waiting == 0:
+                print("  warning: the creates ended before the jobs that fit were counted")
         finally:
             w.driver.release()
             tick.settle(60)
+            result.infra_errors = _scalar(
+                sessions, "SELECT count(*) FROM attempts WHERE state = 'INFRA_ERROR'"
+            )
+            result.backed_off = _scalar(
+                sessions,
+                "SELECT count(*) FROM machines "
+                "WHERE dispatch_failures > 0 OR dispatch_backoff_until IS NOT NULL",
+            )
             tick.close()
             provisioner.close()
             engine.dispose()
     return result
+
+
+def self_check(r: Result) -> list[str]:
+    """What the run must have done to report what it reports; each miss is a problem."""
+    problems = []
+    if r.assigned == 0:
+        problems.append("the burst tick assigned nothing")
+    if r.started != r.assigned:
+        problems.append(f"{r.started:,} of the burst's {r.assigned:,} assignments reached RUNNING")
+    if r.infra_errors:
+        problems.append(f"{r.infra_errors:,} attempts ended INFRA_ERROR")
+    if r.backed_off:
+        problems.append(f"{r.backed_off:,} machines were put on dispatch back-off")
+    if r.queued - r.assigned < 100:
+        return problems  # nothing waits after the burst: no creates case at this size
+    if r.creates != r.creates_expected or r.creates == 0:
+        problems.append(f"{r.creates} creates were recorded, {r.creates_expected} expected")
+    if r.creates_at_cloud == 0:
+        problems.append("no create was still at the cloud while the jobs that fit were counted")
+    if r.fitting != 20 or r.started_while_pending != r.fitting:
+        problems.append(
+            f"{r.started_while_pending} of {r.fitting} jobs that fit started while the creates were "
+            "pending (20 expected)"
+        )
+    return problems
 
 
 def pct(values: list[float], q: float) -> float:
@@ -518,6 +672,9 @@ def main() -> None:
     parser.add_argument("--growth", default="1000:500,5000:1000", help="smaller sizes, queued:machines")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile of the last size's steady ticks")
+    parser.add_argument(
+        "--broken-agent", action="store_true", help="an agent that refuses every job (the checks must fail)"
+    )
     args = parser.parse_args()
     sizes = [tuple(map(int, s.split(":"))) for s in args.growth.split(",") if s] + [
         (args.queued, args.machines)
@@ -529,7 +686,9 @@ def main() -> None:
             print(f"{queued:,} queued, {machines:,} machines x {SLOTS} slots (a quarter busy)", flush=True)
             last = (queued, machines) == sizes[-1]
             profile = cProfile.Profile() if args.profile and last else None
-            results.append(run_size(server, queued, machines, args.steady, args.create_s, profile))
+            results.append(
+                run_size(server, queued, machines, args.steady, args.create_s, profile, args.broken_agent)
+            )
             if profile is not None:
                 profile.dump_stats(args.profile)
     finally:
@@ -538,14 +697,15 @@ def main() -> None:
     print()
     print(
         f"{'size':>14} {'burst tick':>11} {'assigned':>9} {'per s':>8} {'bare SQL/s':>11} {'ratio':>6} "
-        f"{'stmts':>6} {'steady p50':>11} {'p95':>7} {'creates pending':>16}"
+        f"{'stmts':>6} {'started/s':>10} {'steady p50':>11} {'p95':>7} {'snapshot p95':>13}"
     )
     for r in results:
         bare = r.assigned / r.bare_sql_s if r.bare_sql_s else float("nan")
         print(
             f"{r.queued:>6,}/{r.machines:<7,} {r.burst_s:>10.3f}s {r.assigned:>9,} {r.per_s:>8,.0f} "
-            f"{bare:>11,.0f} {r.per_s / bare:>6.2f} {r.statements:>6} {statistics.median(r.steady):>10.3f}s "
-            f"{pct(r.steady, 0.95):>6.3f}s {max(r.pending_ticks):>15.3f}s"
+            f"{bare:>11,.0f} {r.per_s / bare:>6.2f} {r.statements:>6} {r.started_per_s:>10,.0f} "
+            f"{statistics.median(r.steady):>10.3f}s {pct(r.steady, 0.95):>6.3f}s "
+            f"{pct(r.steady_snapshot, 0.95):>12.3f}s"
         )
     last, first = results[-1], results[0]
     print()
@@ -553,20 +713,33 @@ def main() -> None:
         f"growth {first.queued:,}/{first.machines:,} -> {last.queued:,}/{last.machines:,}: "
         f"inputs x{(last.queued + last.machines) / (first.queued + first.machines):.1f}, "
         f"burst tick x{last.burst_s / first.burst_s:.1f}, "
-        f"steady tick x{statistics.median(last.steady) / statistics.median(first.steady):.1f}"
+        f"steady tick x{statistics.median(last.steady) / statistics.median(first.steady):.1f}, "
+        f"snapshot x{statistics.median(last.steady_snapshot) / statistics.median(first.steady_snapshot):.1f}"
+    )
+    phases = ", ".join(f"{k} {v * 1000:.0f}" for k, v in last.burst_phases.items())
+    print(f"burst tick phases at {last.queued:,}/{last.machines:,} (ms): {phases}")
+    phases = ", ".join(f"{k} {statistics.median(v) * 1000:.1f}" for k, v in last.steady_phases.items())
+    print(f"steady tick phases at {last.queued:,}/{last.machines:,} (median ms): {phases}")
+    print(
+        f"the burst's {last.assigned:,} assignments reached RUNNING ({last.started:,} started) in "
+        f"{last.started_s:.2f}s: {last.started_per_s:,.0f} jobs started/s end to end "
+        f"(burst tick {last.burst_s:.2f}s, then the StartJob calls over one agent process)"
     )
     print(
-        f"dispatch of the burst's {last.assigned:,} StartJob calls drained in {last.dispatch_drain_s:.2f}s "
-        f"({last.assigned / last.dispatch_drain_s:,.0f}/s over one agent, {32} workers)"
-    )
-    print(
-        f"{last.creates} creates of {args.create_s:g}s each pending: the ticks took "
+        f"20 creates of {args.create_s:g}s pending at the default call settings "
+        f"({last.creates_at_cloud} at the cloud): {last.started_while_pending} of 20 jobs that fit started, "
+        f"the last {last.last_started_while_pending_s:.2f}s after the tick began; the ticks took "
         + ", ".join(f"{t:.3f}s" for t in last.pending_ticks)
     )
+    print(f"infra errors: {last.infra_errors}, machines backed off: {last.backed_off}")
     print(
-        "goals: >= 2,000 assignments/s, tick p95 <= 1 s, tick while creates pending <= 2 s; "
+        "goals: >= 2,000 jobs started/s, snapshot p95 <= 0.5 s at 10k/2k; "
         "anchors: Slurm ~500 jobs/s, kube-scheduler ~700 pods/s at 5k nodes"
     )
+    problems = [f"{r.queued}/{r.machines}: {p}" for r in results for p in self_check(r)]
+    print("self-check: " + ("ok" if not problems else "FAILED"))
+    for p in problems:
+        print(f"  - {p}")
     if args.json:
         print(
             json.dumps(
@@ -575,26 +748,40 @@ def main() -> None:
                     "machines": last.machines,
                     "assignments": last.assigned,
                     "assignments_per_s": round(last.per_s, 1),
-                    "bare_sql_assignments_per_s": round(last.assigned / last.bare_sql_s, 1),
+                    "bare_sql_assignments_per_s": round(last.assigned / last.bare_sql_s, 1)
+                    if last.bare_sql_s
+                    else None,
+                    "jobs_started": last.started,
+                    "jobs_started_per_s": round(last.started_per_s, 1),
                     "burst_tick_s": round(last.burst_s, 4),
                     "burst_statements": last.statements,
-                    "dispatch_drain_s": round(last.dispatch_drain_s, 3),
                     "tick_p50_s": round(statistics.median(last.steady), 4),
                     "tick_p95_s": round(pct(last.steady, 0.95), 4),
+                    "snapshot_p95_s": round(pct(last.steady_snapshot, 0.95), 4),
                     "tick_while_creates_pending_s": round(max(last.pending_ticks), 4),
                     "creates_pending": last.creates,
+                    "jobs_started_while_creates_pending": last.started_while_pending,
+                    "last_started_while_creates_pending_s": round(last.last_started_while_pending_s, 3),
+                    "infra_errors": last.infra_errors,
+                    "machines_backed_off": last.backed_off,
+                    "self_check": "ok" if not problems else "failed",
+                    "problems": problems,
                     "growth": [
                         {
                             "queued": r.queued,
                             "machines": r.machines,
                             "burst_tick_s": round(r.burst_s, 4),
+                            "jobs_started_per_s": round(r.started_per_s, 1),
                             "tick_p50_s": round(statistics.median(r.steady), 4),
+                            "snapshot_p50_s": round(statistics.median(r.steady_snapshot), 4),
                         }
                         for r in results
                     ],
                 }
             )
         )
+    if problems:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,19 @@ class ScriptedAgent(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
                 self.started.append(request.attempt_id)
         return agent_service_pb2.AgentServiceStartJobResponse(already_running=again)
 
+    def StartJobs(
+        self, request: agent_service_pb2.StartJobsRequest, context: grpc.ServicerContext
+    ) -> agent_service_pb2.StartJobsResponse:
+        """Each attempt as StartJob answers it (a hang holds the whole call)."""
+        return agent_service_pb2.StartJobsResponse(
+            results=[
+                agent_service_pb2.StartJobResult(
+                    attempt_id=job.attempt_id, already_running=self.StartJob(job, context).already_running
+                )
+                for job in request.jobs
+            ]
+        )
+
     def CancelJob(
         self, request: agent_service_pb2.AgentServiceCancelJobRequest, context: grpc.ServicerContext
     ) -> agent_service_pb2.AgentServiceCancelJobResponse:

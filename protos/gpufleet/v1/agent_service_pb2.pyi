@@ -112,6 +112,30 @@ class AgentServiceStartJobResponse(_message.Message):
     already_running: bool
     def __init__(self, already_running: _Optional[bool] = ...) -> None: ...
 
+class StartJobsRequest(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[AgentServiceStartJobRequest]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[AgentServiceStartJobRequest, _Mapping]]] = ...) -> None: ...
+
+class StartJobResult(_message.Message):
+    __slots__ = ("attempt_id", "already_running", "code", "message")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    already_running: bool
+    code: int
+    message: str
+    def __init__(self, attempt_id: _Optional[str] = ..., already_running: _Optional[bool] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class StartJobsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[StartJobResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[StartJobResult, _Mapping]]] = ...) -> None: ...
+
 class AgentServiceCancelJobRequest(_message.Message):
     __slots__ = ("attempt_id", "reason")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]

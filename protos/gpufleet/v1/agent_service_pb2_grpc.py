@@ -50,6 +50,11 @@ class AgentServiceStub:
                 request_serializer=gpufleet_dot_v1_dot_agent__service__pb2.AgentServiceStartJobRequest.SerializeToString,
                 response_deserializer=gpufleet_dot_v1_dot_agent__service__pb2.AgentServiceStartJobResponse.FromString,
                 _registered_method=True)
+        self.StartJobs = channel.unary_unary(
+                '/gpufleet.v1.AgentService/StartJobs',
+                request_serializer=gpufleet_dot_v1_dot_agent__service__pb2.StartJobsRequest.SerializeToString,
+                response_deserializer=gpufleet_dot_v1_dot_agent__service__pb2.StartJobsResponse.FromString,
+                _registered_method=True)
         self.CancelJob = channel.unary_unary(
                 '/gpufleet.v1.AgentService/CancelJob',
                 request_serializer=gpufleet_dot_v1_dot_agent__service__pb2.AgentServiceCancelJobRequest.SerializeToString,
@@ -86,6 +91,16 @@ class AgentServiceServicer:
 
     def StartJob(self, request, context):
         """Idempotent by attempt_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartJobs(self, request, context):
+        """Several attempts on this machine at once, each decided on its own as StartJob would
+        (idempotent by attempt_id; one refused attempt does not refuse the others): the fleet
+        tick dispatches one call per machine, not one per job. An agent that does not serve
+        it answers UNIMPLEMENTED and the caller falls back to StartJob.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,6 +143,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.StartJob,
                     request_deserializer=gpufleet_dot_v1_dot_agent__service__pb2.AgentServiceStartJobRequest.FromString,
                     response_serializer=gpufleet_dot_v1_dot_agent__service__pb2.AgentServiceStartJobResponse.SerializeToString,
+            ),
+            'StartJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartJobs,
+                    request_deserializer=gpufleet_dot_v1_dot_agent__service__pb2.StartJobsRequest.FromString,
+                    response_serializer=gpufleet_dot_v1_dot_agent__service__pb2.StartJobsResponse.SerializeToString,
             ),
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
@@ -227,6 +247,33 @@ class AgentService:
             '/gpufleet.v1.AgentService/StartJob',
             gpufleet_dot_v1_dot_agent__service__pb2.AgentServiceStartJobRequest.SerializeToString,
             gpufleet_dot_v1_dot_agent__service__pb2.AgentServiceStartJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufleet.v1.AgentService/StartJobs',
+            gpufleet_dot_v1_dot_agent__service__pb2.StartJobsRequest.SerializeToString,
+            gpufleet_dot_v1_dot_agent__service__pb2.StartJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

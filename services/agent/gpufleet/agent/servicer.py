@@ -27,7 +27,7 @@ from gpufleet.agent.statedir import ATTEMPT_ID_PATTERN, AttemptFiles, StateDir, 
 from gpufleet.agent.supervisor import WorkerWatch, startup_status
 from gpufleet.common import paging
 from gpufleet.common.clock import Clock
-from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from gpufleet.common.errors import FailedPrecondition, GpufleetError, InvalidArgument, NotFound
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 
 DEFAULT_WINDOW = timedelta(seconds=2)
@@ -52,6 +52,8 @@ class StateActivity:
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 # The most of a job's log one ReadJobLog answers with.
 MAX_LOG_READ = 1 << 20
+# Attempts in one StartJobs call: more slots than any machine has.
+MAX_START_JOBS = 64
 TOKEN_SCOPES = frozenset({"model", "voice"})
 # What the agent accepts as a token (it checks no checksum: the control plane minted it).
 TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9_]{8,256}$")
@@ -198,10 +200,39 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
         self, request: agent_service_pb2.AgentServiceStartJobRequest, context: Any
     ) -> agent_service_pb2.AgentServiceStartJobResponse:
         self.requests.add()
+        return agent_service_pb2.AgentServiceStartJobResponse(already_running=self._start(request))
+
+    @_from_control_plane
+    def StartJobs(
+        self, request: agent_service_pb2.StartJobsRequest, context: Any
+    ) -> agent_service_pb2.StartJobsResponse:
+        """Each attempt decided as StartJob would decide it, in order; a refusal answers for
+        its own attempt only."""
+        if len(request.jobs) > MAX_START_JOBS:
+            raise InvalidArgument(f"at most {MAX_START_JOBS} attempts a call", field="jobs")
+        self.requests.add()
+        results = []
+        for job in request.jobs:
+            try:
+                already = self._start(job)
+            except GpufleetError as exc:
+                results.append(
+                    agent_service_pb2.StartJobResult(
+                        attempt_id=job.attempt_id, code=exc.code.value[0], message=str(exc)
+                    )
+                )
+                continue
+            results.append(
+                agent_service_pb2.StartJobResult(attempt_id=job.attempt_id, already_running=already)
+            )
+        return agent_service_pb2.StartJobsResponse(results=results)
+
+    def _start(self, request: agent_service_pb2.AgentServiceStartJobRequest) -> bool:
+        """Deliver one attempt to the worker; True when it was delivered before (idempotent)."""
         spec = spec_from_request(request, self.slots)
         with self._lock:
             if self.state.known(spec.attempt_id):
-                return agent_service_pb2.AgentServiceStartJobResponse(already_running=True)
+                return True
             complete, error = startup_status(self.state, self.supervisor, self.pipeline_command)
             if not complete:
                 raise FailedPrecondition(f"machine start-up is not complete: {error or 'in progress'}")
@@ -209,7 +240,7 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
                 raise FailedPrecondition("the worker is not running on this machine")
             self._refuse_busy_slots(spec)
             self._deliver(spec)
-        return agent_service_pb2.AgentServiceStartJobResponse(already_running=False)
+        return False
 
     def _refuse_busy_slots(self, spec: JobSpec) -> None:
         wanted = set(spec.occupies())

@@ -6,12 +6,24 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 
+import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from gpufleet.common import grpcclient
+from gpufleet.common import errors, grpcclient
 from gpufleet.common.trust.identity import Role
 from gpufleet.common.trust.transport import Transport
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
+
+
+# Statuses that are no agent's answer about an attempt (it was not reached, or not as itself).
+_NO_ANSWER = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
 
 
 class AgentClient:
@@ -30,6 +42,8 @@ class AgentClient:
         self.timeout_s = timeout_s
         self._channel = grpcclient.open_channel(address, transport, Role.MACHINE, machine_id)
         self._stub = agent_service_pb2_grpc.AgentServiceStub(self._channel)
+        # Whether the agent serves StartJobs (false once it answered UNIMPLEMENTED).
+        self._batches = True
 
     def close(self) -> None:
         self._channel.close()
@@ -70,6 +84,45 @@ class AgentClient:
             self._stub.StartJob, request, timeout=self.timeout_s, idempotent=True
         )
         return resp
+
+    def start_jobs(
+        self, requests: list[agent_service_pb2.AgentServiceStartJobRequest]
+    ) -> list[agent_service_pb2.StartJobResult]:
+        """Start several attempts on this machine in one call, each answered on its own (in
+        the requests' order). An agent that predates StartJobs (UNIMPLEMENTED) is sent one
+        StartJob each instead, their answers and refusals read the same way; a transport
+        failure of the one call raises, as StartJob's would."""
+        if not self._batches:
+            return [self._start_one(r) for r in requests]
+        try:
+            resp: agent_service_pb2.StartJobsResponse = grpcclient.call(
+                self._stub.StartJobs,
+                agent_service_pb2.StartJobsRequest(jobs=requests),
+                timeout=self.timeout_s,
+                idempotent=True,
+            )
+        except errors.GpufleetError as exc:
+            if getattr(exc, "grpc_code", None) != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            self._batches = False
+            return [self._start_one(r) for r in requests]
+        return list(resp.results)
+
+    def _start_one(
+        self, request: agent_service_pb2.AgentServiceStartJobRequest
+    ) -> agent_service_pb2.StartJobResult:
+        try:
+            answer = self.start_job(request)
+        except errors.GpufleetError as exc:
+            code = getattr(exc, "grpc_code", None)
+            if code is None or code in _NO_ANSWER:
+                raise  # not this attempt's answer: the agent did not answer
+            return agent_service_pb2.StartJobResult(
+                attempt_id=request.attempt_id, code=code.value[0], message=str(exc)
+            )
+        return agent_service_pb2.StartJobResult(
+            attempt_id=request.attempt_id, already_running=answer.already_running
+        )
 
     def read_job_log(
         self, attempt_id: str, offset: int, max_bytes: int

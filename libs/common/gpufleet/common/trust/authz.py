@@ -86,7 +86,15 @@ RULES: Mapping[str, frozenset[Role]] = {
     **_service(
         "AgentService",
         _DRIVES_AGENTS,
-        ("Probe", "SampleUtilization", "StartJob", "CancelJob", "ListRunners", "ReadJobLog"),
+        (
+            "Probe",
+            "SampleUtilization",
+            "StartJob",
+            "StartJobs",
+            "CancelJob",
+            "ListRunners",
+            "ReadJobLog",
+        ),
     ),
     # What a machine reports, each only for itself (require_self in the servicer).
     **_service(

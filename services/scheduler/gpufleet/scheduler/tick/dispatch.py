@@ -20,6 +20,7 @@ answer; a StartJob still waiting in this process's own pool is not its agent's f
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterable, Sequence
@@ -67,6 +68,8 @@ _EVENTS = cast(Table, models.JobEvent.__table__)
 _MACHINES = cast(Table, models.Machine.__table__)
 # Rows per IN (...) list: well under every driver's parameter limit.
 CHUNK = 2000
+# Attempts in one StartJobs call (the agent takes up to 64).
+PER_CALL = 32
 
 
 def chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -169,8 +172,7 @@ class DispatchController:
         report.actions["assign"] += len(dispatches)
         if len(dispatches) < len(assignments):
             report.refusals["assignment_stale"] += len(assignments) - len(dispatches)
-        for d in dispatches:
-            self._submit(d)
+        self._submit_all(dispatches)
 
     def _write(self, session: Session, assignments: list[Assignment], now: datetime) -> list[Dispatch]:
         job_ids = [a.job_id for a in assignments]
@@ -306,45 +308,80 @@ class DispatchController:
         return dispatches
 
     # -- the dispatch (in the pool) -------------------------------------------------------
-    def _submit(self, d: Dispatch) -> bool:
+    def _submit_all(self, dispatches: list[Dispatch]) -> int:
+        """Hand dispatches to the pool, one call per machine (StartJobs, at most
+        ``PER_CALL`` attempts each); returns how many were submitted (an attempt already
+        being dispatched here is not submitted again)."""
+        groups: dict[tuple[str, str], list[Dispatch]] = {}
         with self._sent_lock:
-            if d.attempt_id in self._sent:
-                return False  # already being dispatched (or its start being recorded) here
-            self._sent[d.attempt_id] = None
-        if self.calls.submit(f"dispatch:{d.attempt_id}", lambda: self._dispatch(d)):
-            return True
-        self._done(d.attempt_id)
-        return False
+            for d in dispatches:
+                if d.attempt_id in self._sent:
+                    continue
+                self._sent[d.attempt_id] = None
+                groups.setdefault((d.machine_id, d.address), []).append(d)
+        submitted = 0
+        for group in groups.values():
+            for i in range(0, len(group), PER_CALL):
+                part = group[i : i + PER_CALL]
+                if self.calls.submit(
+                    f"dispatch:{part[0].attempt_id}", functools.partial(self._dispatch, part)
+                ):
+                    submitted += len(part)
+                else:
+                    for d in part:
+                        self._done(d.attempt_id)
+        return submitted
 
     def dispatching(self, attempt_id: str) -> bool:
         """Whether this process is dispatching the attempt (queued, sent, or recording)."""
         with self._sent_lock:
             return attempt_id in self._sent
 
+    def _dispatching_now(self) -> set[str]:
+        with self._sent_lock:
+            return set(self._sent)
+
     def _done(self, attempt_id: str) -> None:
         with self._sent_lock:
             self._sent.pop(attempt_id, None)
 
-    def _dispatch(self, d: Dispatch) -> None:
+    def _dispatch(self, group: list[Dispatch]) -> None:
+        """One StartJobs call for a machine's attempts; each answered on its own."""
+        machine_id, address = group[0].machine_id, group[0].address
+        sent = self.clock.now()
         with self._sent_lock:
-            self._sent[d.attempt_id] = self.clock.now()
+            for d in group:
+                self._sent[d.attempt_id] = sent
         try:
-            self.agents.get(d.machine_id, d.address).start_job(d.request)
+            results = self.agents.get(machine_id, address).start_jobs([d.request for d in group])
         except GpufleetError as exc:
             cause = classify_agent_error(getattr(exc, "grpc_code", None))
-            self._failed(d, f"agent did not start the job ({cause.value}): {exc}", cause)
+            self._failed(group, f"agent did not start the job ({cause.value}): {exc}", cause)
             return
         except Exception as exc:  # a fault of ours, not the agent's: taken back, no back-off
-            log.exception("dispatch of attempt %s failed before an answer", d.attempt_id)
-            self._failed(d, f"dispatch failed here: {exc}", DispatchFailure.NOT_DISPATCHED)
+            log.exception("dispatch to machine %s failed before an answer", machine_id)
+            self._failed(group, f"dispatch failed here: {exc}", DispatchFailure.NOT_DISPATCHED)
             return
+        answered = {r.attempt_id: r for r in results}
+        started: list[Dispatch] = []
+        for d in group:
+            result = answered.get(d.attempt_id)
+            if result is not None and result.code == 0:
+                started.append(d)
+                continue
+            why = result.message if result is not None else "the agent did not answer for it"
+            self._failed([d], f"agent refused the job: {why}", DispatchFailure.AGENT_REFUSED)
+        if started:
+            self._started_batch(started)
+
+    def _started_batch(self, started: list[Dispatch]) -> None:
         # Record the starts in batches: the worker whose call finished first writes every
         # start that finished meanwhile, in one transaction, while the others go back to
         # calling agents. One transaction per start would cap dispatch at a few hundred a
         # second. (Should a write fail, the attempts stay STARTING and the worker's next
         # heartbeat, which reports them running, moves them.)
         with self._started_lock:
-            self._started.append(d)
+            self._started.extend(started)
             if self._flushing:
                 return
             self._flushing = True
@@ -369,36 +406,29 @@ class DispatchController:
         deadline, lost lease, cancel) is stopped on its agent instead."""
         now = self.clock.now()
         by_id = {d.attempt_id: d for d in batch}
+        starting: list[Any] = []
+        gone: list[str] = []
         with self.sessions() as session, session.begin():
-            rows = session.execute(
-                select(models.Attempt.id, models.Attempt.state, models.Attempt.job_id)
-                .where(models.Attempt.id.in_(list(by_id)))
-                .with_for_update()
-            ).all()
-            starting = [r for r in rows if r.state == AttemptState.STARTING.value]
-            gone = [r.id for r in rows if r.state not in _LIVE]
-            if starting:
+            for part in chunks(list(by_id)):
+                rows = session.execute(
+                    select(models.Attempt.id, models.Attempt.state, models.Attempt.job_id)
+                    .where(models.Attempt.id.in_(part))
+                    .with_for_update()
+                ).all()
+                starting += [r for r in rows if r.state == AttemptState.STARTING.value]
+                gone += [r.id for r in rows if r.state not in _LIVE]
+            for part in chunks([r.id for r in starting]):
                 session.execute(
-                    update(_ATTEMPTS)
-                    .where(_ATTEMPTS.c.id.in_([r.id for r in starting]))
-                    .values(state=AttemptState.RUNNING.value)
+                    update(_ATTEMPTS).where(_ATTEMPTS.c.id.in_(part)).values(state=AttemptState.RUNNING.value)
                 )
-                set_jobs_state(
-                    session,
-                    [r.job_id for r in starting],
-                    JobState.DISPATCHING,
-                    JobState.RUNNING,
-                    now,
-                    "running",
+            for part in chunks([r.job_id for r in starting]):
+                set_jobs_state(session, list(part), JobState.DISPATCHING, JobState.RUNNING, now, "running")
+            for part in chunks(sorted({d.machine_id for d in batch})):
+                session.execute(
+                    update(_MACHINES)
+                    .where(_MACHINES.c.id.in_(part), _MACHINES.c.dispatch_failures != 0)
+                    .values(dispatch_failures=0, dispatch_backoff_until=None)
                 )
-            session.execute(
-                update(_MACHINES)
-                .where(
-                    _MACHINES.c.id.in_(sorted({d.machine_id for d in batch})),
-                    _MACHINES.c.dispatch_failures != 0,
-                )
-                .values(dispatch_failures=0, dispatch_backoff_until=None)
-            )
         for d in batch:
             self._done(d.attempt_id)
         for attempt_id in gone:
@@ -407,39 +437,33 @@ class DispatchController:
             self.cancel(gone_d.machine_id, gone_d.address, attempt_id, "attempt taken back before it started")
         self.outcomes.add("dispatched", len(starting))
 
-    def _failed(self, d: Dispatch, why: str, cause: DispatchFailure) -> None:
-        """Take the attempt back — fenced: a deposed leader's view of a dispatch it started
-        is not acted on (the new leader re-dispatched it and owns its deadline)."""
+    def _failed(self, group: list[Dispatch], why: str, cause: DispatchFailure) -> None:
+        """Take the attempts back in one transaction — fenced: a deposed leader's view of a
+        dispatch it started is not acted on (the new leader re-dispatched it and owns its
+        deadline). The machine backs off once for the call, and only for its agent's fault."""
         now = self.clock.now()
+        taken = 0
         try:
             with self.sessions() as session, session.begin():
                 epoch = self.lease.fence(session)
-                if not self._take_back(session, d.attempt_id, now, why, "fleet_tick.dispatch", epoch, cause):
-                    return
+                for d in group:
+                    taken += self._take_back(session, d.attempt_id, now, why, "fleet_tick.dispatch", epoch)
+                if taken and BACKS_OFF[cause]:
+                    self._back_off(session, group[0].machine_id, now)
         except Fenced as exc:
-            log.warning(
-                "attempt %s: the agent's refusal is not recorded by a deposed leader (%s)", d.attempt_id, exc
-            )
-            self.outcomes.add("dispatch_outcome_fenced")
+            log.warning("dispatch refusals are not recorded by a deposed leader (%s)", exc)
+            self.outcomes.add("dispatch_outcome_fenced", len(group))
             return
         finally:
-            self._done(d.attempt_id)
-        self.outcomes.add("start_job_failed")
-        self.outcomes.add(f"start_job_failed_{cause.value}")
+            for d in group:
+                self._done(d.attempt_id)
+        self.outcomes.add("start_job_failed", taken)
+        self.outcomes.add(f"start_job_failed_{cause.value}", taken)
 
     def _take_back(
-        self,
-        session: Session,
-        attempt_id: str,
-        now: datetime,
-        why: str,
-        detector: str,
-        epoch: int,
-        cause: DispatchFailure,
+        self, session: Session, attempt_id: str, now: datetime, why: str, detector: str, epoch: int
     ) -> bool:
-        """End a live attempt INFRA_ERROR, uncharged, requeue its job, and — only when its
-        agent answered badly or did not answer (:data:`BACKS_OFF`) — back its machine off
-        (doubling per failure in a row, capped)."""
+        """End a live attempt INFRA_ERROR, uncharged, and requeue its job."""
         attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
         if attempt is None or attempt.state not in _LIVE:
             return False
@@ -461,15 +485,18 @@ class DispatchController:
         requeue_after_loss(
             session, job, kind, now, self.settings.retry_backoff_s, "could not start on the machine"
         )
-        if BACKS_OFF[cause]:
-            machine = session.get_one(models.Machine, attempt.machine_id, with_for_update=True)
-            machine.dispatch_failures += 1
-            backoff = min(
-                self.settings.dispatch_backoff_s * 2 ** (machine.dispatch_failures - 1),
-                self.settings.dispatch_backoff_max_s,
-            )
-            machine.dispatch_backoff_until = now + timedelta(seconds=backoff)
         return True
+
+    def _back_off(self, session: Session, machine_id: str, now: datetime) -> None:
+        """Keep jobs away from a machine whose agent answered badly or did not answer
+        (:data:`BACKS_OFF`): doubling per failure in a row, capped."""
+        machine = session.get_one(models.Machine, machine_id, with_for_update=True)
+        machine.dispatch_failures += 1
+        backoff = min(
+            self.settings.dispatch_backoff_s * 2 ** (machine.dispatch_failures - 1),
+            self.settings.dispatch_backoff_max_s,
+        )
+        machine.dispatch_backoff_until = now + timedelta(seconds=backoff)
 
     # -- follow-ups (in the tick: database only) ------------------------------------------
     def take_back_overdue(self, now: datetime, report: TickReport) -> None:
@@ -500,9 +527,9 @@ class DispatchController:
             )
             with self.sessions() as session, session.begin():
                 epoch = self.lease.fence(session)
-                taken = self._take_back(
-                    session, attempt_id, now, why, "fleet_tick.dispatch_deadline", epoch, cause
-                )
+                taken = self._take_back(session, attempt_id, now, why, "fleet_tick.dispatch_deadline", epoch)
+                if taken and BACKS_OFF[cause]:
+                    self._back_off(session, machine_id, now)
             if taken:
                 report.actions["dispatch_taken_back"] += 1
                 report.actions[f"dispatch_taken_back_{cause.value}"] += 1
@@ -516,7 +543,18 @@ class DispatchController:
         re-dispatch carries tokens of its own (the first ones stay valid: the agent may
         already run the job with them), minted for the whole batch in one transaction."""
         deadline = now - timedelta(seconds=self.settings.dispatch_deadline_s)
+        # Read before the store: an attempt dispatched here whose start is recorded between
+        # the query and the check must not look abandoned.
+        here = self._dispatching_now()
         with self.sessions() as session:
+            starting = session.execute(
+                select(models.Attempt.id).where(
+                    models.Attempt.state == AttemptState.STARTING.value, models.Attempt.started_at >= deadline
+                )
+            ).scalars()
+            orphans = [a for a in starting if a not in here and not self.dispatching(a)]
+            if not orphans:
+                return
             rows = session.execute(
                 select(
                     models.Attempt.id,
@@ -531,10 +569,10 @@ class DispatchController:
                 .join(models.Machine, models.Machine.id == models.Attempt.machine_id)
                 .join(models.Job, models.Job.id == models.Attempt.job_id)
                 .where(
-                    models.Attempt.state == AttemptState.STARTING.value, models.Attempt.started_at >= deadline
+                    models.Attempt.id.in_(orphans[:CHUNK]),
+                    models.Attempt.state == AttemptState.STARTING.value,
                 )
             ).all()
-            rows = [r for r in rows if not self.dispatching(r.id)]
             if not rows:
                 return
             kinds = {k.id: k for k in session.execute(select(models.JobKind)).scalars()}
@@ -567,13 +605,11 @@ class DispatchController:
             minted = self.minter.mint_many([d.request for d in dispatches])
         except Exception as exc:  # the database: taken back, the machine not blamed
             log.warning("re-dispatch of %d attempt(s): tokens not minted: %s", len(dispatches), exc)
-            for d in dispatches:
-                self._failed(d, f"tokens not minted: {exc}", DispatchFailure.TOKENS_NOT_MINTED)
+            self._failed(dispatches, f"tokens not minted: {exc}", DispatchFailure.TOKENS_NOT_MINTED)
             return
         for d in dispatches:
             d.request.tokens.update(minted[d.attempt_id])
-            if self._submit(d):
-                report.actions["dispatch_adopted"] += 1
+        report.actions["dispatch_adopted"] += self._submit_all(dispatches)
 
     def cancel(self, machine_id: str, address: str, attempt_id: str, reason: str) -> None:
         """Tell the agent to stop an attempt, from the pool: a frozen agent costs only its

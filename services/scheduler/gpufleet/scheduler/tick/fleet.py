@@ -16,7 +16,9 @@ and lease expiry, time limits and assignment happen every tick.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -40,6 +42,20 @@ from gpufleet.scheduler.tick.served import ServedOfferings
 from gpufleet.scheduler.tick.snapshot import load_snapshot
 
 _tracer = tracer("gpufleet.scheduler")
+
+
+class _Phases:
+    """Times each phase of one tick (wall seconds) under a span of its own name."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        with _tracer.start_as_current_span(f"fleet_tick.{name}"):
+            yield
+        self.seconds[name] = time.perf_counter() - t0
 
 
 class FleetTick:
@@ -87,30 +103,34 @@ class FleetTick:
         self.limits = LimitsController(sessions, lease, settings, self.dispatch)
         self.earmarks = EarmarkController(sessions, lease)
         self.pools = PoolController(sessions, lease)
+        # The last tick's phases, wall seconds each (snapshot, decide, limits, ...).
+        self.last_phases: dict[str, float] = {}
 
     def run(self, now: datetime) -> TickReport:
         report = TickReport()
         self.outcomes.drain_into(report)
-        with _tracer.start_as_current_span("fleet_tick.snapshot"), self.sessions() as session:
+        phases = _Phases()
+        with phases("snapshot"), self.sessions() as session:
             snapshot = load_snapshot(session, now, self.settings.fair_share_window_s)
         snapshot = dataclasses.replace(snapshot, served_offerings=self.served.get())
-        with _tracer.start_as_current_span("fleet_tick.decide"):
+        with phases("decide"):
             plan = decide(snapshot, self.policy)
-        with _tracer.start_as_current_span("fleet_tick.limits"):
+        with phases("limits"):
             self.limits.apply(plan.expired_leases, plan.over_limit, now, report)
-        with _tracer.start_as_current_span("fleet_tick.films"):
+        with phases("films"):
             self.earmarks.apply(plan.drains, plan.releases, now, report)
             report.refusals.update(plan.film_waits)
-        with _tracer.start_as_current_span("fleet_tick.pools"):
+        with phases("pools"):
             self.pools.apply(plan.pool_clocks, plan.warm_pins, now, report)
-        with _tracer.start_as_current_span("fleet_tick.scale"):
+        with phases("scale"):
             self.scale.record(plan.scale, now, report)
-        with _tracer.start_as_current_span("fleet_tick.assign"):
+        with phases("assign"):
             self.dispatch.commit(plan.assignments, now, report)
-        with _tracer.start_as_current_span("fleet_tick.follow_up"):
+        with phases("follow_up"):
             self.dispatch.take_back_overdue(now, report)
             self.scale.adopt(report)
             self.dispatch.adopt(now, report)
+        self.last_phases = phases.seconds
         return report
 
     def settle(self, timeout_s: float = 60.0) -> TickReport:
