@@ -514,6 +514,7 @@ def run_size(
     create_s: float,
     profile: cProfile.Profile | None = None,
     broken_agent: bool = False,
+    cold: bool = False,
 ) -> Result:
     result = Result(queued, machines)
     clock = ManualClock(NOW)
@@ -545,6 +546,19 @@ def run_size(
         )
         tick = FleetTick(sessions, clock, lease, provisioner, settings)
         try:
+            if not cold:
+                # A scheduler that has been running holds a connection to every ready
+                # machine's agent (opened when the machine became ready); --cold measures a
+                # new leader's first tick instead, every TLS handshake inside the burst.
+                t0 = time.perf_counter()
+                ready = [
+                    tick.agents.connect(str(uuid.UUID(int=i + 1)), w.agent_address) for i in range(machines)
+                ]
+                for future in ready:
+                    if future is not None:
+                        future.result(timeout=120)
+                took = time.perf_counter() - t0
+                print(f"  connected to {machines:,} agents in {took:.1f}s (before the burst)")
             # The burst: every free slot assigned in one tick, then started on the agent.
             before = counter.count
             t0 = time.perf_counter()
@@ -673,6 +687,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile of the last size's steady ticks")
     parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="no agent connection open before the burst (a new leader's first tick)",
+    )
+    parser.add_argument(
         "--broken-agent", action="store_true", help="an agent that refuses every job (the checks must fail)"
     )
     args = parser.parse_args()
@@ -687,7 +706,16 @@ def main() -> None:
             last = (queued, machines) == sizes[-1]
             profile = cProfile.Profile() if args.profile and last else None
             results.append(
-                run_size(server, queued, machines, args.steady, args.create_s, profile, args.broken_agent)
+                run_size(
+                    server,
+                    queued,
+                    machines,
+                    args.steady,
+                    args.create_s,
+                    profile,
+                    args.broken_agent,
+                    args.cold,
+                )
             )
             if profile is not None:
                 profile.dump_stats(args.profile)

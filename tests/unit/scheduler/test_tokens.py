@@ -83,3 +83,14 @@ def test_decide(h: Held | None, asked: Scope, spend: int, refusal: Refusal | Non
     assert verdict.refusal is refusal
     assert verdict.valid is (refusal is None)
     assert verdict.remaining_micros == remaining
+
+
+def test_every_character_of_the_alphabet_is_drawn_about_equally_often() -> None:
+    # 60,000 random characters: each of the 62 expected ~968 times. The bounds are ten
+    # standard deviations wide — a biased mapping (say, modulo without rejection, or a
+    # character never drawn) falls outside them; chance alone does not.
+    counts = {c: 0 for c in tokens.ALPHABET}
+    for _ in range(2000):
+        for c in tokens.mint(Scope.MODEL)[4 : 4 + tokens.RANDOM_CHARS]:
+            counts[c] += 1
+    assert len(counts) == 62 and all(650 <= n <= 1290 for n in counts.values()), counts

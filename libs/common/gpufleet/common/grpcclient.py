@@ -38,7 +38,11 @@ def open_channel(
 ) -> grpc.Channel:
     """A channel to the part ``server`` at ``address`` (mutual TLS unless the process runs
     insecure for development), with trace propagation."""
-    channel = transport.channel(address, transport.server_name(server, machine_id))
+    return intercepted(transport.channel(address, transport.server_name(server, machine_id)))
+
+
+def intercepted(channel: grpc.Channel) -> grpc.Channel:
+    """``channel`` with trace propagation."""
     # OpenTelemetry's client interceptor speaks its own interface (grpcext), not grpc's.
     return grpcext.intercept_channel(channel, client_interceptor())  # type: ignore[no-any-return]
 

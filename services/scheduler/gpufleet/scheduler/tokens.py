@@ -50,18 +50,22 @@ def checksum(body: str) -> str:
     return _base62(zlib.crc32(body.encode()), CRC_CHARS)
 
 
-# 62**30 < 2**179: a 256-bit draw reduced modulo it is uniform to within 2**-77.
-_RANDOM_SPACE = 62**RANDOM_CHARS
+# Random bytes to characters, uniformly: a byte below 248 (= 4 x 62) is its value modulo
+# 62; the eight above are dropped (rejection sampling), so every character is equally likely.
+_TO_CHAR = bytes(ord(ALPHABET[b % 62]) for b in range(248)) + bytes(8)
+_REJECTED = bytes(range(248, 256))
 
 
 def mint(scope: Scope) -> str:
     """A new token of ``scope`` (never stored: keep :func:`digest` of it).
 
-    One 32-byte draw from the system's CSPRNG per token, written in base 62: a dispatch
-    burst mints two tokens per attempt inside the assign commit, and a draw per character
-    (``secrets.choice``) cost a system call each."""
-    value = int.from_bytes(secrets.token_bytes(32), "big") % _RANDOM_SPACE
-    body = PREFIX[scope] + _base62(value, RANDOM_CHARS)
+    Its characters come from one draw of the system's CSPRNG, mapped by rejection sampling
+    in C (``bytes.translate``): a dispatch burst mints two tokens per attempt inside the
+    assign commit, and a draw per character (``secrets.choice``) cost a system call each."""
+    chars = b""
+    while len(chars) < RANDOM_CHARS:
+        chars += secrets.token_bytes(RANDOM_CHARS + 8).translate(_TO_CHAR, _REJECTED)
+    body = PREFIX[scope] + chars[:RANDOM_CHARS].decode()
     return body + checksum(body)
 
 

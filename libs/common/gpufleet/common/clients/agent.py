@@ -14,7 +14,6 @@ from gpufleet.common.trust.identity import Role
 from gpufleet.common.trust.transport import Transport
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 
-
 # Statuses that are no agent's answer about an attempt (it was not reached, or not as itself).
 _NO_ANSWER = frozenset(
     {
@@ -40,13 +39,20 @@ class AgentClient:
         self.machine_id = machine_id
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = grpcclient.open_channel(address, transport, Role.MACHINE, machine_id)
+        self._raw = transport.channel(address, transport.server_name(Role.MACHINE, machine_id))
+        self._channel = grpcclient.intercepted(self._raw)
         self._stub = agent_service_pb2_grpc.AgentServiceStub(self._channel)
         # Whether the agent serves StartJobs (false once it answered UNIMPLEMENTED).
         self._batches = True
 
     def close(self) -> None:
         self._channel.close()
+
+    def connect(self) -> grpc.Future[None]:
+        """Start connecting (the TLS handshake) in gRPC's own threads and return at once:
+        the first call to a machine then finds its connection ready. Waits for nothing; the
+        future says when the connection is ready, for whoever wants to know."""
+        return grpc.channel_ready_future(self._raw)
 
     def __enter__(self) -> AgentClient:
         return self
@@ -165,6 +171,18 @@ class AgentClients:
             if client is None:
                 client = self._clients[(machine_id, address)] = self._factory(machine_id, address)
             return client
+
+    def has(self, machine_id: str, address: str) -> bool:
+        with self._lock:
+            return (machine_id, address) in self._clients
+
+    def connect(self, machine_id: str, address: str) -> grpc.Future[None] | None:
+        """Have a connection to the machine's agent ready before its first dispatch (a
+        TLS handshake per machine, once: a burst to thousands of machines on cold channels
+        spent most of its time in them). None when a client exists already."""
+        if self.has(machine_id, address):
+            return None
+        return self.get(machine_id, address).connect()
 
     def close(self) -> None:
         with self._lock:

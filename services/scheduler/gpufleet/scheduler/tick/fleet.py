@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpufleet.common.clients.agent import AgentClient, AgentClients
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
+from gpufleet.common.db.enums import MachineState
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
 from gpufleet.common.telemetry import tracer
@@ -35,7 +36,7 @@ from gpufleet.scheduler.tick.decide import decide
 from gpufleet.scheduler.tick.dispatch import DispatchController
 from gpufleet.scheduler.tick.earmarks import EarmarkController
 from gpufleet.scheduler.tick.limits import LimitsController
-from gpufleet.scheduler.tick.model import Policy
+from gpufleet.scheduler.tick.model import MachineView, Policy
 from gpufleet.scheduler.tick.pools import PoolController
 from gpufleet.scheduler.tick.scale import Outcomes, ScaleController
 from gpufleet.scheduler.tick.served import ServedOfferings
@@ -113,6 +114,8 @@ class FleetTick:
         with phases("snapshot"), self.sessions() as session:
             snapshot = load_snapshot(session, now, self.settings.fair_share_window_s)
         snapshot = dataclasses.replace(snapshot, served_offerings=self.served.get())
+        with phases("connect"):
+            self._connect_ahead(snapshot.machines)
         with phases("decide"):
             plan = decide(snapshot, self.policy)
         with phases("limits"):
@@ -132,6 +135,26 @@ class FleetTick:
             self.dispatch.adopt(now, report)
         self.last_phases = phases.seconds
         return report
+
+    def _connect_ahead(self, machines: Sequence[MachineView]) -> None:
+        """Connections to the agents of machines that may take work, opened ahead of their
+        first dispatch by a task of the dispatch pool (the handshakes run in gRPC's own
+        threads; nothing in the tick waits on them)."""
+        new = [
+            (m.id, m.agent_address)
+            for m in machines
+            if m.state == MachineState.READY.value
+            and m.agent_address
+            and not m.lost
+            and not self.agents.has(m.id, m.agent_address)
+        ]
+        if new:
+
+            def connect() -> None:
+                for machine_id, address in new:
+                    self.agents.connect(machine_id, address)
+
+            self.dispatch_calls.submit("connect-agents", connect)
 
     def settle(self, timeout_s: float = 60.0) -> TickReport:
         """Wait for every call in flight and return what they did (tests, shutdown)."""
