@@ -40,7 +40,7 @@ from gpufleet.scheduler.tick.model import MachineView, Policy
 from gpufleet.scheduler.tick.pools import PoolController
 from gpufleet.scheduler.tick.scale import Outcomes, ScaleController
 from gpufleet.scheduler.tick.served import ServedOfferings
-from gpufleet.scheduler.tick.snapshot import load_snapshot
+from gpufleet.scheduler.tick.snapshot import LiveAttempts, load_snapshot
 
 _tracer = tracer("gpufleet.scheduler")
 
@@ -104,6 +104,8 @@ class FleetTick:
         self.limits = LimitsController(sessions, lease, settings, self.dispatch)
         self.earmarks = EarmarkController(sessions, lease)
         self.pools = PoolController(sessions, lease)
+        # The live attempts' views, kept from tick to tick (only what changed is read).
+        self.live_attempts = LiveAttempts()
         # The last tick's phases, wall seconds each (snapshot, decide, limits, ...).
         self.last_phases: dict[str, float] = {}
 
@@ -112,7 +114,7 @@ class FleetTick:
         self.outcomes.drain_into(report)
         phases = _Phases()
         with phases("snapshot"), self.sessions() as session:
-            snapshot = load_snapshot(session, now, self.settings.fair_share_window_s)
+            snapshot = load_snapshot(session, now, self.settings.fair_share_window_s, self.live_attempts)
         snapshot = dataclasses.replace(snapshot, served_offerings=self.served.get())
         with phases("connect"):
             self._connect_ahead(snapshot.machines)
