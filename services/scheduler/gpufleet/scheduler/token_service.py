@@ -69,12 +69,21 @@ class TokenMinter:
         self.margin = timedelta(seconds=expiry_margin_s)
 
     def rows(
-        self, *, workspace: str, job_id: str, attempt_id: str, time_limit: timedelta, now: datetime
+        self,
+        *,
+        workspace: str,
+        job_id: str,
+        attempt_id: str,
+        time_limit: timedelta,
+        now: datetime,
+        minted: dict[Scope, str] | None = None,
     ) -> Minted:
         """New tokens for one attempt and their rows, written by the caller's transaction.
-        They expire with the attempt's time limit (a day when it has none) plus the margin."""
+        They expire with the attempt's time limit (a day when it has none) plus the margin.
+        ``minted``: the tokens, drawn by the caller for many attempts at once (:meth:`draw`)."""
         expires = now + (time_limit if time_limit > timedelta(0) else timedelta(hours=24)) + self.margin
-        minted = {scope: tokens.mint(scope) for scope in Scope}
+        if minted is None:
+            minted = {scope: tokens.mint(scope) for scope in Scope}
         return Minted(
             tokens={scope.value: token for scope, token in minted.items()},
             rows=[
@@ -92,6 +101,12 @@ class TokenMinter:
                 for scope, token in minted.items()
             ],
         )
+
+    @staticmethod
+    def draw(count: int) -> list[dict[Scope, str]]:
+        """Tokens for ``count`` attempts, one per scope each, from one draw per scope."""
+        by_scope = {scope: tokens.mint_many(scope, count) for scope in Scope}
+        return [{scope: by_scope[scope][i] for scope in Scope} for i in range(count)]
 
     def mint(self, request: agent_service_pb2.AgentServiceStartJobRequest) -> dict[str, str]:
         """Tokens for the attempt ``request`` starts, committed in a transaction of their own."""
