@@ -21,6 +21,7 @@ from gpufleet.common.db.models import Machine, WatchdogStat
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import Ticker
 from gpufleet.reaper.agent_probe import GrpcAgentProber
+from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.idle_scanner import GrpcAgentSampler
 from gpufleet.reaper.main import build_watchdogs
 from gpufleet.reaper.settings import Settings
@@ -36,12 +37,15 @@ class Chain:
     ticker: Ticker
     # A ScriptedProvisioner, or a SimProvisioner (the real service with its sim driver).
     provisioner: Any
+    # The nets' stops and destroys run here, after their pass has returned.
+    calls: ProviderCalls
     # True: every running machine's worker reports before each tick (healthy workers),
     # so a test of the money chain is not also a test of the report-reading nets.
     heartbeats: bool = False
 
-    def tick(self) -> None:
-        """One pass of the loop: renew the lease, run every watchdog that is due."""
+    def tick(self, *, settle: bool = True) -> None:
+        """One pass of the loop: renew the lease, run every watchdog that is due — and, unless
+        told not to, wait for the stops and destroys it sent to answer and be recorded."""
         if self.heartbeats:
             with self.sessions() as s, s.begin():
                 s.execute(
@@ -51,10 +55,15 @@ class Chain:
                 )
         self.lease.try_acquire()
         self.ticker.run_due()
+        if settle:
+            self.settle()
 
-    def step(self, seconds: float = 30.0) -> None:
+    def step(self, seconds: float = 30.0, *, settle: bool = True) -> None:
         self.clock.advance(timedelta(seconds=seconds))
-        self.tick()
+        self.tick(settle=settle)
+
+    def settle(self, timeout_s: float = 30.0) -> None:
+        assert self.calls.settle(timeout_s), f"{self.calls.pending()} provider calls still in flight"
 
     def stats(self, name: str) -> WatchdogStat:
         with self.sessions() as s:
@@ -65,22 +74,33 @@ class Chain:
 
 @contextmanager
 def wire_reaper(
-    db_url: str, clock: ManualClock, provisioner_address: str, provisioner: Any
+    db_url: str,
+    clock: ManualClock,
+    provisioner_address: str,
+    provisioner: Any,
+    *,
+    provider_timeout_s: float = 5.0,
+    **overrides: Any,
 ) -> Iterator[Chain]:
-    settings = Settings(database_url=db_url, instance_name="test-reaper", agent_timeout_s=2.0)
+    """``overrides`` are the reaper's settings a test changes."""
+    settings = Settings(database_url=db_url, instance_name="test-reaper", agent_timeout_s=2.0, **overrides)
     engine = make_engine(db_url)
     sessions = make_sessionmaker(engine)
-    client = ProvisionerClient(provisioner_address, tls.transport("reaper"), timeout_s=5.0)
+    client = ProvisionerClient(provisioner_address, tls.transport("reaper"), timeout_s=provider_timeout_s)
     lease = LeaderLease("reaper", settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
     sampler = GrpcAgentSampler(
         tls.transport("reaper"), window=timedelta(0), timeout_s=settings.agent_timeout_s
     )
     prober = GrpcAgentProber(tls.transport("reaper"), timeout_s=settings.agent_timeout_s)
-    tasks = build_watchdogs(settings, sessions, lease, clock, client, sampler, prober)
+    calls = ProviderCalls(settings.provider_call_workers)
+    tasks = build_watchdogs(settings, sessions, lease, clock, client, sampler, prober, calls=calls)
     ticker = Ticker("reaper", clock, sessions, lease, tasks, renew_s=settings.lease_renew_s)
     try:
-        yield Chain(clock=clock, sessions=sessions, lease=lease, ticker=ticker, provisioner=provisioner)
+        yield Chain(
+            clock=clock, sessions=sessions, lease=lease, ticker=ticker, provisioner=provisioner, calls=calls
+        )
     finally:
+        calls.close()
         client.close()
         engine.dispose()
 

@@ -50,6 +50,7 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import Ticker
 from gpufleet.provisioner.drivers.base import InstanceStatus
 from gpufleet.reaper.agent_probe import GrpcAgentProber
+from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.idle_scanner import GrpcAgentSampler
 from gpufleet.reaper.main import build_watchdogs
 from gpufleet.reaper.settings import Settings
@@ -140,6 +141,8 @@ class Plane:
     worker_stub: worker_service_pb2_grpc.WorkerServiceStub
     capture: DecisionCapture
     stack: ExitStack
+    # The nets' stops and destroys run here, after their pass has returned.
+    calls: ProviderCalls
     agents: dict[str, WorldAgent] = field(default_factory=dict)
     # Machines whose worker is alive and reports each step.
     reporting: set[str] = field(default_factory=set)
@@ -233,9 +236,12 @@ class Plane:
     # ---- time -----------------------------------------------------------------------------
 
     def tick(self) -> None:
+        """The world's step, then one pass of every net that is due, and the stops and
+        destroys it sent answered and recorded."""
         self._play_world()
         self.lease.try_acquire()
         self.ticker.run_due()
+        assert self.calls.settle(30), f"{self.calls.pending()} provider calls still in flight"
 
     def step(self, seconds: float = 30.0) -> None:
         self.clock.advance(timedelta(seconds=seconds))
@@ -412,6 +418,8 @@ def running_plane(db_url: str, **settings: Any) -> Iterator[Plane]:
         lease = LeaderLease(
             "reaper", reaper_settings.instance_name, clock, sessions, ttl_s=reaper_settings.lease_ttl_s
         )
+        calls = ProviderCalls(reaper_settings.provider_call_workers)
+        stack.callback(calls.close)
         tasks = build_watchdogs(
             reaper_settings,
             sessions,
@@ -422,6 +430,7 @@ def running_plane(db_url: str, **settings: Any) -> Iterator[Plane]:
                 tls.transport("reaper"), window=timedelta(0), timeout_s=reaper_settings.agent_timeout_s
             ),
             GrpcAgentProber(tls.transport("reaper"), timeout_s=reaper_settings.agent_timeout_s),
+            calls=calls,
         )
         ticker = Ticker("reaper", clock, sessions, lease, tasks, renew_s=reaper_settings.lease_renew_s)
         yield Plane(
@@ -433,4 +442,5 @@ def running_plane(db_url: str, **settings: Any) -> Iterator[Plane]:
             worker_stub=worker_stubs,  # type: ignore[arg-type]
             capture=capture,
             stack=stack,
+            calls=calls,
         )

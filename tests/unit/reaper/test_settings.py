@@ -30,6 +30,17 @@ def test_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.auto_stop_policy().grace == timedelta(0)
 
 
+def test_provider_calls_have_a_bounded_pool_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Settings()
+    assert (s.provider_call_workers, s.provider_call_drain_s) == (16, 10.0)
+    monkeypatch.setenv("GPUFLEET_PROVIDER_CALL_WORKERS", "4")
+    monkeypatch.setenv("GPUFLEET_PROVIDER_CALL_DRAIN_S", "0")
+    s = Settings()
+    assert (s.provider_call_workers, s.provider_call_drain_s) == (4, 0.0)
+    with pytest.raises(ValidationError, match="provider_call_workers"):
+        Settings(provider_call_workers=0)
+
+
 def test_destroy_must_fall_due_after_stop() -> None:
     with pytest.raises(ValidationError, match="stop"):
         Settings(idle_stop_after_s=600, idle_destroy_after_s=600)

@@ -18,6 +18,7 @@ from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
+from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.snapshot import scan
@@ -74,11 +75,13 @@ class AutoStop:
         clock: Clock,
         provider: MachineProvider,
         policy: AutoStopPolicy,
+        *,
+        calls: ProviderCalls | None = None,
     ) -> None:
         self.sessions = sessions
         self.provider = provider
         self.policy = policy
-        self.runner = TransitionRunner(sessions, lease, clock)
+        self.runner = TransitionRunner(sessions, lease, clock, calls=calls)
 
     def scan(self, now: datetime) -> list[MachineSnapshot]:
         # ix_machines_stop_due: only armed, live machines are read.
@@ -86,7 +89,7 @@ class AutoStop:
             return scan(session, [Machine.stop_due_at.is_not(None), Machine.stop_due_at <= now])
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME)
+        decisions = DecisionLog(NAME, self.runner.answered())
         for machine in self.scan(now):
             decision = decide(now, machine, self.policy)
             if isinstance(decision, Refuse):

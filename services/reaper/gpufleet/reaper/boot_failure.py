@@ -34,6 +34,7 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy
 from gpufleet.common.loops import TickReport
 from gpufleet.reaper.agent_probe import AgentProber, StartupProbe, probe_all
+from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.lifetime import reported_this_life, unreported_this_life_sql
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
@@ -165,6 +166,8 @@ class BootFailure:
         policy: BootFailurePolicy,
         outcomes: OutcomePolicy | None = None,
         concurrency: int = 16,
+        *,
+        calls: ProviderCalls | None = None,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
@@ -172,7 +175,7 @@ class BootFailure:
         self.prober = prober
         self.policy = policy
         self.concurrency = concurrency
-        self.runner = TransitionRunner(sessions, lease, clock, outcomes)
+        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls)
 
     def domain(self) -> list[ColumnElement[bool]]:
         # ix_machines_running_unreported: only machines that have not reported this life.
@@ -183,7 +186,7 @@ class BootFailure:
             return scan(session, self.domain())
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME)
+        decisions = DecisionLog(NAME, self.runner.answered())
         self.act(now, self.scan(), decisions)
         return decisions.report
 

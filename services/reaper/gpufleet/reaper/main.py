@@ -3,13 +3,17 @@
 It connects to the database (migrations are the migrate step's job, not the reaper's),
 serves ReaperService with health and reflection, and runs its watchdogs on a Ticker in a
 background thread — only while it holds the ``reaper`` leader lease, so several replicas
-can run and exactly one acts. SIGTERM/SIGINT stops the loops, releases the lease (another
-replica takes over at once) and stops the server gracefully.
+can run and exactly one acts. The nets' stops and destroys run in one bounded pool of
+their own (``provider_call_workers``), so the Ticker's thread never waits on a provider.
+SIGTERM/SIGINT first lets the calls in flight answer (``provider_call_drain_s``, while the
+lease is still held, so their outcomes are written), then stops the loops, releases the
+lease (another replica takes over at once) and stops the server gracefully.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -28,6 +32,7 @@ from gpufleet.reaper.agent_probe import AgentProber, GrpcAgentProber
 from gpufleet.reaper.auto_destroy import AutoDestroy
 from gpufleet.reaper.auto_stop import AutoStop
 from gpufleet.reaper.boot_failure import BootFailure
+from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.idle_scanner import AgentSampler, GrpcAgentSampler, IdleScanner
 from gpufleet.reaper.lost_detector import LostDetector
 from gpufleet.reaper.provision_deadline import ProvisionDeadline
@@ -55,13 +60,17 @@ def build_watchdogs(
     provider: ReaperProvisioner,
     sampler: AgentSampler,
     prober: AgentProber,
+    *,
+    calls: ProviderCalls,
 ) -> list[PeriodicTask]:
     """Every machine-level net, each its own module with its own gate and cadence.
 
     Five of them can destroy (auto-destroy, provision deadline, boot failure, went
     silent) or stop (auto-stop), all behind the one refusal ladder; the lost detector is
     given no provisioner at all, and stuck transition reads and re-issues only a stop or
-    destroy already intended.
+    destroy already intended. Every stop and destroy, re-issues included, runs in
+    ``calls``: one pool, so its size bounds them all and the stuck-transition net sees
+    every call still in flight.
     """
     outcomes = settings.outcome_policy()
     idle = IdleScanner(
@@ -72,10 +81,10 @@ def build_watchdogs(
         concurrency=settings.idle_sample_concurrency,
         pass_deadline_s=settings.idle_pass_deadline_s,
     )
-    stop = AutoStop(sessions, lease, clock, provider, settings.auto_stop_policy())
-    destroy = AutoDestroy(sessions, lease, clock, provider, settings.auto_destroy_policy())
+    stop = AutoStop(sessions, lease, clock, provider, settings.auto_stop_policy(), calls=calls)
+    destroy = AutoDestroy(sessions, lease, clock, provider, settings.auto_destroy_policy(), calls=calls)
     deadline = ProvisionDeadline(
-        sessions, lease, clock, provider, settings.provision_deadline_policy(), outcomes
+        sessions, lease, clock, provider, settings.provision_deadline_policy(), outcomes, calls=calls
     )
     boot = BootFailure(
         sessions,
@@ -86,10 +95,13 @@ def build_watchdogs(
         settings.boot_failure_policy(),
         outcomes,
         concurrency=settings.idle_sample_concurrency,
+        calls=calls,
     )
-    silent = WentSilent(sessions, lease, clock, provider, settings.went_silent_policy(), outcomes)
+    silent = WentSilent(
+        sessions, lease, clock, provider, settings.went_silent_policy(), outcomes, calls=calls
+    )
     lost = LostDetector(sessions, lease, clock, settings.lost_policy())
-    stuck = StuckTransition(sessions, lease, clock, provider, settings.stuck_policy(), outcomes)
+    stuck = StuckTransition(sessions, lease, clock, provider, settings.stuck_policy(), outcomes, calls=calls)
     return [
         PeriodicTask(idle.name, settings.idle_scan_every_s, idle.run),
         PeriodicTask(stop.name, settings.auto_stop_every_s, stop.run),
@@ -102,8 +114,23 @@ def build_watchdogs(
     ]
 
 
-# A running reaper is the shared timer-service runtime.
-Reaper = TimerService
+@dataclass
+class Reaper(TimerService):
+    """A running reaper: the shared timer-service runtime, and its provider-call pool."""
+
+    calls: ProviderCalls | None = None
+    drain_s: float = 0.0
+
+    def close(self, grace: float = 5.0) -> None:
+        # While this replica still leads: no new claims, and the calls in flight answer and
+        # record their outcomes under its lease (after release they would be fenced).
+        if self.calls is not None and not self.calls.drain(self.drain_s):
+            log.warning(
+                "%d provider calls still out after %.0f s; their machines stay transitional",
+                self.calls.pending(),
+                self.drain_s,
+            )
+        super().close(grace)
 
 
 def build(
@@ -130,7 +157,8 @@ def build(
     )
     prober = prober or GrpcAgentProber(transport, timeout_s=settings.agent_timeout_s)
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
-    tasks = build_watchdogs(settings, sessions, lease, clock, provider, sampler, prober)
+    calls = ProviderCalls(settings.provider_call_workers)
+    tasks = build_watchdogs(settings, sessions, lease, clock, provider, sampler, prober, calls=calls)
     ticker = Ticker(SERVICE, clock, sessions, lease, tasks, renew_s=settings.lease_renew_s)
     server = create_server(
         settings.listen_address,
@@ -152,6 +180,9 @@ def build(
         ticker=ticker,
         server=server,
         provider=owned_provider,
+        others=(calls,),
+        calls=calls,
+        drain_s=settings.provider_call_drain_s,
     )
 
 

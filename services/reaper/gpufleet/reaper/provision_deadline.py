@@ -28,6 +28,7 @@ from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy
 from gpufleet.common.loops import TickReport
+from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
 from gpufleet.reaper.snapshot import scan, state_in
@@ -98,11 +99,13 @@ class ProvisionDeadline:
         provider: MachineProvider,
         policy: ProvisionDeadlinePolicy,
         outcomes: OutcomePolicy | None = None,
+        *,
+        calls: ProviderCalls | None = None,
     ) -> None:
         self.sessions = sessions
         self.provider = provider
         self.policy = policy
-        self.runner = TransitionRunner(sessions, lease, clock, outcomes)
+        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls)
 
     def due(self, now: datetime) -> list[ColumnElement[bool]]:
         # ix_machines_pre_contact_deadline: only machines not yet heard from are read.
@@ -124,7 +127,7 @@ class ProvisionDeadline:
             return scan(session, self.due(now))
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME)
+        decisions = DecisionLog(NAME, self.runner.answered())
         self.act(now, self.scan(now), decisions)
         return decisions.report
 

@@ -56,6 +56,13 @@ class Settings(StoreSettings):
     # own bounded wait (the gcp driver waits up to 120 s for an operation), so the call is
     # answered rather than cut off with the machine left transitional by accident.
     provider_timeout_s: float = Field(default=300.0, gt=0)
+    # Stops and destroys run in a bounded pool of their own, apart from the samples' and
+    # probes' pools and from the nets' passes: this many at once, the rest wait their turn.
+    provider_call_workers: int = Field(default=16, ge=1, le=512)
+    # On a graceful stop, real seconds to wait for the calls in flight to answer while this
+    # replica still leads (their outcomes are written under its lease); what is still out
+    # after that stays transitional, for the stuck-transition net.
+    provider_call_drain_s: float = Field(default=10.0, ge=0)
 
     # Provision deadline: the deadline itself is fixed by the scheduler at request time;
     # this is only the fallback for a row that has none (counted from requested_at).

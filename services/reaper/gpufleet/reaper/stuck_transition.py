@@ -20,6 +20,10 @@ reads what the provider says now and compares it with the recorded **intent**:
   routed to ALERT_HUMAN, so an incident opens) per stuck transition, and the machine stays
   where it is for a human.
 
+A machine whose stop or destroy is still in flight in this reaper's provider-call pool
+(a slow call, or one waiting for a worker) is not stuck but slow: it is left to that call
+— no read, no re-issue — so the same call is never out twice from here.
+
 Why re-issue at all: a stop whose answer was lost leaves an instance billing with nothing
 on it until a human answers the incident — an hour of GPU time for a call that is safe to
 repeat (the simulator's month measured that as most of the gap between the nets and the
@@ -30,12 +34,14 @@ second create is a second bill.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from opentelemetry import context as otel_context
 from sqlalchemy import ColumnElement, exists, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -48,6 +54,8 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.common.loops import TickReport
 from gpufleet.common.provider_errors import InstanceNotFound
+from gpufleet.common.telemetry import tracer
+from gpufleet.reaper.calls import Answers, ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal, is_ours
 from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours, scan, state_in
@@ -55,6 +63,7 @@ from gpufleet.reaper.transition import MachineProvider, request_id
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2
 
 log = logging.getLogger(__name__)
+_tracer = tracer("gpufleet.reaper")
 
 NAME = "stuck_transition"
 GONE = "GONE"
@@ -242,6 +251,8 @@ class StuckTransition:
         provider: StuckProvider,
         policy: StuckPolicy,
         outcomes: OutcomePolicy | None = None,
+        *,
+        calls: ProviderCalls | None = None,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
@@ -249,6 +260,10 @@ class StuckTransition:
         self.provider = provider
         self.policy = policy
         self.outcomes = outcomes or OutcomePolicy()
+        # The pool the other nets' stops and destroys run in: a re-issue runs there too, and
+        # a machine whose call is still in flight there is left to that call.
+        self.calls = calls or ProviderCalls()
+        self.answers = Answers()
 
     def due(self, now: datetime) -> list[ColumnElement[bool]]:
         # ix_machines_transitional: only machines in a transitional state are read.
@@ -259,7 +274,7 @@ class StuckTransition:
             return scan(session, self.due(now))
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME)
+        decisions = DecisionLog(NAME, self.answers.take())
         machines = self.scan(now)
         reissued = self._reissued(machines)
         for machine in machines:
@@ -268,6 +283,12 @@ class StuckTransition:
                 decisions.refused(machine.machine_id, gated.reason)
                 continue
             if gated is None:
+                continue
+            if self.calls.busy(machine.machine_id):
+                # Its stop or destroy is still out (or waiting for a worker) here: not stuck
+                # but slow, and that call records its own answer — a re-issue now would be
+                # the same call twice.
+                decisions.acted(machine.machine_id, "call_in_flight", level=logging.DEBUG)
                 continue
             view = read_provider(self.provider, machine)
             decision = decide(now, machine, view, self.policy, reissued.get(machine.machine_id, ()))
@@ -310,8 +331,12 @@ class StuckTransition:
 
     def _reissue(self, machine: MachineSnapshot, call: ReissueCall, decisions: DecisionLog) -> None:
         """Record, then call, then finish: the ledger row is committed in the transaction
-        that checks the row is as the scan saw it, before the provider hears anything."""
+        that checks the row is as the scan saw it, before the provider hears anything; the
+        call and its outcome run in the provider-call pool."""
         assert machine.state_changed_at is not None
+        if not self.calls.accepting:
+            log.info("the reaper is stopping: %s of %s not re-issued", call.operation, machine.machine_id)
+            return
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
             still = session.execute(
@@ -342,6 +367,29 @@ class StuckTransition:
             )
         # The first call's key: a provider that saw it treats this as its replay.
         key = request_id(call.operation, machine.machine_id, machine.state_changed_at)
+        sent = functools.partial(self._send, machine, call, key, otel_context.get_current())
+        if not self.calls.submit(machine.machine_id, key, sent):
+            log.warning(
+                "%s of %s recorded as re-issued but not sent: the reaper is stopping",
+                call.operation,
+                machine.machine_id,
+            )
+
+    def _send(
+        self, machine: MachineSnapshot, call: ReissueCall, key: str, parent: otel_context.Context
+    ) -> None:
+        """In the pool: the re-issued call, with no transaction open, then its outcome
+        (counted in the next pass)."""
+        decisions = DecisionLog(NAME)
+        with _tracer.start_as_current_span(f"reaper.{NAME}.{call.operation}", context=parent):
+            try:
+                self._send_and_record(machine, call, key, decisions)
+            finally:
+                self.answers.add(decisions.report)
+
+    def _send_and_record(
+        self, machine: MachineSnapshot, call: ReissueCall, key: str, decisions: DecisionLog
+    ) -> None:
         offering = machine.offering or machine_pb2.Offering()
         send = self.provider.stop if call.operation == "stop" else self.provider.destroy
         try:

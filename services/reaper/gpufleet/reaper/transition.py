@@ -1,10 +1,14 @@
 """The acting rung of the ladder, shared by every net that calls the provisioner.
 
-Record the intent and the transitional state in one fenced transaction, commit, call the
-provisioner with no transaction open, then record the outcome in a new transaction:
-success moves the machine to the end state; failure leaves it transitional — visible, for
-the stuck-transition watchdog, never silently back in the pool or silently retried — and
-appends a ``provider_call_failed`` row to the ledger.
+Record the intent and the transitional state in one fenced transaction, commit — in the
+net's pass — then hand the provider call to the reaper's bounded pool
+(:class:`~gpufleet.reaper.calls.ProviderCalls`), which makes it with no transaction open
+and records the outcome in a new transaction: success moves the machine to the end state;
+failure leaves it transitional — visible, for the stuck-transition watchdog, never
+silently back in the pool or silently retried — and appends a ``provider_call_failed``
+row to the ledger. The pass never waits on the provider: a stop that takes minutes holds
+one worker of the pool, not the nets; what the call did is counted into the net's next
+pass (:meth:`TransitionRunner.answered`).
 
 The claiming write is a compare-and-set on what the scan saw (same state, still ours,
 still not pinned, still due), so a decision made on a row that moved since the scan is
@@ -16,12 +20,14 @@ and the transitional state are committed together, before the provider call.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from opentelemetry import context as otel_context
 from sqlalchemy import ColumnElement
 from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
@@ -32,12 +38,16 @@ from gpufleet.common.db.models import Machine
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
+from gpufleet.common.loops import TickReport
+from gpufleet.common.telemetry import tracer
+from gpufleet.reaper.calls import Answers, ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason
 from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours
 from gpufleet.v1 import machine_pb2
 
 log = logging.getLogger(__name__)
+_tracer = tracer("gpufleet.reaper")
 
 TimerColumn = InstrumentedAttribute[datetime | None]
 
@@ -111,7 +121,8 @@ def request_id(operation: str, machine_id: str, at: datetime) -> str:
 
 
 class TransitionRunner:
-    """Claims, calls and records one transition for one machine."""
+    """Claims one transition for one machine in the net's pass; the call and its outcome
+    run in the reaper's provider-call pool."""
 
     def __init__(
         self,
@@ -119,11 +130,21 @@ class TransitionRunner:
         lease: LeaderLease,
         clock: Clock,
         outcomes: OutcomePolicy | None = None,
+        calls: ProviderCalls | None = None,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
         self.clock = clock
         self.outcomes = outcomes or OutcomePolicy()
+        # A net built alone (a test, a benchmark) gets a pool of its own; the reaper hands
+        # every net the one pool, so that ``provider_call_workers`` bounds them all.
+        self.calls = calls or ProviderCalls()
+        self.answers = Answers()
+
+    def answered(self) -> TickReport:
+        """What this runner's calls did since the last pass: the next pass's report
+        starts from it."""
+        return self.answers.take()
 
     def execute(
         self,
@@ -139,17 +160,73 @@ class TransitionRunner:
         detection: Detection | None = None,
         why: str = "",
     ) -> bool:
-        """Run ``transition``; returns whether the provider call succeeded.
+        """Claim ``transition`` and hand its call to the pool; returns whether it was claimed.
 
         ``call(machine_id, offering, provider_instance_id, request_id)`` is the provider call;
         ``detection``, when given, is appended to the ledger in the claiming transaction.
         ``why`` (else the detection's details) is recorded on the machine as the reason.
+        The call's outcome (``<operation>`` or ``<operation>_failed``) is logged when it
+        answers and counted in the net's next pass.
         """
+        if not self.calls.accepting:
+            log.info("the reaper is stopping: %s of %s not claimed", transition.operation, machine.machine_id)
+            return False
         reason = f"{transition.detector}: {why or (detection.details if detection else transition.operation)}"
         if not self._claim(transition, machine, now, guards, clear_at_begin, detection, reason):
             decisions.refused(machine.machine_id, RefusalReason.CHANGED_SINCE_SCAN)
             return False
         key = request_id(transition.operation, machine.machine_id, now)
+        sent = functools.partial(
+            self._call,
+            transition,
+            machine,
+            key,
+            call,
+            clear_at_end,
+            reason,
+            decisions.net,
+            otel_context.get_current(),
+        )
+        if not self.calls.submit(machine.machine_id, key, sent):
+            # Only when the pool closed since the check above (the reaper is stopping).
+            log.warning(
+                "%s of %s claimed but not sent: the reaper is stopping; it stays %s for the "
+                "stuck-transition watchdog",
+                transition.operation,
+                machine.machine_id,
+                transition.transitional.value,
+            )
+        return True
+
+    def _call(
+        self,
+        transition: Transition,
+        machine: MachineSnapshot,
+        key: str,
+        call: Callable[[str, machine_pb2.Offering, str, str], object],
+        clear_at_end: Sequence[TimerColumn],
+        reason: str,
+        net: str,
+        parent: otel_context.Context,
+    ) -> None:
+        """In the pool: the provider call, with no transaction open, then its outcome."""
+        decisions = DecisionLog(net)
+        with _tracer.start_as_current_span(f"reaper.{net}.{transition.operation}", context=parent):
+            try:
+                self._call_and_record(transition, machine, key, call, clear_at_end, reason, decisions)
+            finally:
+                self.answers.add(decisions.report)
+
+    def _call_and_record(
+        self,
+        transition: Transition,
+        machine: MachineSnapshot,
+        key: str,
+        call: Callable[[str, machine_pb2.Offering, str, str], object],
+        clear_at_end: Sequence[TimerColumn],
+        reason: str,
+        decisions: DecisionLog,
+    ) -> None:
         offering = machine.offering or machine_pb2.Offering()
         try:
             call(machine.machine_id, offering, machine.provider_instance_id or "", key)
@@ -158,10 +235,9 @@ class TransitionRunner:
                 log.exception("unexpected error from %s of %s", transition.operation, machine.machine_id)
             self._record_failure(transition, machine, key, err)
             decisions.acted(machine.machine_id, f"{transition.operation}_failed", str(err))
-            return False
+            return
         self._finish(transition, machine, clear_at_end, reason)
         decisions.acted(machine.machine_id, transition.operation)
-        return True
 
     def _claim(
         self,

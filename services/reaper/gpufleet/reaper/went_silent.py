@@ -31,6 +31,7 @@ from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy
 from gpufleet.common.loops import TickReport
+from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.lifetime import reported_this_life, reported_this_life_sql
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
@@ -116,11 +117,13 @@ class WentSilent:
         provider: MachineProvider,
         policy: WentSilentPolicy,
         outcomes: OutcomePolicy | None = None,
+        *,
+        calls: ProviderCalls | None = None,
     ) -> None:
         self.sessions = sessions
         self.provider = provider
         self.policy = policy
-        self.runner = TransitionRunner(sessions, lease, clock, outcomes)
+        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls)
 
     def due(self, now: datetime) -> list[ColumnElement[bool]]:
         # ix_machines_running_report_clock: a range over the running machines' report clock
@@ -136,7 +139,7 @@ class WentSilent:
             return scan(session, self.due(now))
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME)
+        decisions = DecisionLog(NAME, self.runner.answered())
         self.act(now, self.scan(now), decisions)
         return decisions.report
 
