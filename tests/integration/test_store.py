@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from gpufleet.common.clock import ManualClock
@@ -123,22 +125,67 @@ def test_the_statement_pool_survives_a_dropped_connection_and_says_unavailable_w
     """SubmitJob's lean path: a connection the server dropped is replaced and the statement
     runs once more; a database that is not there is UNAVAILABLE, not an internal error."""
     engine = make_engine(pg_url)
-    pool = StatementPool(engine, max_size=2)
+
+    async def dropped_and_replaced() -> None:
+        pool = StatementPool(engine, max_size=2)
+        try:
+            sql = pool.compile(text("SELECT pg_backend_pid(), :n + 1"))
+            first_pid, two = await pool.fetch_one(sql, {"n": 1}) or (None, None)
+            assert two == 2
+            with engine.connect() as conn:
+                conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first_pid})
+            second_pid, three = await pool.fetch_one(sql, {"n": 2}) or (None, None)
+            assert (three, second_pid != first_pid) == (3, True)
+        finally:
+            await pool.aclose()
+
+    async def nowhere_is_unavailable() -> None:
+        nowhere = make_engine(f"postgresql://postgres@127.0.0.1:{free_port()}/none")
+        pool = StatementPool(nowhere, timeout_s=1)
+        try:
+            with pytest.raises(Unavailable):
+                await pool.fetch_one(pool.compile(text("SELECT 1")), {})
+        finally:
+            await pool.aclose()
+
     try:
-        sql = pool.compile(text("SELECT pg_backend_pid(), :n + 1"))
-        first_pid, two = pool.fetch_one(sql, {"n": 1}) or (None, None)
-        assert two == 2
-        with engine.connect() as conn:
-            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first_pid})
-        second_pid, three = pool.fetch_one(sql, {"n": 2}) or (None, None)
-        assert (three, second_pid != first_pid) == (3, True)
+        asyncio.run(dropped_and_replaced())
     finally:
-        pool.close()
         engine.dispose()
-    nowhere = make_engine(f"postgresql://postgres@127.0.0.1:{free_port()}/none")
-    pool = StatementPool(nowhere, timeout_s=1)
+    asyncio.run(nowhere_is_unavailable())
+
+
+def backend_gone(engine: Engine, pid: int, within_s: float = 10.0) -> bool:
+    """The server ends a backend shortly after its client closes the connection."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            if not conn.execute(text("SELECT 1 FROM pg_stat_activity WHERE pid = :p"), {"p": pid}).first():
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_statement_pool_closes_from_another_thread_on_its_own_loop(pg_url: str) -> None:
+    """A server's loop runs on a thread of its own; the service closes its pool from the
+    main thread, while that loop still runs or once it has stopped."""
+    engine = make_engine(pg_url)
     try:
-        with pytest.raises(Unavailable):
-            pool.fetch_one(pool.compile(text("SELECT 1")), {})
+        for stop_first in (False, True):
+            pool = StatementPool(engine, max_size=1)
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, daemon=True)
+            thread.start()
+            sql = pool.compile(text("SELECT pg_backend_pid()"))
+            (pid,) = asyncio.run_coroutine_threadsafe(pool.fetch_one(sql, {}), loop).result(30) or (0,)
+            if stop_first:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(10)
+            pool.close()
+            assert backend_gone(engine, pid)
+            if not stop_first:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(10)
+            loop.close()
     finally:
-        pool.close()
+        engine.dispose()

@@ -38,7 +38,7 @@ from gpufleet.common.clock import ManualClock
 from gpufleet.common.convert import offering_to_proto
 from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
-from gpufleet.common.grpcserver import ServiceBinding, ServiceServer, create_server
+from gpufleet.common.grpcserver import ServiceBinding, ServiceServer, create_aio_server, create_server
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
 from gpufleet.common.trust.identity import Role
@@ -404,13 +404,16 @@ def build_world(pg_url: str, cloud: Cloud, other: Cloud) -> Iterator[World]:
         )
         stack.callback(sweeper.close, 0)
 
-        # The operator-facing services over gRPC: JobService and ReaperService.
-        api = create_server(
+        # The operator-facing services over gRPC: JobService and ReaperService, on the
+        # asyncio server the scheduler serves JobService on (SubmitJob runs on its loop).
+        jobs = JobService(sessions, clock, tls.transport("scheduler", DEPLOYMENT))
+        stack.callback(jobs.close)
+        api = create_aio_server(
             "127.0.0.1:0",
             [
                 _binding(
                     job_service_pb2_grpc.add_JobServiceServicer_to_server,
-                    JobService(sessions, clock, tls.transport("scheduler", DEPLOYMENT)),
+                    jobs,
                     job_service_pb2,
                     "JobService",
                 ),

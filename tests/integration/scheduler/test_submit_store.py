@@ -1,14 +1,21 @@
 """SubmitJob's lean write paths (a prepared statement on PostgreSQL, the kept writer
 connection on SQLite) store exactly what the ORM would, on both stores, and queue with
-every other writer of the process."""
+every other writer of the process.
+
+SubmitJob is a coroutine run on the server's event loop; here it runs on a loop of its
+own thread as the server's does, so callers on several threads share one loop (and one
+statement pool) as a server's callers do."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.catalog import load_catalog
 from gpufleet.common.clock import ManualClock
@@ -32,21 +39,36 @@ def request(request_id: str, **overrides: str) -> job_service_pb2.SubmitJobReque
     )
 
 
+Submit = Callable[[job_service_pb2.SubmitJobRequest], job_pb2.Job]
+
+
 @pytest.fixture
-def service(db_url: str):  # type: ignore[no-untyped-def]
+def service(db_url: str) -> Iterator[tuple[Submit, sessionmaker[Session]]]:
     engine = make_engine(db_url)
     sessions = make_sessionmaker(engine)
     with sessions() as session, session.begin():
         sync_catalog(session, load_catalog(None))
     jobs = JobService(sessions, ManualClock(NOW), tls.transport("scheduler"))
-    yield jobs, sessions
-    jobs.close()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def submit(request: job_service_pb2.SubmitJobRequest) -> job_pb2.Job:
+        return asyncio.run_coroutine_threadsafe(jobs.SubmitJob(request, None), loop).result(60)  # type: ignore[arg-type]
+
+    yield submit, sessions
+    jobs.close()  # while the loop runs: the statement pool closes on it
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
     engine.dispose()
 
 
-def test_a_submitted_job_reads_back_as_the_orm_would_have_stored_it(service) -> None:  # type: ignore[no-untyped-def]
-    jobs, sessions = service
-    answer = jobs.SubmitJob(request("lean-1"), None)  # type: ignore[arg-type]
+def test_a_submitted_job_reads_back_as_the_orm_would_have_stored_it(
+    service: tuple[Submit, sessionmaker[Session]],
+) -> None:
+    submit, sessions = service
+    answer = submit(request("lean-1"))
     with sessions() as session:
         job = session.get(models.Job, answer.job_id)
         assert job is not None
@@ -66,27 +88,31 @@ def test_a_submitted_job_reads_back_as_the_orm_would_have_stored_it(service) -> 
         assert session.execute(select(func.count()).select_from(models.Job).where(earlier)).scalar() == 1
         [event] = session.execute(select(models.JobEvent).where(models.JobEvent.job_id == job.id)).scalars()
         assert (event.state, event.at, event.message) == ("QUEUED", NOW, "submitted")
-    assert jobs.SubmitJob(request("lean-1"), None).job_id == answer.job_id  # type: ignore[arg-type]
+    assert submit(request("lean-1")).job_id == answer.job_id
 
 
-def test_a_catalogue_miss_names_its_field_and_stores_nothing(service) -> None:  # type: ignore[no-untyped-def]
-    jobs, sessions = service
+def test_a_catalogue_miss_names_its_field_and_stores_nothing(
+    service: tuple[Submit, sessionmaker[Session]],
+) -> None:
+    submit, sessions = service
     with pytest.raises(NotFound) as err:
-        jobs.SubmitJob(request("miss-1", pool="nowhere"), None)  # type: ignore[arg-type]
+        submit(request("miss-1", pool="nowhere"))
     assert err.value.field == "job.pool"
     with sessions() as session:
         assert session.execute(select(func.count()).select_from(models.Job)).scalar() == 0
         assert session.execute(select(func.count()).select_from(models.JobEvent)).scalar() == 0
 
 
-def test_submissions_and_other_writers_of_the_process_queue_without_locking_errors(service) -> None:  # type: ignore[no-untyped-def]
-    jobs, sessions = service
+def test_submissions_and_other_writers_of_the_process_queue_without_locking_errors(
+    service: tuple[Submit, sessionmaker[Session]],
+) -> None:
+    submit, sessions = service
     errors: list[BaseException] = []
 
-    def submit(t: int) -> None:
+    def submitter(t: int) -> None:
         try:
             for n in range(40):
-                jobs.SubmitJob(request(f"t{t}-{n}"), None)  # type: ignore[arg-type]
+                submit(request(f"t{t}-{n}"))
         except BaseException as exc:
             errors.append(exc)
 
@@ -99,7 +125,7 @@ def test_submissions_and_other_writers_of_the_process_queue_without_locking_erro
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=submit, args=(t,)) for t in range(6)]
+    threads = [threading.Thread(target=submitter, args=(t,)) for t in range(6)]
     threads += [threading.Thread(target=other_writer) for _ in range(2)]
     for thread in threads:
         thread.start()

@@ -22,12 +22,16 @@ from gpufleet.common import telemetry
 from gpufleet.common.handler_cache import WrappedHandlers
 from gpufleet.common.trust import authz
 from gpufleet.common.trust.identity import Identity, Role
-from gpufleet.common.trust.peer import identity_from_auth_context
+from gpufleet.common.trust.peer import certificate_pem, identity_from_auth_context
 
 log = logging.getLogger(__name__)
 _refusals = telemetry.meter(__name__).create_counter(
     "gpufleet.auth.refusals", description="calls refused by the authorization table, by method and reason"
 )
+
+
+# Decisions kept at most (a certificate and a method each); past it they are made again.
+_ALLOWED_MAX = 4096
 
 
 class Refused(Exception):
@@ -38,13 +42,37 @@ class Refused(Exception):
 
 
 class Gate:
-    """The check, the same for both kinds of server."""
+    """The check, the same for both kinds of server.
+
+    Every call on a connection carries the certificate its handshake verified, and that
+    identity cannot change while the connection lasts; so a method is decided once per
+    certificate — on the connection's first call of it — and later calls only find the
+    decision by the certificate they present. Keyed by the certificate itself (not by the
+    peer's address, which a later connection may reuse with another certificate), a
+    found decision is exactly the one the full check would make. Only allowances are
+    kept: every refusal is checked, logged and counted again."""
 
     def __init__(self, deployment: str, rules: Mapping[str, frozenset[Role]] = authz.RULES) -> None:
         self.deployment = deployment
         self.rules = rules
+        # (method, certificate PEM) -> the identity allowed. Plain dict operations are
+        # atomic, so threads racing on a first call decide twice at worst, alike.
+        self._allowed: dict[tuple[str, bytes], Identity] = {}
 
     def check(self, method: str, auth: Any, peer: str) -> Identity:
+        pem = certificate_pem(auth)
+        if pem is not None:
+            allowed = self._allowed.get((method, pem))
+            if allowed is not None:
+                return allowed
+        identity = self._decide(method, auth, peer)
+        if pem is not None:
+            if len(self._allowed) >= _ALLOWED_MAX:
+                self._allowed.clear()
+            self._allowed[(method, pem)] = identity
+        return identity
+
+    def _decide(self, method: str, auth: Any, peer: str) -> Identity:
         identity = identity_from_auth_context(auth)
         if identity is None or identity.deployment != self.deployment:
             self._refuse(method, "unauthenticated", peer, str(identity) if identity else "no identity")

@@ -22,8 +22,9 @@ _cache: dict[bytes, Identity | None] = {}
 _lock = threading.Lock()
 
 
-def _first(auth: Any, key: str) -> bytes | None:
-    values = auth.get(key) if auth else None
+def certificate_pem(auth: Any) -> bytes | None:
+    """The peer's verified certificate (PEM) from a call's auth context, or None."""
+    values = auth.get("x509_pem_cert") if auth else None
     return values[0] if values else None
 
 
@@ -49,7 +50,7 @@ def _from_certificate(pem: bytes) -> Identity | None:
 def identity_from_auth_context(auth: Any) -> Identity | None:
     """The verified identity, or None: no certificate, or one naming no identity of ours,
     or one signed by the wrong one of our two keys."""
-    pem = _first(auth, "x509_pem_cert")
+    pem = certificate_pem(auth)
     if pem is None:
         return None
     with _lock:
