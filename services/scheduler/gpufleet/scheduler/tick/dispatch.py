@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from sqlalchemy import Table, Text, bindparam, insert, or_, select, update
+from sqlalchemy import Table, Text, or_, select, update
 from sqlalchemy import cast as cast_
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -40,6 +40,7 @@ from gpufleet.common.clients.agent import AgentClients
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import dur
 from gpufleet.common.db import models
+from gpufleet.common.db.bulk import insert_rows
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState, MachineState
 from gpufleet.common.errors import Fenced, GpufleetError
 from gpufleet.common.leadership import LeaderLease
@@ -221,7 +222,7 @@ class DispatchController:
         checkpoints = latest_checkpoints(session, resuming)
 
         attempts: list[dict[str, Any]] = []
-        job_updates: list[dict[str, Any]] = []
+        job_updates: list[str] = []
         events: list[dict[str, Any]] = []
         token_rows: list[dict[str, Any]] = []
         dispatches: list[Dispatch] = []
@@ -275,7 +276,7 @@ class DispatchController:
                     "checkpoint_id": checkpoint.id if checkpoint is not None else None,
                 }
             )
-            job_updates.append({"b_id": job.id, "b_count": count, "b_message": message})
+            job_updates.append(job.id)
             events.append(
                 {"job_id": job.id, "state": JobState.DISPATCHING.value, "at": now, "message": message}
             )
@@ -302,21 +303,21 @@ class DispatchController:
         if not dispatches:
             return []
         conn = session.connection()
-        conn.execute(insert(_ATTEMPTS), attempts)
-        jobs_table = _JOBS
-        conn.execute(
-            update(jobs_table)
-            .where(jobs_table.c.id == bindparam("b_id"))
-            .values(
-                state=JobState.DISPATCHING.value,
-                attempt_count=bindparam("b_count"),
-                status_message=bindparam("b_message"),
-                updated_at=now,
-            ),
-            job_updates,
-        )
-        conn.execute(insert(_EVENTS), events)
-        conn.execute(insert(JOB_TOKENS), token_rows)
+        insert_rows(conn, _ATTEMPTS, attempts)
+        # Every assigned job moves alike (its attempt's machine and slot are in its event).
+        for part in chunks(job_updates):
+            conn.execute(
+                update(_JOBS)
+                .where(_JOBS.c.id.in_(part), _JOBS.c.state == JobState.QUEUED.value)
+                .values(
+                    state=JobState.DISPATCHING.value,
+                    attempt_count=_JOBS.c.attempt_count + 1,
+                    status_message="dispatching to its machine",
+                    updated_at=now,
+                )
+            )
+        insert_rows(conn, _EVENTS, events)
+        insert_rows(conn, JOB_TOKENS, token_rows)
         clear_for_started_films(session, films, now)
         # The scheduler never races the money chain: work assigned clears both timers.
         for part in chunks(sorted({d.machine_id for d in dispatches})):
