@@ -17,11 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Table, func, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.common.db import models
+from gpufleet.common.db.bulk import insert_rows
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, TERMINAL_JOB_STATES, AttemptState, JobState
 
 __all__ = [
@@ -85,8 +87,9 @@ def set_jobs_state(
         ).scalars()
     )
     if moved:
-        session.execute(
-            insert(models.JobEvent),
+        insert_rows(
+            session.connection(),
+            cast(Table, models.JobEvent.__table__),
             [{"job_id": job_id, "state": to.value, "at": now, "message": message} for job_id in moved],
         )
     return moved
