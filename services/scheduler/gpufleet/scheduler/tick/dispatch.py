@@ -472,7 +472,12 @@ class DispatchController:
                 if taken and BACKS_OFF[cause]:
                     self._back_off(session, group[0].machine_id, now)
         except Fenced as exc:
-            log.warning("dispatch refusals are not recorded by a deposed leader (%s)", exc)
+            for d in group:
+                log.warning(
+                    "attempt %s: the agent's refusal is not recorded by a deposed leader (%s)",
+                    d.attempt_id,
+                    exc,
+                )
             self.outcomes.add("dispatch_outcome_fenced", len(group))
             return
         finally:
