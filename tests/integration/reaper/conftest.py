@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.calls import CallPool
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
@@ -21,7 +22,6 @@ from gpufleet.common.db.models import Machine, WatchdogStat
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import Ticker
 from gpufleet.reaper.agent_probe import GrpcAgentProber
-from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.idle_scanner import GrpcAgentSampler
 from gpufleet.reaper.main import build_watchdogs
 from gpufleet.reaper.settings import Settings
@@ -38,7 +38,7 @@ class Chain:
     # A ScriptedProvisioner, or a SimProvisioner (the real service with its sim driver).
     provisioner: Any
     # The nets' stops and destroys run here, after their pass has returned.
-    calls: ProviderCalls
+    calls: CallPool
     # True: every running machine's worker reports before each tick (healthy workers),
     # so a test of the money chain is not also a test of the report-reading nets.
     heartbeats: bool = False
@@ -63,7 +63,7 @@ class Chain:
         self.tick(settle=settle)
 
     def settle(self, timeout_s: float = 30.0) -> None:
-        assert self.calls.settle(timeout_s), f"{self.calls.pending()} provider calls still in flight"
+        assert self.calls.wait_idle(timeout_s), f"{self.calls.pending()} provider calls still in flight"
 
     def stats(self, name: str) -> WatchdogStat:
         with self.sessions() as s:
@@ -92,7 +92,7 @@ def wire_reaper(
         tls.transport("reaper"), window=timedelta(0), timeout_s=settings.agent_timeout_s
     )
     prober = GrpcAgentProber(tls.transport("reaper"), timeout_s=settings.agent_timeout_s)
-    calls = ProviderCalls(settings.provider_call_workers)
+    calls = CallPool(settings.provider_call_workers, "provider-calls")
     tasks = build_watchdogs(settings, sessions, lease, clock, client, sampler, prober, calls=calls)
     ticker = Ticker("reaper", clock, sessions, lease, tasks, renew_s=settings.lease_renew_s)
     try:

@@ -30,6 +30,7 @@ import grpc
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.calls import CallPool
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
@@ -50,7 +51,6 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import Ticker
 from gpufleet.provisioner.drivers.base import InstanceStatus
 from gpufleet.reaper.agent_probe import GrpcAgentProber
-from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.idle_scanner import GrpcAgentSampler
 from gpufleet.reaper.main import build_watchdogs
 from gpufleet.reaper.settings import Settings
@@ -142,7 +142,7 @@ class Plane:
     capture: DecisionCapture
     stack: ExitStack
     # The nets' stops and destroys run here, after their pass has returned.
-    calls: ProviderCalls
+    calls: CallPool
     agents: dict[str, WorldAgent] = field(default_factory=dict)
     # Machines whose worker is alive and reports each step.
     reporting: set[str] = field(default_factory=set)
@@ -241,7 +241,7 @@ class Plane:
         self._play_world()
         self.lease.try_acquire()
         self.ticker.run_due()
-        assert self.calls.settle(30), f"{self.calls.pending()} provider calls still in flight"
+        assert self.calls.wait_idle(30), f"{self.calls.pending()} provider calls still in flight"
 
     def step(self, seconds: float = 30.0) -> None:
         self.clock.advance(timedelta(seconds=seconds))
@@ -418,7 +418,7 @@ def running_plane(db_url: str, **settings: Any) -> Iterator[Plane]:
         lease = LeaderLease(
             "reaper", reaper_settings.instance_name, clock, sessions, ttl_s=reaper_settings.lease_ttl_s
         )
-        calls = ProviderCalls(reaper_settings.provider_call_workers)
+        calls = CallPool(reaper_settings.provider_call_workers, "provider-calls")
         stack.callback(calls.close)
         tasks = build_watchdogs(
             reaper_settings,

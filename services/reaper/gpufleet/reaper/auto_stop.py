@@ -13,12 +13,12 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.calls import CallPool
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
-from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.snapshot import scan
@@ -76,7 +76,7 @@ class AutoStop:
         provider: MachineProvider,
         policy: AutoStopPolicy,
         *,
-        calls: ProviderCalls | None = None,
+        calls: CallPool | None = None,
     ) -> None:
         self.sessions = sessions
         self.provider = provider

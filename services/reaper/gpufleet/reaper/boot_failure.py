@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.calls import CallPool
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import RUNNING_STATES
 from gpufleet.common.db.models import Machine
@@ -34,7 +35,6 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy
 from gpufleet.common.loops import TickReport
 from gpufleet.reaper.agent_probe import AgentProber, StartupProbe, probe_all
-from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.lifetime import reported_this_life, unreported_this_life_sql
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
@@ -167,7 +167,7 @@ class BootFailure:
         outcomes: OutcomePolicy | None = None,
         concurrency: int = 16,
         *,
-        calls: ProviderCalls | None = None,
+        calls: CallPool | None = None,
     ) -> None:
         self.sessions = sessions
         self.lease = lease

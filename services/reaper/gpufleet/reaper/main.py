@@ -18,6 +18,7 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.calls import CallPool
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
@@ -32,7 +33,6 @@ from gpufleet.reaper.agent_probe import AgentProber, GrpcAgentProber
 from gpufleet.reaper.auto_destroy import AutoDestroy
 from gpufleet.reaper.auto_stop import AutoStop
 from gpufleet.reaper.boot_failure import BootFailure
-from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.idle_scanner import AgentSampler, GrpcAgentSampler, IdleScanner
 from gpufleet.reaper.lost_detector import LostDetector
 from gpufleet.reaper.provision_deadline import ProvisionDeadline
@@ -61,7 +61,7 @@ def build_watchdogs(
     sampler: AgentSampler,
     prober: AgentProber,
     *,
-    calls: ProviderCalls,
+    calls: CallPool,
 ) -> list[PeriodicTask]:
     """Every machine-level net, each its own module with its own gate and cadence.
 
@@ -118,7 +118,7 @@ def build_watchdogs(
 class Reaper(TimerService):
     """A running reaper: the shared timer-service runtime, and its provider-call pool."""
 
-    calls: ProviderCalls | None = None
+    calls: CallPool | None = None
     drain_s: float = 0.0
 
     def close(self, grace: float = 5.0) -> None:
@@ -157,7 +157,7 @@ def build(
     )
     prober = prober or GrpcAgentProber(transport, timeout_s=settings.agent_timeout_s)
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
-    calls = ProviderCalls(settings.provider_call_workers)
+    calls = CallPool(settings.provider_call_workers, "provider-calls")
     tasks = build_watchdogs(settings, sessions, lease, clock, provider, sampler, prober, calls=calls)
     ticker = Ticker(SERVICE, clock, sessions, lease, tasks, renew_s=settings.lease_renew_s)
     server = create_server(

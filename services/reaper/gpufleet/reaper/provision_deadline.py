@@ -22,13 +22,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, and_, or_
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.calls import CallPool
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy
 from gpufleet.common.loops import TickReport
-from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
 from gpufleet.reaper.snapshot import scan, state_in
@@ -100,7 +100,7 @@ class ProvisionDeadline:
         policy: ProvisionDeadlinePolicy,
         outcomes: OutcomePolicy | None = None,
         *,
-        calls: ProviderCalls | None = None,
+        calls: CallPool | None = None,
     ) -> None:
         self.sessions = sessions
         self.provider = provider

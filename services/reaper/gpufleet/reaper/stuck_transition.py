@@ -46,6 +46,7 @@ from sqlalchemy import ColumnElement, exists, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import lifecycle
+from gpufleet.common.calls import CallPool, Outcomes
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import TRANSITIONAL_STATES, MachineIntent, MachineState
 from gpufleet.common.db.models import Failure, Machine
@@ -55,7 +56,6 @@ from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.common.loops import TickReport
 from gpufleet.common.provider_errors import InstanceNotFound
 from gpufleet.common.telemetry import tracer
-from gpufleet.reaper.calls import Answers, ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal, is_ours
 from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours, scan, state_in
@@ -252,7 +252,7 @@ class StuckTransition:
         policy: StuckPolicy,
         outcomes: OutcomePolicy | None = None,
         *,
-        calls: ProviderCalls | None = None,
+        calls: CallPool | None = None,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
@@ -262,8 +262,8 @@ class StuckTransition:
         self.outcomes = outcomes or OutcomePolicy()
         # The pool the other nets' stops and destroys run in: a re-issue runs there too, and
         # a machine whose call is still in flight there is left to that call.
-        self.calls = calls or ProviderCalls()
-        self.answers = Answers()
+        self.calls = calls or CallPool(16, "provider-calls")
+        self.answers = Outcomes()
 
     def due(self, now: datetime) -> list[ColumnElement[bool]]:
         # ix_machines_transitional: only machines in a transitional state are read.
@@ -368,7 +368,7 @@ class StuckTransition:
         # The first call's key: a provider that saw it treats this as its replay.
         key = request_id(call.operation, machine.machine_id, machine.state_changed_at)
         sent = functools.partial(self._send, machine, call, key, otel_context.get_current())
-        if not self.calls.submit(machine.machine_id, key, sent):
+        if not self.calls.submit(key, sent, group=machine.machine_id):
             log.warning(
                 "%s of %s recorded as re-issued but not sent: the reaper is stopping",
                 call.operation,
@@ -385,7 +385,7 @@ class StuckTransition:
             try:
                 self._send_and_record(machine, call, key, decisions)
             finally:
-                self.answers.add(decisions.report)
+                self.answers.add_report(decisions.report)
 
     def _send_and_record(
         self, machine: MachineSnapshot, call: ReissueCall, key: str, decisions: DecisionLog

@@ -2,7 +2,7 @@
 
 Record the intent and the transitional state in one fenced transaction, commit — in the
 net's pass — then hand the provider call to the reaper's bounded pool
-(:class:`~gpufleet.reaper.calls.ProviderCalls`), which makes it with no transaction open
+(:class:`~gpufleet.common.calls.CallPool`), which makes it with no transaction open
 and records the outcome in a new transaction: success moves the machine to the end state;
 failure leaves it transitional — visible, for the stuck-transition watchdog, never
 silently back in the pool or silently retried — and appends a ``provider_call_failed``
@@ -32,6 +32,7 @@ from sqlalchemy import ColumnElement
 from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
 from gpufleet.common import lifecycle
+from gpufleet.common.calls import CallPool, Outcomes
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineState
 from gpufleet.common.db.models import Machine
@@ -40,7 +41,6 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.common.loops import TickReport
 from gpufleet.common.telemetry import tracer
-from gpufleet.reaper.calls import Answers, ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason
 from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours
@@ -130,7 +130,7 @@ class TransitionRunner:
         lease: LeaderLease,
         clock: Clock,
         outcomes: OutcomePolicy | None = None,
-        calls: ProviderCalls | None = None,
+        calls: CallPool | None = None,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
@@ -138,8 +138,8 @@ class TransitionRunner:
         self.outcomes = outcomes or OutcomePolicy()
         # A net built alone (a test, a benchmark) gets a pool of its own; the reaper hands
         # every net the one pool, so that ``provider_call_workers`` bounds them all.
-        self.calls = calls or ProviderCalls()
-        self.answers = Answers()
+        self.calls = calls or CallPool(16, "provider-calls")
+        self.answers = Outcomes()
 
     def answered(self) -> TickReport:
         """What this runner's calls did since the last pass: the next pass's report
@@ -187,7 +187,7 @@ class TransitionRunner:
             decisions.net,
             otel_context.get_current(),
         )
-        if not self.calls.submit(machine.machine_id, key, sent):
+        if not self.calls.submit(key, sent, group=machine.machine_id):
             # Only when the pool closed since the check above (the reaper is stopping).
             log.warning(
                 "%s of %s claimed but not sent: the reaper is stopping; it stays %s for the "
@@ -215,7 +215,7 @@ class TransitionRunner:
             try:
                 self._call_and_record(transition, machine, key, call, clear_at_end, reason, decisions)
             finally:
-                self.answers.add(decisions.report)
+                self.answers.add_report(decisions.report)
 
     def _call_and_record(
         self,

@@ -25,13 +25,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, case
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.calls import CallPool
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import RUNNING_STATES
 from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy
 from gpufleet.common.loops import TickReport
-from gpufleet.reaper.calls import ProviderCalls
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.lifetime import reported_this_life, reported_this_life_sql
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
@@ -118,7 +118,7 @@ class WentSilent:
         policy: WentSilentPolicy,
         outcomes: OutcomePolicy | None = None,
         *,
-        calls: ProviderCalls | None = None,
+        calls: CallPool | None = None,
     ) -> None:
         self.sessions = sessions
         self.provider = provider

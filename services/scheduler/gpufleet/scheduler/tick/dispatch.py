@@ -5,7 +5,7 @@ attempts inserted in ``STARTING``, the jobs moved to ``DISPATCHING`` with their 
 the machines' idle timers cleared — a fixed number of statements whatever the number of
 assignments (each checked against the rows read in the same transaction: the job still
 queued, the machine still ready, its slots still free). The agent StartJob calls then run
-in a :class:`~gpufleet.scheduler.tick.calls.CallPool` of their own — never the pool of the
+in a :class:`~gpufleet.common.calls.CallPool` of their own — never the pool of the
 provider calls, so any number of slow or hung cloud creates leaves dispatch unaffected —
 each on the machine's reused channel; the tick does not wait for them. The attempt's job
 tokens are minted in the same commit (their hashes inserted beside the attempts), so a
@@ -36,6 +36,7 @@ from sqlalchemy import cast as cast_
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.attempts import requeue_after_loss, set_jobs_state
+from gpufleet.common.calls import CallPool, Outcomes
 from gpufleet.common.clients.agent import AgentClients
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import dur
@@ -49,7 +50,6 @@ from gpufleet.common.loops import TickReport
 from gpufleet.scheduler.checkpoints import latest_checkpoints
 from gpufleet.scheduler.jobstate import end_attempt
 from gpufleet.scheduler.settings import Settings
-from gpufleet.scheduler.tick.calls import CallPool
 from gpufleet.scheduler.tick.dispatch_failure import (
     BACKS_OFF,
     DispatchFailure,
@@ -58,7 +58,6 @@ from gpufleet.scheduler.tick.dispatch_failure import (
 )
 from gpufleet.scheduler.tick.earmarks import clear_for_started_films
 from gpufleet.scheduler.tick.model import Assignment
-from gpufleet.scheduler.tick.scale import Outcomes
 from gpufleet.scheduler.token_service import JOB_TOKENS, TokenMinter
 from gpufleet.v1 import agent_service_pb2
 

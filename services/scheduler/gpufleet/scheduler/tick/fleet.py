@@ -23,6 +23,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.calls import CallPool, Outcomes
 from gpufleet.common.clients.agent import AgentClient, AgentClients
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
@@ -31,14 +32,13 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
 from gpufleet.common.telemetry import tracer
 from gpufleet.scheduler.settings import Settings
-from gpufleet.scheduler.tick.calls import CallPool
 from gpufleet.scheduler.tick.decide import decide
 from gpufleet.scheduler.tick.dispatch import DispatchController
 from gpufleet.scheduler.tick.earmarks import EarmarkController
 from gpufleet.scheduler.tick.limits import LimitsController
 from gpufleet.scheduler.tick.model import MachineView, Policy
 from gpufleet.scheduler.tick.pools import PoolController
-from gpufleet.scheduler.tick.scale import Outcomes, ScaleController
+from gpufleet.scheduler.tick.scale import ScaleController
 from gpufleet.scheduler.tick.served import ServedOfferings
 from gpufleet.scheduler.tick.snapshot import LiveAttempts, load_snapshot
 

@@ -2,7 +2,7 @@
 
 A create is recorded as a machine row in ``PROVISIONING`` and a start as ``STARTING``,
 each with ``pending_call`` set, before any call is made; the tick then returns. A worker of
-the :class:`~gpufleet.scheduler.tick.calls.CallPool` makes the call and records its answer
+the :class:`~gpufleet.common.calls.CallPool` makes the call and records its answer
 in a new transaction with a compare-and-set on the state it left (``WHERE state =
 'PROVISIONING'``), not fenced by the epoch: what the provider did is a fact whoever asked,
 so a create whose answer arrives after leadership moved is still recorded, never left
@@ -18,14 +18,13 @@ for a stockout, halt for quota and auth, an incident) takes effect in
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
-from collections import Counter
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.calls import CallPool, Outcomes
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import offering_of_machine
@@ -38,7 +37,6 @@ from gpufleet.common.lifecycle import Actor, record, transition
 from gpufleet.common.loops import TickReport
 from gpufleet.common.provider_errors import AuthFailed, InsufficientCapacity, QuotaExceeded
 from gpufleet.scheduler.settings import Settings
-from gpufleet.scheduler.tick.calls import CallPool
 from gpufleet.scheduler.tick.model import CreateMachine, StartMachine
 
 log = logging.getLogger(__name__)
@@ -66,24 +64,6 @@ def refusal_class(exc: GpufleetError) -> FailureClass:
     if isinstance(exc, FailedPrecondition):  # the provisioner runs no driver for it
         return FailureClass.PROVIDER_NOT_SERVED
     return FailureClass.PROVIDER_CALL_FAILED
-
-
-class Outcomes:
-    """Counts of what the pool's calls did, drained into the next tick's report (the
-    tick that asked has already returned)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
-
-    def add(self, what: str, count: int = 1) -> None:
-        with self._lock:
-            self._counts[what] += count
-
-    def drain_into(self, report: TickReport) -> None:
-        with self._lock:
-            counts, self._counts = self._counts, Counter()
-        report.actions.update(counts)
 
 
 class ScaleController:
