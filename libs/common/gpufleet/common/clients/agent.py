@@ -184,6 +184,18 @@ class AgentClients:
             return None
         return self.get(machine_id, address).connect()
 
+    def retain(self, keep: set[tuple[str, str]]) -> int:
+        """Close the clients of every (machine, address) not in ``keep`` — machines destroyed
+        or moved — so that a long-lived scheduler's channels follow its fleet, not every
+        machine it ever had. A call that still wants one opens it again. Returns how many
+        were closed."""
+        with self._lock:
+            gone = [key for key in self._clients if key not in keep]
+            closing = [self._clients.pop(key) for key in gone]
+        for client in closing:
+            client.close()
+        return len(closing)
+
     def close(self) -> None:
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}

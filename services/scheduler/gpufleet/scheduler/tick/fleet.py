@@ -141,7 +141,9 @@ class FleetTick:
     def _connect_ahead(self, machines: Sequence[MachineView]) -> None:
         """Connections to the agents of machines that may take work, opened ahead of their
         first dispatch by a task of the dispatch pool (the handshakes run in gRPC's own
-        threads; nothing in the tick waits on them)."""
+        threads; nothing in the tick waits on them); those of destroyed machines closed."""
+        # The snapshot holds every machine not destroyed: a client of any other is closed.
+        self.agents.retain({(m.id, m.agent_address) for m in machines if m.agent_address})
         new = [
             (m.id, m.agent_address)
             for m in machines
