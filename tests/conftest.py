@@ -4,6 +4,7 @@ migrated database per test on PostgreSQL or SQLite."""
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,12 @@ from gpufleet.common.db.migrate import upgrade
 from tests.support.postgres import PostgresServer, start_postgres
 
 _counter = itertools.count()
+
+# Every service a test starts serves its metrics listener on a port of its own choosing: the
+# defaults (127.0.0.1:9451-9454) would collide between a test's several schedulers, between
+# tests run side by side, and with a developer's own `gpufleet up`. A test that means a
+# port (tests/e2e/test_prometheus_scrape.py, through `gpufleet up`) names it.
+os.environ.setdefault("GPUFLEET_METRICS_ADDRESS", "127.0.0.1:0")
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.e2e.fleet import Fleet
 from tests.support import tls
+from tests.support.ports import free_block
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
 
@@ -156,29 +157,17 @@ def test_the_demo_tells_the_whole_story_and_exits_zero(tmp_path: Path) -> None:
 
 
 def test_up_serves_until_interrupted(tmp_path: Path) -> None:
-    # Four free consecutive ports (`--port-offset` shifts 50051-50054), below the kernel's
-    # ephemeral range so that no client socket takes one meanwhile.
-    import random
     import signal
-    import socket
     import time
 
-    for _ in range(100):
-        base = random.randint(20_000, 30_000)
-        probes = [socket.socket() for _ in range(4)]
-        try:
-            for i, probe in enumerate(probes):
-                probe.bind(("127.0.0.1", base + i))
-            break
-        except OSError:
-            continue
-        finally:
-            for probe in probes:
-                probe.close()
+    # Four free consecutive ports for gRPC (`--port-offset` shifts 50051-50054) and four for
+    # the metrics listeners (`--metrics-port-offset` shifts 9451-9454).
+    base = free_block(4)
+    metrics_base = free_block(4, exclude=range(base, base + 4))
     offset = base - 50051
     proc = subprocess.Popen(
         # A newcomer: no --state-dir (./var), and later commands from the same folder need no flag.
-        [*GPUFLEET, "up", "--port-offset", str(offset)],
+        [*GPUFLEET, "up", "--port-offset", str(offset), "--metrics-port-offset", str(metrics_base - 9451)],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -122,6 +122,8 @@ def start_service(
     env = {**env, **identity_env(name, env)}
     full_env = {
         **os.environ,
+        # Its metrics listener on a port of its own (a benchmark starts it outside pytest).
+        "GPUFLEET_METRICS_ADDRESS": os.environ.get("GPUFLEET_METRICS_ADDRESS", "127.0.0.1:0"),
         **env,
         "GPUFLEET_LISTEN_ADDRESS": f"127.0.0.1:{port}",
         "GPUFLEET_PORT_FILE": str(port_file),

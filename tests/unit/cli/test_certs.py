@@ -37,6 +37,7 @@ def read_back(folder: Path) -> tuple[Identity | None, list[str]]:
     [
         (["--role", "backend"], Identity(Role.BACKEND, "dep")),
         (["--role", "collector"], Identity(Role.COLLECTOR, "dep")),
+        (["--role", "metrics"], Identity(Role.METRICS, "dep")),
         (["--role", "machine", "--machine-id", "box-7"], Identity(Role.MACHINE, "dep", "box-7")),
     ],
 )

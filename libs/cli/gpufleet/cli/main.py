@@ -21,14 +21,33 @@ from pathlib import Path
 from gpufleet.cli import certs, commands, ops, workspaces
 from gpufleet.cli.credentials import DEFAULT_STATE_DIR
 from gpufleet.cli.demo import run_demo
-from gpufleet.cli.stack import DEFAULT_PORTS, ClockMismatch, Stack, StackConfig
+from gpufleet.cli.stack import DEFAULT_METRICS_PORTS, DEFAULT_PORTS, ClockMismatch, Stack, StackConfig
 from gpufleet.common.signals import stop_on_signals
 
 
 def run_up(args: argparse.Namespace) -> int:
     ports = {name: port + args.port_offset for name, port in DEFAULT_PORTS.items()}
+    metrics_offset = args.port_offset if args.metrics_port_offset is None else args.metrics_port_offset
+    metrics_ports = {name: port + metrics_offset for name, port in DEFAULT_METRICS_PORTS.items()}
+    outside = sorted({p for p in (*ports.values(), *metrics_ports.values()) if not 0 < p < 65536})
+    if outside:
+        print(
+            f"gpufleet: port(s) {', '.join(map(str, outside))} out of range: check --port-offset "
+            "(it shifts the gRPC ports 50051-50054 and the metrics ports 9451-9454) and "
+            "--metrics-port-offset",
+            file=sys.stderr,
+        )
+        return 2
+    if args.scrape_interval <= 0:
+        print("gpufleet: --scrape-interval is a positive number of seconds", file=sys.stderr)
+        return 2
     config = StackConfig(
-        state_dir=Path(args.state_dir).resolve(), ports=ports, clock_speed=args.speed, log_format="json"
+        state_dir=Path(args.state_dir).resolve(),
+        ports=ports,
+        clock_speed=args.speed,
+        log_format="json",
+        metrics_ports=metrics_ports,
+        scrape_interval_s=args.scrape_interval,
     )
     stack = Stack(config)
     flag = "" if args.port_offset == 0 else f" --scheduler {config.address('scheduler')}"
@@ -43,7 +62,11 @@ def run_up(args: argparse.Namespace) -> int:
     stop_on_signals(stop)
     try:
         try:
-            stack.start(on_started=lambda n, a: print(f"  {n:<12} serving on {a}", flush=True))
+            stack.start(
+                on_started=lambda n, a: print(
+                    f"  {n:<12} serving on {a}, metrics on {config.metrics_address(n)}", flush=True
+                )
+            )
         except ClockMismatch as exc:
             print(f"gpufleet: {exc}", file=sys.stderr)
             return 2
@@ -51,6 +74,9 @@ def run_up(args: argparse.Namespace) -> int:
             "ready. Try, in another terminal:\n"
             f"  gpufleet submit{flag} --workspace acme-studio --kind short_episode --set duration_s=60\n"
             f"  gpufleet jobs{flag}\n  gpufleet machines{flag}\n"
+            f'Metrics (each service\'s /metrics, mutual TLS; README "Metrics"):\n'
+            f"  prometheus --config.file={config.prometheus_config_path} "
+            f"--storage.tsdb.path={config.state_dir / 'prometheus'}\n"
             "Ctrl-C stops the control plane; running local machines keep running and are "
             "adopted by the next `gpufleet up` in the same state directory.",
             flush=True,
@@ -82,7 +108,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_STATE_DIR,
         help="SQLite file, local machines, logs and the deployment's certificates (default ./var)",
     )
-    up.add_argument("--port-offset", type=int, default=0, help="add to every default port (50051-50054)")
+    up.add_argument(
+        "--port-offset",
+        type=int,
+        default=0,
+        help="add to every default port (gRPC 50051-50054, metrics 9451-9454)",
+    )
+    up.add_argument(
+        "--metrics-port-offset",
+        type=int,
+        default=None,
+        help="add to the default metrics ports 9451-9454 instead (default: --port-offset)",
+    )
+    up.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=15.0,
+        help="seconds between two scrapes in the written <state dir>/prometheus.yml (default 15)",
+    )
     up.add_argument("--speed", type=float, default=1.0, help="clock speed factor (1 = real time)")
     up.set_defaults(func=run_up)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gpufleet.cli import prometheus_config
 from gpufleet.cli.credentials import OPERATOR, tls_dir, transport_for
 from gpufleet.common import grpcclient
 from gpufleet.common.trust.identity import Identity, Role
@@ -31,6 +32,10 @@ from gpufleet.common.trust.transport import Transport
 SERVICES = ("provisioner", "scheduler", "reaper", "sweeper")
 DEPLOYMENT = "local"
 DEFAULT_PORTS = {"scheduler": 50051, "reaper": 50052, "provisioner": 50053, "sweeper": 50054}
+# Each service's metrics listener: the same as its own Settings' default (a test keeps them equal).
+DEFAULT_METRICS_PORTS = {"scheduler": 9451, "reaper": 9452, "provisioner": 9453, "sweeper": 9454}
+# The certificate Prometheus scrapes with (Role.METRICS): the only one a listener answers.
+SCRAPER = "metrics"
 
 
 def free_port() -> int:
@@ -52,9 +57,22 @@ class StackConfig:
     # Extra settings per service (env names without the GPUFLEET_ prefix).
     overrides: dict[str, dict[str, str]] = field(default_factory=dict)
     log_format: str = "json"
+    # Each service's metrics port; a service not named serves no metrics (the demo's).
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+    scrape_interval_s: float = prometheus_config.DEFAULT_SCRAPE_INTERVAL_S
 
     def address(self, service: str) -> str:
         return f"127.0.0.1:{self.ports[service]}"
+
+    def metrics_address(self, service: str) -> str:
+        """Empty (no listener) when the service has no metrics port here: set explicitly, or
+        the service would take its default port."""
+        port = self.metrics_ports.get(service)
+        return "" if port is None else f"127.0.0.1:{port}"
+
+    @property
+    def prometheus_config_path(self) -> Path:
+        return self.state_dir / "prometheus.yml"
 
     @property
     def database_url(self) -> str:
@@ -90,9 +108,25 @@ class Stack:
         first start and reused after: the embedded default is mutual TLS like a deployment,
         with nothing for a newcomer to set up."""
         authority = Authority.ensure(tls_dir(self.config.state_dir), DEPLOYMENT)
-        for name in (*SERVICES, OPERATOR):
+        for name in (*SERVICES, OPERATOR, SCRAPER):
             authority.ensure_part(Identity(Role(name), DEPLOYMENT))
         return authority
+
+    def write_prometheus_config(self, authority: Authority) -> Path | None:
+        """``<state dir>/prometheus.yml`` for the services that serve metrics (None: none do)."""
+        targets = [
+            prometheus_config.ScrapeTarget(
+                name, self.config.metrics_address(name), Identity(Role(name), DEPLOYMENT).server_name
+            )
+            for name in SERVICES
+            if name in self.config.metrics_ports
+        ]
+        if not targets:
+            return None
+        path = self.config.prometheus_config_path
+        text = prometheus_config.render(targets, authority.files(SCRAPER), self.config.scrape_interval_s)
+        prometheus_config.write_atomically(path, text)
+        return path
 
     def tls_env(self, authority: Authority, name: str) -> dict[str, str]:
         files = authority.files(name)
@@ -146,7 +180,14 @@ class Stack:
         self.migrate()
         self.keep_clock()
         authority = self.ensure_credentials()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_TLS_")}
+        self.write_prometheus_config(authority)
+        # Not inherited: the operator's certificate, and an agent's metrics address (local
+        # machines share this host; one address would be bound by the first only).
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("GPUFLEET_TLS_") and k != "GPUFLEET_AGENT_METRICS_ADDRESS"
+        }
         env.update(self.common_env())
         if self.config.clock_speed != 1.0:
             self.config.clock_origin = float(env["GPUFLEET_CLOCK_ORIGIN"])
@@ -157,6 +198,7 @@ class Stack:
                 **env,
                 **self.tls_env(authority, name),
                 "GPUFLEET_LISTEN_ADDRESS": self.config.address(name),
+                "GPUFLEET_METRICS_ADDRESS": self.config.metrics_address(name),
             }
             svc_env.update(
                 {f"GPUFLEET_{k.upper()}": v for k, v in self.config.overrides.get(name, {}).items()}

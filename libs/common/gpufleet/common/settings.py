@@ -7,10 +7,11 @@ and, optionally, a TOML file named by ``GPUFLEET_CONFIG_FILE`` (environment wins
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from datetime import timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import grpc
 from pydantic import Field
@@ -27,6 +28,9 @@ from gpufleet.common.outcome_policy import OutcomePolicy
 from gpufleet.common.telemetry import OtlpTarget, mark_insecure
 from gpufleet.common.trust.identity import Role
 from gpufleet.common.trust.transport import Transport, TransportNotConfigured
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 
 class BaseServiceSettings(BaseSettings):
@@ -62,6 +66,11 @@ class BaseServiceSettings(BaseSettings):
     insecure: bool = False
     # A plaintext port answering only the standard health check, for an orchestrator's probe.
     health_listen_address: str | None = None
+    # Where the process serves its metrics for Prometheus (GET /metrics, host:port): HTTPS
+    # with its own certificate, answering only the deployment's `metrics` identity;
+    # plaintext when the process runs insecure. Empty: no listener. Each service's Settings
+    # sets its own default port (README "Metrics"); a process that cannot bind it exits 2.
+    metrics_address: str = ""
 
     @classmethod
     def settings_customise_sources(
@@ -116,16 +125,53 @@ class BaseServiceSettings(BaseSettings):
             f"{self.otlp_endpoint} (GPUFLEET_OTLP_TRUST=plaintext)",
         )
 
-    def start_process(self, service: str, who: str | None = None) -> Transport:
+    def start_process(
+        self, service: str, who: str | None = None, *, serve_metrics: bool = False
+    ) -> Transport:
         """A process's first step in ``main()``: its transport (or exit 2 with what to set,
         :meth:`require_transport`), then logging and telemetry, whose export to the collector
         goes over that transport's credentials. ``service`` names the process in logs and
-        traces; ``who`` the part in messages, when it differs."""
+        traces; ``who`` the part in messages, when it differs.
+
+        ``serve_metrics``: this process is the one that serves the part's metrics on
+        ``metrics_address`` (when set). Only a daemon asks for it: its helpers (an agent's
+        worker, a scheduler's extra API processes) are started with the same environment
+        and would bind the same address. It exits 2 when the address cannot be served."""
         transport = self.require_transport(who or service)
+        scrape = None
+        if serve_metrics and self.metrics_address:
+            from prometheus_client import CollectorRegistry
+
+            # Its own registry, not prometheus_client's global one: what is served is the
+            # OpenTelemetry catalogue (and target_info), nothing a library registered.
+            scrape = CollectorRegistry(auto_describe=True)
         telemetry.configure(
-            service, otlp=self.otlp_target(transport), level=self.log_level, log_format=self.log_format
+            service,
+            otlp=self.otlp_target(transport),
+            level=self.log_level,
+            log_format=self.log_format,
+            scrape=scrape,
         )
+        if scrape is not None:
+            self._serve_metrics(scrape, transport, who or service)
         return transport
+
+    def _serve_metrics(self, registry: CollectorRegistry, transport: Transport, who: str) -> None:
+        from gpufleet.common.metrics_listener import MetricsAddressError, serve_metrics
+
+        try:
+            serve_metrics(self.metrics_address, registry, transport)
+        except (OSError, MetricsAddressError) as exc:
+            # The agent reads its own variable (agent/settings.py says why).
+            variable = (
+                type(self).model_fields["metrics_address"].validation_alias or "GPUFLEET_METRICS_ADDRESS"
+            )
+            message = (
+                f"gpufleet-{who}: cannot serve metrics on {self.metrics_address!r}: {exc} "
+                f"(set {variable} to a free host:port, or empty for no metrics listener)"
+            )
+            logging.getLogger(__name__).error("%s", message)  # logging writes to stderr
+            raise SystemExit(2) from None
 
     def make_clock(self) -> Clock:
         return clock_from_spec(self.clock, self.clock_speed, self.clock_origin, self.clock_file)

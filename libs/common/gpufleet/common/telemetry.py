@@ -15,16 +15,19 @@ import os
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 _configured = False
 # Set when the process runs without TLS (GPUFLEET_INSECURE): every log line says so.
@@ -106,9 +109,19 @@ class _TextFormatter(logging.Formatter):
 
 
 def configure(
-    service: str, *, otlp: OtlpTarget | None = None, level: str = "INFO", log_format: str = "json"
+    service: str,
+    *,
+    otlp: OtlpTarget | None = None,
+    level: str = "INFO",
+    log_format: str = "json",
+    scrape: CollectorRegistry | None = None,
 ) -> None:
-    """Configure logging and the tracer provider once per process."""
+    """Configure logging, the tracer provider and the meter provider once per process.
+
+    A meter provider takes its readers when it is made and is set once, so every way the
+    metrics leave is decided here: pushed over OTLP (``otlp``) and/or read by Prometheus
+    from ``scrape``, the registry the process's metrics listener serves
+    (:mod:`gpufleet.common.metrics_listener`). Both may be on at once."""
     global _configured
     if _configured:
         return
@@ -131,7 +144,7 @@ def configure(
     # OTEL_TRACES_SAMPLER, when set, decides as the OpenTelemetry SDK documents.
     sampler = None if otlp is not None or os.environ.get("OTEL_TRACES_SAMPLER") else ALWAYS_OFF
     provider = TracerProvider(resource=resource, sampler=sampler)
-    readers: list[PeriodicExportingMetricReader] = []
+    readers: list[MetricReader] = []
     if otlp is not None:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -139,6 +152,11 @@ def configure(
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(**otlp.exporter_args())))
         # Refusals by gate, actions by net, provider calls: exported beside the traces.
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(**otlp.exporter_args())))
+    if scrape is not None:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+        # A pull reader: it costs nothing until a scrape collects.
+        readers.append(PrometheusMetricReader(registry=scrape))
     trace.set_tracer_provider(provider)
     metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
 

@@ -52,7 +52,7 @@ def _prepare_walls(settings: Settings, state: StateDir) -> None:
 def main() -> int:
     settings = Settings()
     settings.pin_clock_origin()
-    transport = settings.start_process("agent")
+    transport = settings.start_process("agent", serve_metrics=True)
     state = StateDir(settings.agent_state_dir).ensure()
     # A previous daemon's files must not be mistaken for this one being ready.
     state.agent_port.unlink(missing_ok=True)

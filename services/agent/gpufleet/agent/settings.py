@@ -32,6 +32,12 @@ class Settings(BaseServiceSettings):
     """Everything the agent, its worker and its runners are configured with."""
 
     listen_address: str = "127.0.0.1:50060"
+    # Where the agent serves its metrics for Prometheus (README "Metrics"; 0.0.0.0:9460 on a
+    # machine image). Its own variable, GPUFLEET_AGENT_METRICS_ADDRESS, and off by default:
+    # a local machine is started with the provisioner's environment, whose
+    # GPUFLEET_METRICS_ADDRESS is the provisioner's own port, and several local machines
+    # share one host.
+    metrics_address: str = Field(default="", validation_alias="GPUFLEET_AGENT_METRICS_ADDRESS")
     # Required: the id the control plane gave this machine (validated even when unset).
     machine_id: str = Field(default="", min_length=1, max_length=128, validate_default=True)
     agent_state_dir: Path = Path("/var/lib/gpufleet/agent")

@@ -21,7 +21,7 @@ log = logging.getLogger("gpufleet.provisioner")
 
 def main() -> None:
     settings = Settings()
-    transport = settings.start_process("provisioner")
+    transport = settings.start_process("provisioner", serve_metrics=True)
     clock = settings.make_clock()
     servicer = ProvisionerService(build_drivers(settings, clock), load_catalog(settings.catalog_file))
     server = create_server(

@@ -24,6 +24,8 @@ class Settings(BaseServiceSettings):
     """
 
     listen_address: str = "127.0.0.1:50053"
+    # Prometheus scrapes its metrics here (README "Metrics"; `gpufleet up` writes the job).
+    metrics_address: str = "127.0.0.1:9453"
     drivers: Annotated[list[Provider], NoDecode] = Field(default_factory=lambda: [Provider.LOCAL])
     catalog_file: str | None = None
 

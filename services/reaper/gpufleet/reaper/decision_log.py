@@ -14,26 +14,28 @@ import logging
 from opentelemetry import trace
 
 from gpufleet.common.loops import TickReport
-from gpufleet.common.telemetry import meter
+from gpufleet.common.metrics.catalog import REAPER_ACTIONS, REAPER_REFUSALS
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.reaper.refusal import RefusalReason
 
 log = logging.getLogger("gpufleet.reaper")
 
-_meter = meter("gpufleet.reaper")
-_refusals = _meter.create_counter("gpufleet.reaper.refusals", description="refusals by net and gate")
-_actions = _meter.create_counter("gpufleet.reaper.actions", description="actions by net and kind")
-
 
 class DecisionLog:
-    """Records one net's decisions during one tick."""
+    """Records one net's decisions during one tick (counted in the process's
+    instruments unless a test passes its own)."""
 
-    def __init__(self, net: str, report: TickReport | None = None) -> None:
+    def __init__(
+        self, net: str, report: TickReport | None = None, instruments: Instruments = PROCESS
+    ) -> None:
         self.net = net
         self.report = report if report is not None else TickReport()
+        self._refusals = instruments.counter(REAPER_REFUSALS)
+        self._actions = instruments.counter(REAPER_ACTIONS)
 
     def refused(self, machine_id: str, reason: RefusalReason, detail: str = "") -> None:
         self.report.refusals[reason.value] += 1
-        _refusals.add(1, {"net": self.net, "gate": reason.value})
+        self._refusals.add(1, {"net": self.net, "gate": reason.value})
         trace.get_current_span().add_event(
             "refused",
             {"gpufleet.net": self.net, "gpufleet.machine_id": machine_id, "gpufleet.gate": reason.value},
@@ -49,7 +51,7 @@ class DecisionLog:
 
     def acted(self, machine_id: str, action: str, detail: str = "", *, level: int = logging.INFO) -> None:
         self.report.actions[action] += 1
-        _actions.add(1, {"net": self.net, "action": action})
+        self._actions.add(1, {"net": self.net, "action": action})
         trace.get_current_span().add_event(
             action,
             {"gpufleet.net": self.net, "gpufleet.machine_id": machine_id},

@@ -188,5 +188,5 @@ def build(
 
 def main() -> int:
     settings = Settings()
-    settings.start_process(SERVICE)
+    settings.start_process(SERVICE, serve_metrics=True)
     return serve(build(settings), settings.port_file)

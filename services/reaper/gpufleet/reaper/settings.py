@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 class Settings(StoreSettings):
     listen_address: str = "127.0.0.1:50052"
+    # Prometheus scrapes its metrics here (README "Metrics"; `gpufleet up` writes the job).
+    metrics_address: str = "127.0.0.1:9452"
 
     # Cadences: chosen against the cost of what each net prevents (DESIGN §4).
     idle_scan_every_s: float = Field(default=30.0, gt=0)

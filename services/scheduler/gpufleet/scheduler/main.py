@@ -226,7 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     settings = Settings(api_only=API_ONLY_FLAG in args)
-    settings.start_process(SERVICE)
+    # An extra API process inherits the first one's environment, its metrics address too:
+    # only the first serves metrics (the extras' SubmitJob counts are not scraped).
+    settings.start_process(SERVICE, serve_metrics=not settings.api_only)
     if settings.api_only:
         return serve_api_only(settings)
     return serve(build(settings), settings.port_file)

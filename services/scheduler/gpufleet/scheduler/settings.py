@@ -13,6 +13,8 @@ from gpufleet.scheduler.watchdogs.stuck_dispatch import StuckDispatchPolicy
 
 class Settings(StoreSettings):
     listen_address: str = "127.0.0.1:50051"
+    # Prometheus scrapes its metrics here (README "Metrics"; `gpufleet up` writes the job).
+    metrics_address: str = "127.0.0.1:9451"
     catalog_file: str | None = None
     # The fleet tick (demand -> scale -> assign -> limits -> leases), seconds of clock time.
     tick_s: float = Field(default=5.0, gt=0)

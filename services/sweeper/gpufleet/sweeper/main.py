@@ -125,5 +125,5 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
 
 def main() -> int:
     settings = Settings()
-    settings.start_process(SERVICE)
+    settings.start_process(SERVICE, serve_metrics=True)
     return serve(build(settings), settings.port_file)

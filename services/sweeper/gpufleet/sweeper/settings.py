@@ -12,6 +12,8 @@ from gpufleet.sweeper.orphan_sweep import OrphanPolicy
 
 class Settings(StoreSettings):
     listen_address: str = "127.0.0.1:50054"
+    # Prometheus scrapes its metrics here (README "Metrics"; `gpufleet up` writes the job).
+    metrics_address: str = "127.0.0.1:9454"
     # Seconds of clock time between inventory reconciles (DESIGN §4: 60 s).
     inventory_reconcile_every_s: float = Field(default=60.0, gt=0)
     # Seconds of clock time between orphan sweeps (DESIGN §4: 5 min — it lists every

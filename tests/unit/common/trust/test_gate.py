@@ -10,10 +10,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from gpufleet.common.metrics.catalog import AUTH_REFUSALS
 from gpufleet.common.trust import authz
 from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.interceptor import Gate, Refused
 from gpufleet.common.trust.pki import Authority, TlsFiles, issue_with
+from tests.support.metrics import MetricsProbe
 
 SUBMIT = "/gpufleet.v1.JobService/SubmitJob"
 PEER = "ipv4:127.0.0.1:40000"
@@ -99,3 +101,22 @@ def test_another_deployment_is_refused_every_time(authority: Authority) -> None:
         with pytest.raises(Refused) as refused:
             gate.check(SUBMIT, local, PEER)
         assert refused.value.code is grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_each_refusal_is_counted_by_method_and_reason(authority: Authority) -> None:
+    probe = MetricsProbe()
+    gate = Gate("local", instruments=probe.instruments)
+    machine = auth_of(authority.ensure_part(Identity(Role.MACHINE, "local", "m-1")))
+    elsewhere = auth_of(authority.ensure_part(Identity(Role.BACKEND, "local")))
+    for auth in (machine, machine):
+        with pytest.raises(Refused):
+            gate.check(SUBMIT, auth, PEER)
+    with pytest.raises(Refused):
+        Gate("prod", instruments=probe.instruments).check(SUBMIT, elsewhere, PEER)
+    gate.check(SUBMIT, elsewhere, PEER)  # allowed: not counted
+
+    assert probe.series(AUTH_REFUSALS.name) == {
+        (("method", SUBMIT), ("reason", "wrong_role")): 2,
+        (("method", SUBMIT), ("reason", "unauthenticated")): 1,
+    }
+    probe.close()

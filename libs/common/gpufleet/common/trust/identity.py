@@ -32,6 +32,9 @@ class Role(enum.StrEnum):
     # The OpenTelemetry collector: it receives every part's traces and metrics and calls
     # nothing of gpufleet's; its certificate is what an exporter checks before sending.
     COLLECTOR = "collector"
+    # The metrics scraper (Prometheus): the only identity a part's metrics listener answers
+    # (gpufleet.common.metrics_listener); it calls nothing of gpufleet's gRPC API.
+    METRICS = "metrics"
 
 
 SERVICE_ROLES = frozenset(r for r in Role if r is not Role.MACHINE)

@@ -18,16 +18,14 @@ from typing import Any
 
 import grpc
 
-from gpufleet.common import telemetry
 from gpufleet.common.handler_cache import WrappedHandlers
+from gpufleet.common.metrics.catalog import AUTH_REFUSALS
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.trust import authz
 from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.peer import certificate_pem, identity_from_auth_context
 
 log = logging.getLogger(__name__)
-_refusals = telemetry.meter(__name__).create_counter(
-    "gpufleet.auth.refusals", description="calls refused by the authorization table, by method and reason"
-)
 
 
 # Decisions kept at most (a certificate and a method each); past it they are made again.
@@ -52,9 +50,15 @@ class Gate:
     found decision is exactly the one the full check would make. Only allowances are
     kept: every refusal is checked, logged and counted again."""
 
-    def __init__(self, deployment: str, rules: Mapping[str, frozenset[Role]] = authz.RULES) -> None:
+    def __init__(
+        self,
+        deployment: str,
+        rules: Mapping[str, frozenset[Role]] = authz.RULES,
+        instruments: Instruments = PROCESS,
+    ) -> None:
         self.deployment = deployment
         self.rules = rules
+        self._refusals = instruments.counter(AUTH_REFUSALS)
         # (method, certificate PEM) -> the identity allowed. Plain dict operations are
         # atomic, so threads racing on a first call decide twice at worst, alike.
         self._allowed: dict[tuple[str, bytes], Identity] = {}
@@ -86,9 +90,8 @@ class Gate:
             raise Refused(grpc.StatusCode.PERMISSION_DENIED, decision.reason)
         return identity
 
-    @staticmethod
-    def _refuse(method: str, reason: str, peer: str, who: str) -> None:
-        _refusals.add(1, {"method": method, "reason": reason})
+    def _refuse(self, method: str, reason: str, peer: str, who: str) -> None:
+        self._refusals.add(1, {"method": method, "reason": reason})
         log.warning(
             "refused %s to %s (%s)",
             method,

@@ -57,6 +57,7 @@ from gpufleet.scheduler.tick.dispatch_failure import (
     overdue,
 )
 from gpufleet.scheduler.tick.earmarks import clear_for_started_films
+from gpufleet.scheduler.tick.metrics import TickMetrics
 from gpufleet.scheduler.tick.model import Assignment
 from gpufleet.scheduler.token_service import JOB_TOKENS, TokenMinter
 from gpufleet.v1 import agent_service_pb2
@@ -154,6 +155,7 @@ class DispatchController:
         calls: CallPool,
         agents: AgentClients,
         outcomes: Outcomes,
+        metrics: TickMetrics,
     ) -> None:
         self.sessions = sessions
         self.clock = clock
@@ -162,6 +164,7 @@ class DispatchController:
         self.calls = calls
         self.agents = agents
         self.outcomes = outcomes
+        self.metrics = metrics
         self.minter = TokenMinter(
             sessions, clock, settings.token_spend_cap_micros, settings.token_expiry_margin_s
         )
@@ -174,10 +177,12 @@ class DispatchController:
         self._sent: dict[str, datetime | None] = {}
 
     # -- the commit (in the tick) ---------------------------------------------------------
-    def commit(self, assignments: list[Assignment], now: datetime, report: TickReport) -> None:
+    def commit(self, assignments: list[Assignment], now: datetime, report: TickReport) -> list[str]:
         """Commit the assignments ``COMMIT_CHUNK`` at a time, each part fenced and handed to
         the dispatch pool as soon as it is committed: the first StartJob calls go out while
-        the rest of a burst is still being written."""
+        the rest of a burst is still being written. Returns the machine of each assignment
+        committed (for the assignments counted by pool)."""
+        committed: list[str] = []
         for i in range(0, len(assignments), COMMIT_CHUNK):
             part = assignments[i : i + COMMIT_CHUNK]
             with self.sessions() as session, session.begin():
@@ -186,7 +191,9 @@ class DispatchController:
             report.actions["assign"] += len(dispatches)
             if len(dispatches) < len(part):
                 report.refusals["assignment_stale"] += len(part) - len(dispatches)
+            committed += [d.machine_id for d in dispatches]
             self._submit_all(dispatches)
+        return committed
 
     def _write(self, session: Session, assignments: list[Assignment], now: datetime) -> list[Dispatch]:
         job_ids = [a.job_id for a in assignments]
@@ -456,6 +463,7 @@ class DispatchController:
             gone_d = by_id[attempt_id]
             self.cancel(gone_d.machine_id, gone_d.address, attempt_id, "attempt taken back before it started")
         self.outcomes.add("dispatched", len(starting))
+        self.metrics.started(by_id[r.id].request.kind for r in starting)
 
     def _failed(self, group: list[Dispatch], why: str, cause: DispatchFailure) -> None:
         """Take the attempts back in one transaction — fenced: a deposed leader's view of a
@@ -484,6 +492,7 @@ class DispatchController:
                 self._done(d.attempt_id)
         self.outcomes.add("start_job_failed", taken)
         self.outcomes.add(f"start_job_failed_{cause.value}", taken)
+        self.metrics.dispatch_failed(cause, taken)
 
     def _take_back(
         self, session: Session, attempt_id: str, now: datetime, why: str, detector: str, epoch: int
@@ -558,6 +567,7 @@ class DispatchController:
             if taken:
                 report.actions["dispatch_taken_back"] += 1
                 report.actions[f"dispatch_taken_back_{cause.value}"] += 1
+                self.metrics.dispatch_failed(cause, 1)
                 log.warning("attempt %s taken back: %s", attempt_id, why)
                 if address:
                     self.cancel(machine_id, address, attempt_id, why)

@@ -30,12 +30,14 @@ from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import MachineState
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.telemetry import tracer
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.decide import decide
 from gpufleet.scheduler.tick.dispatch import DispatchController
 from gpufleet.scheduler.tick.earmarks import EarmarkController
 from gpufleet.scheduler.tick.limits import LimitsController
+from gpufleet.scheduler.tick.metrics import TickMetrics
 from gpufleet.scheduler.tick.model import MachineView, Policy
 from gpufleet.scheduler.tick.pools import PoolController
 from gpufleet.scheduler.tick.scale import ScaleController
@@ -71,6 +73,7 @@ class FleetTick:
         settings: Settings,
         agent_factory: Callable[[str, str], AgentClient] | None = None,
         served: ServedOfferings | None = None,
+        instruments: Instruments = PROCESS,
     ) -> None:
         if agent_factory is None:
             transport = settings.transport("scheduler")
@@ -95,11 +98,13 @@ class FleetTick:
         self.agents = AgentClients(agent_factory)
         self.outcomes = Outcomes()
         outcomes = self.outcomes
+        # The machines gauge goes quiet three ticks after the last one (a deposed leader).
+        self.metrics = TickMetrics(instruments, clock, fresh_s=3 * settings.tick_s)
         self.scale = ScaleController(
             sessions, clock, lease, provisioner, settings, self.provider_calls, outcomes
         )
         self.dispatch = DispatchController(
-            sessions, clock, lease, settings, self.dispatch_calls, self.agents, outcomes
+            sessions, clock, lease, settings, self.dispatch_calls, self.agents, outcomes, self.metrics
         )
         self.limits = LimitsController(sessions, lease, settings, self.dispatch)
         self.earmarks = EarmarkController(sessions, lease)
@@ -116,6 +121,7 @@ class FleetTick:
         with phases("snapshot"), self.sessions() as session:
             snapshot = load_snapshot(session, now, self.settings.fair_share_window_s, self.live_attempts)
         snapshot = dataclasses.replace(snapshot, served_offerings=self.served.get())
+        self.metrics.saw(snapshot)  # the machines gauge, from what the tick just read
         with phases("connect"):
             self._connect_ahead(snapshot.machines)
         with phases("decide"):
@@ -130,12 +136,15 @@ class FleetTick:
         with phases("scale"):
             self.scale.record(plan.scale, now, report)
         with phases("assign"):
-            self.dispatch.commit(plan.assignments, now, report)
+            committed = self.dispatch.commit(plan.assignments, now, report)
         with phases("follow_up"):
             self.dispatch.take_back_overdue(now, report)
             self.scale.adopt(report)
             self.dispatch.adopt(now, report)
         self.last_phases = phases.seconds
+        # From what the tick read and did, no query of its own.
+        self.metrics.assigned(committed, snapshot)
+        self.metrics.ticked(phases.seconds)
         return report
 
     def _connect_ahead(self, machines: Sequence[MachineView]) -> None:
@@ -170,6 +179,7 @@ class FleetTick:
         return report
 
     def close(self) -> None:
+        self.metrics.close()
         self.provider_calls.close()
         self.dispatch_calls.close()
         self.agents.close()

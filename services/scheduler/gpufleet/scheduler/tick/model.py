@@ -48,6 +48,8 @@ class MachineView:
     earmarked_for: str | None = None
     # One of its pool's warm machines: the money chain leaves it running.
     warm_held: bool = False
+    # Who rents it (AWS, GCP, LOCAL, SIM): read for the machines gauge, decides nothing.
+    provider: str = ""
 
     @property
     def free_slots(self) -> list[int]:

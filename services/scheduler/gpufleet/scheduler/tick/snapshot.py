@@ -257,6 +257,7 @@ def load_snapshot(
             M.dispatch_backoff_until,
             M.earmarked_for,
             M.warm_held,
+            M.provider,
         ).where(M.state != MachineState.DESTROYED.value)
     ).all()
     no_slots: frozenset[int] = frozenset()
@@ -282,6 +283,7 @@ def load_snapshot(
             dispatch_backoff_until=m.dispatch_backoff_until,
             earmarked_for=m.earmarked_for,
             warm_held=m.warm_held,
+            provider=m.provider,
         )
         for m in machine_rows
     ]

@@ -1,0 +1,432 @@
+"""Every gpufleet metric, declared once, as data.
+
+An instrument exists only if it is declared here: :mod:`gpufleet.common.metrics.instruments`
+creates instruments from these declarations and nowhere else does (a quality test reads
+the source for any other ``create_counter``), and ``docs/metrics.md`` is generated from
+this module (a test keeps the two equal). So the reference an operator reads, the names a
+dashboard or an alert rule queries and what the code records cannot drift apart.
+
+Conventions (OpenTelemetry's metric naming and Prometheus' own):
+
+- Names are OpenTelemetry style: dotted, lower case, ``gpufleet.<area>.<thing>``; a count
+  of things is plural (``gpufleet.jobs.submitted``), a duration ends in ``.duration``.
+- Units are UCUM as OpenTelemetry writes them: ``s`` for every duration (never ``ms``),
+  ``1`` for a ratio, and a curly-brace annotation naming what is counted (``{machine}``)
+  for a count, which adds no suffix in Prometheus. Money-time to come (GPU-hours billed,
+  idle) is recorded as seconds of GPU time (``s``) and divided by 3600 in a dashboard.
+- Each metric's Prometheus name is derived by OpenTelemetry's conversion
+  (:func:`prometheus_name`): dots to underscores, the unit's word appended (``_seconds``),
+  ``_total`` appended to a counter. The reference shows it, because that is what a
+  PromQL user types.
+- Labels come from one closed vocabulary, :data:`LABELS`, each with what keeps its values
+  few. A job, an attempt, a machine or a workspace is never a label
+  (:data:`FORBIDDEN_LABEL_KEYS`): each series lives in a Prometheus server's memory until
+  it ages out, and an unbounded label turns a counter into a leak.
+- Stability says what a user may build on (Karpenter's levels): see :class:`Stability`.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+__all__ = [
+    "CATALOGUE",
+    "FORBIDDEN_LABEL_KEYS",
+    "LABELS",
+    "Instrument",
+    "Label",
+    "Metric",
+    "Stability",
+    "by_name",
+    "prometheus_name",
+]
+
+
+class Instrument(enum.StrEnum):
+    """The OpenTelemetry instrument a metric is recorded with."""
+
+    # Only goes up (events); Prometheus: a counter, ``_total``.
+    COUNTER = "counter"
+    # Goes up and down as things come and go; Prometheus: a gauge.
+    UP_DOWN_COUNTER = "up-down counter"
+    # A distribution (durations); Prometheus: ``_bucket``, ``_sum``, ``_count``.
+    HISTOGRAM = "histogram"
+    # Read when the metrics are collected, from state the process already holds;
+    # Prometheus: a gauge.
+    OBSERVABLE_GAUGE = "observable gauge"
+
+
+class Stability(enum.StrEnum):
+    """What a user may build on a metric (Karpenter's levels).
+
+    - ``stable``: name, unit, labels and meaning are kept; a change ships the old and the
+      new side by side for a release, and says so in the changelog.
+    - ``beta``: the meaning is kept; the name or the labels may still change, said in the
+      changelog.
+    - ``alpha``: new, and may change or go without notice.
+    """
+
+    STABLE = "stable"
+    BETA = "beta"
+    ALPHA = "alpha"
+
+
+@dataclass(frozen=True)
+class Label:
+    """A label key and what keeps its values few (shown in the reference)."""
+
+    key: str
+    bound: str
+
+
+# Keys that no metric may carry, whatever the vocabulary says: each names one of a number
+# of things that grows with use (every job, every machine ever rented, every tenant), and a
+# label's every value is a series kept in the metrics server's memory. A tenant's free text
+# (``tenant_values``) is not even bounded in size. Found by a test as well.
+FORBIDDEN_LABEL_KEYS = frozenset(
+    {
+        "job",
+        "job_id",
+        "attempt",
+        "attempt_id",
+        "machine",
+        "machine_id",
+        "instance_id",
+        "provider_instance_id",
+        "workspace",
+        "workspace_id",
+        "request_id",
+        "tenant_values",
+        "trace_id",
+        "caller",
+        "peer",
+    }
+)
+
+
+# The vocabulary: the only label keys a metric may name. Keys in snake case, as Prometheus
+# shows them (OpenTelemetry's dots would become underscores anyway).
+POOL = Label("pool", "a pool of the catalogue (operator-defined, a handful); `none` for a machine in no pool")
+PROVIDER = Label("provider", "a provider driver: `AWS`, `GCP`, `LOCAL`, `SIM`")
+REGION = Label("region", "a region named by an offering of the catalogue")
+OFFERING = Label("offering", "an offering of the catalogue")
+KIND = Label("kind", "a job kind of the catalogue (counted only once the catalogue check has passed)")
+PLAN_TIER = Label("plan_tier", "a plan's tier number (a handful)")
+NET = Label("net", "a reaper net (watchdog) by name")
+GATE = Label("gate", "the gate that refused: a `RefusalReason` value")
+ACTION = Label(
+    "action", "what a net did: a word fixed in its code (`mark_lost`, `stop`, `probe_failed`, ...)"
+)
+FAILURE_CLASS = Label("failure_class", "a failure ledger class (`FailureClass`)")
+OUTCOME = Label("outcome", "how something ended: a fixed set per metric, listed in its meaning")
+STATE = Label("state", "a machine state (`MachineState`, DESTROYED excluded)")
+PHASE = Label(
+    "phase",
+    "a fleet tick phase: `snapshot`, `connect`, `decide`, `limits`, `films`, `pools`, `scale`, "
+    "`assign`, `follow_up`",
+)
+OPERATION = Label(
+    "operation", "a provider driver operation: `create`, `start`, `stop`, `destroy`, `get`, `list`"
+)
+RESULT = Label("result", "`OK`, or the typed provider error's kind (`NOT_FOUND`, `QUOTA_EXCEEDED`, ...)")
+METHOD = Label(
+    "method",
+    "a gRPC method the server serves (`/gpufleet.v1.JobService/SubmitJob`); a call to an unknown "
+    "method never reaches the check",
+)
+REASON = Label("reason", "an authorization verdict: `unauthenticated`, `no_rule`, `wrong_role`")
+CAUSE = Label("cause", "why a dispatch failed: a `DispatchFailure` value")
+
+LABELS: dict[str, Label] = {
+    label.key: label
+    for label in (
+        POOL,
+        PROVIDER,
+        REGION,
+        OFFERING,
+        KIND,
+        PLAN_TIER,
+        NET,
+        GATE,
+        ACTION,
+        FAILURE_CLASS,
+        OUTCOME,
+        STATE,
+        PHASE,
+        OPERATION,
+        RESULT,
+        METHOD,
+        REASON,
+        CAUSE,
+    )
+}
+
+_NAME = re.compile(r"^gpufleet(\.[a-z][a-z0-9_]*)+$")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: everything an instrument is created from and the reference shows."""
+
+    name: str
+    instrument: Instrument
+    unit: str
+    labels: tuple[Label, ...]
+    description: str
+    stability: Stability
+    # A histogram's bucket boundaries, in its unit. OpenTelemetry's default ones
+    # (0, 5, 10, ... 10 000) are made for milliseconds and would put every duration in
+    # seconds into the first two buckets.
+    buckets: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(f"{self.name}: a metric name is gpufleet.<area>.<thing>, lower case")
+        if not self.unit:
+            raise ValueError(f"{self.name}: a unit is required (UCUM; a count is {{thing}})")
+        keys = [label.key for label in self.labels]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"{self.name}: a label is listed twice")
+        for key in keys:
+            if key not in LABELS or key in FORBIDDEN_LABEL_KEYS:
+                raise ValueError(f"{self.name}: label {key!r} is not in the vocabulary")
+        if (self.instrument is Instrument.HISTOGRAM) != bool(self.buckets):
+            raise ValueError(f"{self.name}: buckets are given for a histogram, and only for one")
+        if list(self.buckets) != sorted(set(self.buckets)):
+            raise ValueError(f"{self.name}: bucket boundaries must increase")
+
+    @cached_property
+    def label_keys(self) -> frozenset[str]:
+        return frozenset(label.key for label in self.labels)
+
+    @property
+    def prometheus_name(self) -> str:
+        return prometheus_name(self.name, self.unit, self.instrument)
+
+
+# -- OpenTelemetry's conversion to Prometheus names -----------------------------------------
+# As the specification's "Prometheus and OpenMetrics Compatibility" section and the
+# OpenTelemetry Prometheus exporter do it (the exporter's table is copied from the
+# collector's normalize_name.go); a unit test checks these names against that exporter.
+_UNIT_WORDS = {
+    "d": "days",
+    "h": "hours",
+    "min": "minutes",
+    "s": "seconds",
+    "ms": "milliseconds",
+    "us": "microseconds",
+    "ns": "nanoseconds",
+    "By": "bytes",
+    "KiBy": "kibibytes",
+    "MiBy": "mebibytes",
+    "GiBy": "gibibytes",
+    "m": "meters",
+    "V": "volts",
+    "A": "amperes",
+    "J": "joules",
+    "W": "watts",
+    "g": "grams",
+    "Cel": "celsius",
+    "Hz": "hertz",
+    # The specification says "ratio" (for gauges); the Python exporter writes nothing yet.
+    "1": "",
+    "%": "percent",
+}
+_PER_UNIT_WORDS = {
+    "s": "second",
+    "m": "minute",
+    "h": "hour",
+    "d": "day",
+    "w": "week",
+    "mo": "month",
+    "y": "year",
+}
+_INVALID = re.compile(r"[^a-zA-Z0-9:]+")
+
+
+def _unit_word(unit: str) -> str:
+    unit = re.sub(r"{.*}", "", unit)  # an annotation ({machine}) adds no suffix
+    if unit in _UNIT_WORDS:
+        return _UNIT_WORDS[unit]
+    top, slash, bottom = unit.partition("/")
+    if slash and _INVALID.sub("_", bottom):
+        top = _UNIT_WORDS.get(_INVALID.sub("_", top), _INVALID.sub("_", top))
+        per = _PER_UNIT_WORDS.get(_INVALID.sub("_", bottom), _INVALID.sub("_", bottom))
+        return f"{top}_per_{per}" if top else f"per_{per}"
+    return _INVALID.sub("_", unit).strip("_")
+
+
+def prometheus_name(name: str, unit: str, instrument: Instrument) -> str:
+    """The name a Prometheus server stores an OpenTelemetry metric under: invalid
+    characters (the dots) to ``_``, the unit's word appended unless already there, and
+    ``_total`` for a counter (an up-down counter and a gauge are Prometheus gauges). A
+    histogram is then queried as ``<name>_bucket``, ``<name>_sum`` and ``<name>_count``."""
+    base = _INVALID.sub("_", name)
+    counter = instrument is Instrument.COUNTER
+    if counter and base.endswith("_total"):
+        base = base[: -len("_total")]
+    word = _unit_word(unit)
+    if word and not base.endswith(f"_{word}"):
+        base = f"{base}_{word}"
+    return f"{base}_total" if counter else base
+
+
+# -- the catalogue ---------------------------------------------------------------------------
+# Phases, durations in seconds: a tick's phase takes from well under a millisecond (decide
+# on a small fleet) to seconds (the assign step of a 10k-job burst).
+_TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# A provider call: a get in tens of milliseconds, a create 30-60 s at a busy cloud, and the
+# provider call timeout beyond.
+_PROVIDER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+# -- the nets
+REAPER_REFUSALS = Metric(
+    name="gpufleet.reaper.refusals",
+    instrument=Instrument.COUNTER,
+    unit="{refusal}",
+    labels=(NET, GATE),
+    description="Times a reaper net looked at a machine and did not act, by net and by the gate that "
+    "said no. Each refusal is also a span event and a log line naming the machine.",
+    stability=Stability.BETA,
+)
+REAPER_ACTIONS = Metric(
+    name="gpufleet.reaper.actions",
+    instrument=Instrument.COUNTER,
+    unit="{action}",
+    labels=(NET, ACTION),
+    description="What the reaper's nets did, by net and action: a machine marked lost or reachable "
+    "again, a stop or destroy issued or failed, an idle timer cleared, a probe's answer.",
+    stability=Stability.BETA,
+)
+
+# -- the clouds
+PROVIDER_CALLS = Metric(
+    name="gpufleet.provider.calls",
+    instrument=Instrument.COUNTER,
+    unit="{call}",
+    labels=(PROVIDER, OPERATION, RESULT),
+    description="Calls the provisioner made to a cloud's API, by provider, operation and result: a "
+    "stockout wave is result=INSUFFICIENT_CAPACITY on create, lost credentials AUTH_FAILED.",
+    stability=Stability.BETA,
+)
+PROVIDER_CALL_DURATION = Metric(
+    name="gpufleet.provider.call.duration",
+    instrument=Instrument.HISTOGRAM,
+    unit="s",
+    labels=(PROVIDER, OPERATION, RESULT),
+    description="How long each call to a cloud's API took, failed ones included (a create that waits "
+    "for the instance counts its wait).",
+    stability=Stability.ALPHA,
+    buckets=_PROVIDER_BUCKETS,
+)
+
+# -- the walls
+AUTH_REFUSALS = Metric(
+    name="gpufleet.auth.refusals",
+    instrument=Instrument.COUNTER,
+    unit="{call}",
+    labels=(METHOD, REASON),
+    description="Calls a gpufleet server refused by its authorization table, by method and reason "
+    "(each is also logged with the caller and the peer). Not counted on a server run insecure.",
+    stability=Stability.BETA,
+)
+
+# -- the scheduler
+JOBS_SUBMITTED = Metric(
+    name="gpufleet.jobs.submitted",
+    instrument=Instrument.COUNTER,
+    unit="{job}",
+    labels=(POOL, KIND),
+    description="Jobs SubmitJob accepted (new ones: a repeated request_id is not counted again), by "
+    "pool and kind. Not by workspace: workspaces are unbounded in number.",
+    stability=Stability.BETA,
+)
+JOBS_STARTED = Metric(
+    name="gpufleet.jobs.started",
+    instrument=Instrument.COUNTER,
+    unit="{job}",
+    labels=(KIND,),
+    description="Job attempts that started on their machine (the agent accepted StartJob and the "
+    "scheduler recorded it RUNNING), by kind; a retried job counts once per attempt.",
+    stability=Stability.ALPHA,
+)
+SCHEDULER_TICK_PHASE_DURATION = Metric(
+    name="gpufleet.scheduler.tick.phase.duration",
+    instrument=Instrument.HISTOGRAM,
+    unit="s",
+    labels=(PHASE,),
+    description="Wall time of each phase of the leader's fleet tick; the phases' sum is the tick. "
+    "No phase waits on a network call, so a slow one means the database or the decision.",
+    stability=Stability.ALPHA,
+    buckets=_TICK_BUCKETS,
+)
+SCHEDULER_ASSIGNMENTS = Metric(
+    name="gpufleet.scheduler.assignments",
+    instrument=Instrument.COUNTER,
+    unit="{assignment}",
+    labels=(POOL,),
+    description="Jobs the fleet tick assigned to a machine's slots and committed, by the machine's "
+    "pool (a planned assignment found stale at commit is not counted).",
+    stability=Stability.ALPHA,
+)
+SCHEDULER_DISPATCH_FAILURES = Metric(
+    name="gpufleet.scheduler.dispatch.failures",
+    instrument=Instrument.COUNTER,
+    unit="{attempt}",
+    labels=(CAUSE,),
+    description="Attempts taken back, uncharged, because they could not be started, by cause: "
+    "agent_refused, agent_unreachable, agent_timeout (the machine backs off), not_dispatched, "
+    "tokens_not_minted (the control plane's own: no back-off).",
+    stability=Stability.ALPHA,
+)
+
+# -- the fleet
+FLEET_MACHINES = Metric(
+    name="gpufleet.fleet.machines",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{machine}",
+    labels=(STATE, POOL, PROVIDER),
+    description="Machines not destroyed, by state, pool and provider, as the scheduler leader's "
+    "last fleet tick read them (zero for a state with none). Only the leader reports it, and "
+    "stops within three ticks of losing the lease: sum it across replicas.",
+    stability=Stability.ALPHA,
+)
+
+CATALOGUE: tuple[Metric, ...] = (
+    FLEET_MACHINES,
+    SCHEDULER_TICK_PHASE_DURATION,
+    SCHEDULER_ASSIGNMENTS,
+    SCHEDULER_DISPATCH_FAILURES,
+    JOBS_SUBMITTED,
+    JOBS_STARTED,
+    REAPER_REFUSALS,
+    REAPER_ACTIONS,
+    PROVIDER_CALLS,
+    PROVIDER_CALL_DURATION,
+    AUTH_REFUSALS,
+)
+
+
+def _index(metrics: tuple[Metric, ...]) -> dict[str, Metric]:
+    index: dict[str, Metric] = {}
+    prometheus: dict[str, str] = {}
+    for metric in metrics:
+        if metric.name in index:
+            raise ValueError(f"{metric.name} is declared twice")
+        clash = prometheus.get(metric.prometheus_name)
+        if clash is not None:
+            raise ValueError(f"{metric.name} and {clash} have the same Prometheus name")
+        index[metric.name] = metric
+        prometheus[metric.prometheus_name] = metric.name
+    return index
+
+
+_BY_NAME = _index(CATALOGUE)
+
+
+def by_name(name: str) -> Metric:
+    """The catalogue's metric called ``name`` (KeyError when there is none)."""
+    return _BY_NAME[name]
