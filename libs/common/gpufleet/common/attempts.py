@@ -23,7 +23,7 @@ from sqlalchemy import Table, func, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.common.db import models
-from gpufleet.common.db.bulk import insert_rows
+from gpufleet.common.db.bulk import among, insert_rows
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, TERMINAL_JOB_STATES, AttemptState, JobState
 
 __all__ = [
@@ -80,7 +80,10 @@ def set_jobs_state(
     moved = list(
         session.execute(
             update(models.Job)
-            .where(models.Job.id.in_(job_ids), models.Job.state == from_.value)
+            .where(
+                among(models.Job.id, job_ids, session.get_bind().dialect.name),
+                models.Job.state == from_.value,
+            )
             .values(values)
             .returning(models.Job.id)
             .execution_options(synchronize_session=False)

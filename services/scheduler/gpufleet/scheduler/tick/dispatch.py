@@ -41,7 +41,7 @@ from gpufleet.common.clients.agent import AgentClients
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import dur
 from gpufleet.common.db import models
-from gpufleet.common.db.bulk import insert_rows
+from gpufleet.common.db.bulk import among, insert_rows
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState, MachineState
 from gpufleet.common.errors import Fenced, GpufleetError
 from gpufleet.common.leadership import LeaderLease
@@ -196,11 +196,12 @@ class DispatchController:
         return committed
 
     def _write(self, session: Session, assignments: list[Assignment], now: datetime) -> list[Dispatch]:
+        dialect = session.get_bind().dialect.name
         job_ids = [a.job_id for a in assignments]
         machine_ids = sorted({a.machine_id for a in assignments})
         jobs: dict[str, Any] = {}
         for part in chunks(job_ids):
-            query = select(*_ASSIGN_JOB_COLUMNS).where(models.Job.id.in_(part)).with_for_update()
+            query = select(*_ASSIGN_JOB_COLUMNS).where(among(models.Job.id, part, dialect)).with_for_update()
             jobs.update({row.id: _AssignedJob.of(row) for row in session.execute(query)})
         machines: dict[str, Any] = {}
         busy: dict[str, set[int]] = {}
@@ -211,12 +212,12 @@ class DispatchController:
                     models.Machine.state,
                     models.Machine.agent_address,
                     models.Machine.earmarked_for,
-                ).where(models.Machine.id.in_(part))
+                ).where(among(models.Machine.id, part, dialect))
             ):
                 machines[row.id] = row
             for mid, slot, n in session.execute(
                 select(models.Attempt.machine_id, models.Attempt.slot, models.Attempt.slots).where(
-                    models.Attempt.machine_id.in_(part),
+                    among(models.Attempt.machine_id, part, dialect),
                     or_(models.Attempt.state.in_(_LIVE), models.Attempt.holds_slot.is_(True)),
                 )
             ):
@@ -314,7 +315,7 @@ class DispatchController:
         for part in chunks(job_updates):
             conn.execute(
                 update(_JOBS)
-                .where(_JOBS.c.id.in_(part), _JOBS.c.state == JobState.QUEUED.value)
+                .where(among(_JOBS.c.id, part, dialect), _JOBS.c.state == JobState.QUEUED.value)
                 .values(
                     state=JobState.DISPATCHING.value,
                     attempt_count=_JOBS.c.attempt_count + 1,
@@ -329,7 +330,7 @@ class DispatchController:
         for part in chunks(sorted({d.machine_id for d in dispatches})):
             conn.execute(
                 update(_MACHINES)
-                .where(_MACHINES.c.id.in_(part))
+                .where(among(_MACHINES.c.id, part, dialect))
                 .values(stop_due_at=None, destroy_due_at=None)
             )
         return dispatches
@@ -436,24 +437,27 @@ class DispatchController:
         starting: list[Any] = []
         gone: list[str] = []
         with self.sessions() as session, session.begin():
+            dialect = session.get_bind().dialect.name
             for part in chunks(list(by_id)):
                 rows = session.execute(
                     select(models.Attempt.id, models.Attempt.state, models.Attempt.job_id)
-                    .where(models.Attempt.id.in_(part))
+                    .where(among(models.Attempt.id, part, dialect))
                     .with_for_update()
                 ).all()
                 starting += [r for r in rows if r.state == AttemptState.STARTING.value]
                 gone += [r.id for r in rows if r.state not in _LIVE]
             for part in chunks([r.id for r in starting]):
                 session.execute(
-                    update(_ATTEMPTS).where(_ATTEMPTS.c.id.in_(part)).values(state=AttemptState.RUNNING.value)
+                    update(_ATTEMPTS)
+                    .where(among(_ATTEMPTS.c.id, part, dialect))
+                    .values(state=AttemptState.RUNNING.value)
                 )
             for part in chunks([r.job_id for r in starting]):
                 set_jobs_state(session, list(part), JobState.DISPATCHING, JobState.RUNNING, now, "running")
             for part in chunks(sorted({d.machine_id for d in batch})):
                 session.execute(
                     update(_MACHINES)
-                    .where(_MACHINES.c.id.in_(part), _MACHINES.c.dispatch_failures != 0)
+                    .where(among(_MACHINES.c.id, part, dialect), _MACHINES.c.dispatch_failures != 0)
                     .values(dispatch_failures=0, dispatch_backoff_until=None)
                 )
         for d in batch:

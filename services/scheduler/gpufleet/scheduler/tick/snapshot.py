@@ -14,6 +14,7 @@ from sqlalchemy import case, func, or_, select, true
 from sqlalchemy.orm import Session
 
 from gpufleet.common.db import models
+from gpufleet.common.db.bulk import among
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, JobState, MachineState, QuarantineKind
 from gpufleet.scheduler.tick.model import (
     AttemptView,
@@ -64,10 +65,11 @@ class LiveAttempts:
             self._kept, self._kinds = {}, kinds
         current = session.execute(select(A.id, A.state, A.lease_expires_at).where(A.state.in_(_LIVE))).all()
         kept = self._kept
+        dialect = session.get_bind().dialect.name
         new = [row.id for row in current if row.id not in kept]
         fresh: dict[str, _Live] = {}
         for i in range(0, len(new), _CHUNK):
-            fresh.update(_read_live(session, A.id.in_(new[i : i + _CHUNK])))
+            fresh.update(_read_live(session, among(A.id, new[i : i + _CHUNK], dialect)))
         out: dict[str, _Live] = {}
         for attempt_id, state, lease in current:
             live = kept.get(attempt_id) or fresh.get(attempt_id)
