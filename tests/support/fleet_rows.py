@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.catalog import OfferingSpec
 from gpufleet.common.db.models import Attempt, Job, JobKind, Machine, Plan, Pool, Workspace
 
 
@@ -111,3 +112,16 @@ def machine(sessions: sessionmaker[Session], machine_id: str) -> Machine:
         row = s.get(Machine, machine_id)
         assert row is not None
         return row
+
+
+def sim_l4_offering(slots: int = 2, hourly_price_micros: int = 800_000) -> OfferingSpec:
+    """The tests' one sim offering (``sim-l4`` in sim-1a), as a catalogue lists it."""
+    return OfferingSpec(
+        id="sim-l4",
+        provider="SIM",
+        region="sim-1",
+        zone="sim-1a",
+        instance_type="sim.l4",
+        slots=slots,
+        hourly_price_micros=hourly_price_micros,
+    )

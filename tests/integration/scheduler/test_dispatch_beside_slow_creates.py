@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.catalog import Catalog, KindSpec, OfferingSpec, PlanSpec, PoolSpec, WorkspaceSpec
+from gpufleet.common.catalog import Catalog, KindSpec, PlanSpec, PoolSpec, WorkspaceSpec
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db import models
@@ -31,7 +31,7 @@ from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
 from tests.support import tls
-from tests.support.fleet_rows import add_machine
+from tests.support.fleet_rows import add_machine, sim_l4_offering
 from tests.support.scripted_services import ScriptedAgent, serve_agent
 from tests.support.sim_provisioner import SlowCreates, serve_provisioner
 
@@ -54,17 +54,7 @@ def catalogue() -> Catalog:
                 id=POOL,
                 slots_per_machine=2,
                 max_machines=READY_MACHINES + CREATES,
-                offerings=[
-                    OfferingSpec(
-                        id="sim-l4",
-                        provider="SIM",
-                        region="sim-1",
-                        zone="sim-1a",
-                        instance_type="sim.l4",
-                        slots=2,
-                        hourly_price_micros=800_000,
-                    )
-                ],
+                offerings=[sim_l4_offering()],
             )
         ],
     )

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.catalog import Catalog, KindSpec, OfferingSpec, PlanSpec, PoolSpec, WorkspaceSpec
+from gpufleet.common.catalog import Catalog, KindSpec, PlanSpec, PoolSpec, WorkspaceSpec
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db import models
@@ -25,6 +25,7 @@ from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
 from gpufleet.scheduler.watchdogs.pool_idle import PoolIdleRelease
 from tests.support import tls
+from tests.support.fleet_rows import sim_l4_offering
 from tests.support.sim_provisioner import SlowCreates, serve_provisioner
 
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
@@ -42,17 +43,7 @@ def catalogue() -> Catalog:
                 max_machines=2,
                 warm_target=1,
                 idle_release_after_s=600,
-                offerings=[
-                    OfferingSpec(
-                        id="sim-l4",
-                        provider="SIM",
-                        region="sim-1",
-                        zone="sim-1a",
-                        instance_type="sim.l4",
-                        slots=2,
-                        hourly_price_micros=800_000,
-                    )
-                ],
+                offerings=[sim_l4_offering()],
             )
         ],
     )

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.catalog import Catalog, KindSpec, OfferingSpec, PlanSpec, PoolSpec, WorkspaceSpec
+from gpufleet.common.catalog import Catalog, KindSpec, PlanSpec, PoolSpec, WorkspaceSpec
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db import models
@@ -31,7 +31,7 @@ from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.fleet import FleetTick
 from tests.support import tls
-from tests.support.fleet_rows import add_machine
+from tests.support.fleet_rows import add_machine, sim_l4_offering
 from tests.support.metrics import MetricsProbe
 from tests.support.scripted_services import serve_agent
 
@@ -42,15 +42,7 @@ NOWHERE = "127.0.0.1:9"
 
 
 def catalogue() -> Catalog:
-    sim = OfferingSpec(
-        id="sim-l4",
-        provider="SIM",
-        region="sim-1",
-        zone="sim-1a",
-        instance_type="sim.l4",
-        slots=2,
-        hourly_price_micros=800_000,
-    )
+    sim = sim_l4_offering()
     return Catalog(
         plans=[PlanSpec(id="studio", tier=1, max_gpu_jobs=20)],
         workspaces=[WorkspaceSpec(id="ws", plan="studio")],
