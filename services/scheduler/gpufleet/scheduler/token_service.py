@@ -119,7 +119,7 @@ class TokenMinter:
         now = self.clock.now()
         out: dict[str, dict[str, str]] = {}
         rows: list[dict[str, Any]] = []
-        for request in requests:
+        for request, drawn in zip(requests, self.draw(len(requests)), strict=True):
             limit = request.time_limit.ToTimedelta() if request.HasField("time_limit") else timedelta(0)
             minted = self.rows(
                 workspace=request.workspace,
@@ -127,6 +127,7 @@ class TokenMinter:
                 attempt_id=request.attempt_id,
                 time_limit=limit,
                 now=now,
+                minted=drawn,
             )
             out[request.attempt_id] = minted.tokens
             rows.extend(minted.rows)

@@ -360,11 +360,6 @@ class DispatchController:
                         self._done(d.attempt_id)
         return submitted
 
-    def dispatching(self, attempt_id: str) -> bool:
-        """Whether this process is dispatching the attempt (queued, sent, or recording)."""
-        with self._sent_lock:
-            return attempt_id in self._sent
-
     def _dispatching_now(self) -> set[str]:
         with self._sent_lock:
             return set(self._sent)
@@ -591,7 +586,7 @@ class DispatchController:
                     models.Attempt.state == AttemptState.STARTING.value, models.Attempt.started_at >= deadline
                 )
             ).scalars()
-            orphans = [a for a in starting if a not in here and not self.dispatching(a)]
+            orphans = [a for a in starting if a not in here]
             if not orphans:
                 return
             rows = session.execute(
@@ -629,8 +624,14 @@ class DispatchController:
                 row.agent_address or "",
                 start_request(
                     row.id,
-                    _JobRow(
-                        row.job_id, row.kind_id, row.workspace_id, row.pipeline_version, row.tenant_values
+                    _AssignedJob(
+                        row.job_id,
+                        row.state,
+                        row.kind_id,
+                        row.workspace_id,
+                        row.pipeline_version,
+                        row.tenant_values,
+                        row.attempt_count,
                     ),
                     kinds[row.kind_id],
                     row.slot,
@@ -695,12 +696,3 @@ class _AssignedJob:
             json.loads(text) if text else None,
             row.attempt_count,
         )
-
-
-@dataclass(frozen=True)
-class _JobRow:
-    id: str
-    kind_id: str
-    workspace_id: str
-    pipeline_version: str
-    tenant_values: dict[str, str] | None
