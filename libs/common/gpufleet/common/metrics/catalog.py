@@ -139,6 +139,12 @@ METHOD = Label(
 )
 REASON = Label("reason", "an authorization verdict: `unauthenticated`, `no_rule`, `wrong_role`")
 CAUSE = Label("cause", "why a dispatch failed: a `DispatchFailure` value")
+SLOT_STATE = Label("slot_state", "`free` or `busy`")
+FILM_STATE = Label(
+    "film_state", "`earmarked` (held for a film's next job) or `draining` (taking no new work for one)"
+)
+LEASE = Label("lease", "a leader lease: one per timer-driven service (`scheduler`, `reaper`, `sweeper`)")
+QUARANTINE_KIND = Label("quarantine_kind", "what is quarantined: `OFFERING` or `PROVIDER_REGION`")
 
 LABELS: dict[str, Label] = {
     label.key: label
@@ -161,6 +167,10 @@ LABELS: dict[str, Label] = {
         METHOD,
         REASON,
         CAUSE,
+        SLOT_STATE,
+        FILM_STATE,
+        LEASE,
+        QUARANTINE_KIND,
     )
 }
 
@@ -395,8 +405,279 @@ FLEET_MACHINES = Metric(
     stability=Stability.ALPHA,
 )
 
+# Waits, in seconds: a job that starts at once (under a second) to a day's queue.
+_WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
+# From a failure's first sign to a net's act: seconds (a probe) to an hour (a stuck stop).
+_DETECTION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
+# From a job's assignment to its agent's answer: milliseconds on a quiet fleet, the dispatch
+# deadline (30 s) at worst.
+_DISPATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# -- money: recorded by the scheduler leader from each fleet tick's snapshot
+FLEET_GPU_BILLED = Metric(
+    name="gpufleet.fleet.gpu.billed",
+    instrument=Instrument.COUNTER,
+    unit="s",
+    labels=(PROVIDER, POOL),
+    description="GPU-seconds the clouds billed: each machine in a billing state (PROVISIONING to "
+    "DESTROYING, STOPPED excluded) counts its GPUs times the time between two fleet ticks. "
+    "Divide by 3600 for GPU-hours. Counted by the scheduler leader; a new leader starts from 0.",
+    stability=Stability.ALPHA,
+)
+FLEET_GPU_IDLE = Metric(
+    name="gpufleet.fleet.gpu.idle",
+    instrument=Instrument.COUNTER,
+    unit="s",
+    labels=(PROVIDER, POOL),
+    description="The part of gpufleet.fleet.gpu.billed on machines with no live attempt (billing, "
+    "nothing running or starting on any slot): the waste the nets exist to bound.",
+    stability=Stability.ALPHA,
+)
+FLEET_SPEND_RATE = Metric(
+    name="gpufleet.fleet.spend_rate",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{USD}/h",
+    labels=(PROVIDER, POOL),
+    description="What the machines billing now cost per hour, at their offerings' catalogue prices, "
+    "as the scheduler leader's last fleet tick read them.",
+    stability=Stability.ALPHA,
+)
+FLEET_SLOTS = Metric(
+    name="gpufleet.fleet.slots",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{slot}",
+    labels=(POOL, SLOT_STATE),
+    description="Slots of READY machines, free or busy (holding a live attempt), by pool, as the "
+    "scheduler leader's last fleet tick read them.",
+    stability=Stability.ALPHA,
+)
+FLEET_FILM_MACHINES = Metric(
+    name="gpufleet.fleet.film.machines",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{machine}",
+    labels=(POOL, FILM_STATE),
+    description="Machines held for films: earmarked for a film's next job, or draining for one, by "
+    "pool, from the scheduler leader's last fleet tick.",
+    stability=Stability.ALPHA,
+)
+FLEET_WARM_MACHINES = Metric(
+    name="gpufleet.fleet.warm.machines",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{machine}",
+    labels=(POOL,),
+    description="Machines a pool holds warm (pinned against auto-stop and auto-destroy), from the "
+    "scheduler leader's last fleet tick.",
+    stability=Stability.ALPHA,
+)
+
+# -- the queue and the jobs
+SCHEDULER_QUEUE_JOBS = Metric(
+    name="gpufleet.scheduler.queue.jobs",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{job}",
+    labels=(KIND, PLAN_TIER),
+    description="Jobs waiting for a slot (QUEUED), by kind and the workspace's plan tier, from the "
+    "scheduler leader's last fleet tick.",
+    stability=Stability.ALPHA,
+)
+SCHEDULER_QUEUE_WAIT = Metric(
+    name="gpufleet.scheduler.queue.wait",
+    instrument=Instrument.HISTOGRAM,
+    unit="s",
+    labels=(KIND, PLAN_TIER),
+    description="How long each attempt waited in the queue before it started: from the job's "
+    "submission (a retry: from its requeue) to RUNNING, by kind and plan tier.",
+    stability=Stability.ALPHA,
+    buckets=_WAIT_BUCKETS,
+)
+SCHEDULER_DISPATCH_DURATION = Metric(
+    name="gpufleet.scheduler.dispatch.duration",
+    instrument=Instrument.HISTOGRAM,
+    unit="s",
+    labels=(),
+    description="From an attempt's assignment commit to the agent's acceptance recorded (RUNNING): "
+    "the time a job spends between being given a slot and running on it.",
+    stability=Stability.ALPHA,
+    buckets=_DISPATCH_BUCKETS,
+)
+SCHEDULER_FAIR_SHARE_USAGE = Metric(
+    name="gpufleet.scheduler.fair_share.usage",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="s",
+    labels=(PLAN_TIER,),
+    description="Slot-seconds used over the fair-share window (24 h) by the workspaces of each plan "
+    "tier: the usage the fleet tick's fair share orders the queue by.",
+    stability=Stability.ALPHA,
+)
+JOBS_FINISHED = Metric(
+    name="gpufleet.jobs.finished",
+    instrument=Instrument.COUNTER,
+    unit="{job}",
+    labels=(KIND, OUTCOME),
+    description="Jobs that reached a final state, by kind and outcome: SUCCEEDED, FAILED, "
+    "CANCELLED, TIMED_OUT.",
+    stability=Stability.ALPHA,
+)
+JOBS_RETRIED = Metric(
+    name="gpufleet.jobs.retried",
+    instrument=Instrument.COUNTER,
+    unit="{attempt}",
+    labels=(KIND, FAILURE_CLASS),
+    description="Attempts whose job went back to the queue for another one, by kind and the failure "
+    "that ended the attempt (lease_expired for a lost attempt, job_infra_error, ...).",
+    stability=Stability.ALPHA,
+)
+ATTEMPTS_LOST = Metric(
+    name="gpufleet.attempts.lost",
+    instrument=Instrument.COUNTER,
+    unit="{attempt}",
+    labels=(KIND,),
+    description="Attempts ended LOST: their lease ran out (nothing heard from the worker) or their "
+    "machine was lost. Our failure, never charged.",
+    stability=Stability.ALPHA,
+)
+
+# -- the nets (reaper) and the sweeper
+REAPER_DETECTION_LATENCY = Metric(
+    name="gpufleet.reaper.detection.latency",
+    instrument=Instrument.HISTOGRAM,
+    unit="s",
+    labels=(NET,),
+    description="For each act of a net (a machine marked lost, stopped, destroyed, replaced), the time "
+    "from the failure's first sign (the last heartbeat, the deadline's start, idle since, the "
+    "transition's start) to the act.",
+    stability=Stability.ALPHA,
+    buckets=_DETECTION_BUCKETS,
+)
+REAPER_IDLE_TIMERS = Metric(
+    name="gpufleet.reaper.idle.timers",
+    instrument=Instrument.COUNTER,
+    unit="{timer}",
+    labels=(ACTION,),
+    description="The idle chain's timers: `armed` when a machine is first seen idle, `cleared` when it "
+    "is busy again (or leaves READY) before a stop.",
+    stability=Stability.ALPHA,
+)
+SWEEPER_ORPHANS = Metric(
+    name="gpufleet.sweeper.orphans",
+    instrument=Instrument.COUNTER,
+    unit="{instance}",
+    labels=(PROVIDER, OUTCOME),
+    description="Cloud instances with gpufleet's tag and no live machine record, by provider and "
+    "outcome: `found`, `destroyed`, `refused` (a gate said no, e.g. too young to be sure).",
+    stability=Stability.ALPHA,
+)
+SWEEPER_LISTING_FAILURES = Metric(
+    name="gpufleet.sweeper.listing.failures",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{listing}",
+    labels=(PROVIDER,),
+    description="Consecutive failed listings of a provider's instances (0 when the last one "
+    "succeeded): while it is above 0 neither orphans nor lost instances are found there.",
+    stability=Stability.ALPHA,
+)
+WATCHDOG_LAST_RUN = Metric(
+    name="gpufleet.watchdog.last_run",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="s",
+    labels=(NET,),
+    description="When each watchdog (a reaper net, the sweeper's passes, the scheduler's request "
+    "watchdogs) last completed a pass, as Unix seconds; `time() - this` is its silence.",
+    stability=Stability.ALPHA,
+)
+WATCHDOG_CADENCE = Metric(
+    name="gpufleet.watchdog.cadence",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="s",
+    labels=(NET,),
+    description="How often each watchdog is meant to run: an alert fires when one has not run for "
+    "three of these.",
+    stability=Stability.ALPHA,
+)
+LEADER_LEADING = Metric(
+    name="gpufleet.leader.leading",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="1",
+    labels=(LEASE,),
+    description="1 while this process holds the lease (leads its service's timers), 0 while it "
+    "stands by. `sum by (lease)` is 1 in a healthy deployment, 0 with no leader.",
+    stability=Stability.BETA,
+)
+
+# -- the clouds, the ledger, incidents
+PROVIDER_STOCKOUTS = Metric(
+    name="gpufleet.provider.stockouts",
+    instrument=Instrument.COUNTER,
+    unit="{call}",
+    labels=(PROVIDER, REGION, OFFERING),
+    description="Creates a cloud refused for want of capacity (INSUFFICIENT_CAPACITY), by provider, "
+    "region and offering.",
+    stability=Stability.ALPHA,
+)
+QUARANTINES_ACTIVE = Metric(
+    name="gpufleet.quarantines.active",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{quarantine}",
+    labels=(QUARANTINE_KIND, PROVIDER),
+    description="Quarantines in force (neither cleared nor expired): offerings the scheduler will not "
+    "create, and provider regions halted, by provider.",
+    stability=Stability.ALPHA,
+)
+INCIDENTS_OPEN = Metric(
+    name="gpufleet.incidents.open",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{incident}",
+    labels=(FAILURE_CLASS,),
+    description="Incidents open (not resolved; acknowledged ones included) by failure class: a "
+    "human must act on each. The alert `GpufleetIncidentOpen` fires on it.",
+    stability=Stability.BETA,
+)
+INCIDENT_NOTIFICATIONS = Metric(
+    name="gpufleet.incidents.notifications",
+    instrument=Instrument.COUNTER,
+    unit="{notification}",
+    labels=(OUTCOME,),
+    description="Incident webhook posts, by outcome: `sent`, `failed` (retries spent), `dropped` "
+    "(the queue was full).",
+    stability=Stability.ALPHA,
+)
+LEDGER_FAILURES = Metric(
+    name="gpufleet.ledger.failures",
+    instrument=Instrument.COUNTER,
+    unit="{failure}",
+    labels=(FAILURE_CLASS, OUTCOME),
+    description="Rows written to the failure ledger, by class and the outcome it routed to "
+    "(`LedgerOutcome`: NOTHING, REPLACE_MACHINE, HALT_PROVISIONING, ALERT_HUMAN, ...).",
+    stability=Stability.BETA,
+)
+
 CATALOGUE: tuple[Metric, ...] = (
     FLEET_MACHINES,
+    FLEET_GPU_BILLED,
+    FLEET_GPU_IDLE,
+    FLEET_SPEND_RATE,
+    FLEET_SLOTS,
+    FLEET_FILM_MACHINES,
+    FLEET_WARM_MACHINES,
+    SCHEDULER_QUEUE_JOBS,
+    SCHEDULER_QUEUE_WAIT,
+    SCHEDULER_DISPATCH_DURATION,
+    SCHEDULER_FAIR_SHARE_USAGE,
+    JOBS_FINISHED,
+    JOBS_RETRIED,
+    ATTEMPTS_LOST,
+    REAPER_DETECTION_LATENCY,
+    REAPER_IDLE_TIMERS,
+    SWEEPER_ORPHANS,
+    SWEEPER_LISTING_FAILURES,
+    WATCHDOG_LAST_RUN,
+    WATCHDOG_CADENCE,
+    LEADER_LEADING,
+    PROVIDER_STOCKOUTS,
+    QUARANTINES_ACTIVE,
+    INCIDENTS_OPEN,
+    INCIDENT_NOTIFICATIONS,
+    LEDGER_FAILURES,
     SCHEDULER_TICK_PHASE_DURATION,
     SCHEDULER_ASSIGNMENTS,
     SCHEDULER_DISPATCH_FAILURES,
