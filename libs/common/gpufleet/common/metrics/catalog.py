@@ -628,8 +628,9 @@ INCIDENTS_OPEN = Metric(
     instrument=Instrument.OBSERVABLE_GAUGE,
     unit="{incident}",
     labels=(FAILURE_CLASS,),
-    description="Incidents open (not resolved; acknowledged ones included) by failure class: a "
-    "human must act on each. The alert `GpufleetIncidentOpen` fires on it.",
+    description="Incidents open and not yet acknowledged, by failure class: each waits for a "
+    "human (acknowledging one, `gpufleet incidents ack ID`, says a person has it; a resolved one "
+    "is over). The alert `GpufleetIncidentOpen` fires on it.",
     stability=Stability.BETA,
 )
 INCIDENT_NOTIFICATIONS = Metric(
