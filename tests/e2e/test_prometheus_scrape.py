@@ -9,176 +9,35 @@ it this test fails, never skips: CI must not pass without having scraped.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
-import signal
 import ssl
-import subprocess
-import sys
-import time
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from gpufleet.common.metrics.catalog import JOBS_SUBMITTED
 from gpufleet.common.trust.pki import TlsFiles
+from tests.e2e.prometheus_stack import SERVICES, Up, api, gpufleet_up, prometheus_for, wait_for
 from tests.support import scrape
-from tests.support.ports import free_block
-from tests.support.postgres import free_port
 
 pytestmark = pytest.mark.e2e
 
-GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
-SERVICES = ("provisioner", "scheduler", "reaper", "sweeper")
 # The scheduler's count of jobs SubmitJob accepted, as Prometheus names it (the catalogue's).
 SUBMITTED = JOBS_SUBMITTED.prometheus_name
 SUBMITTED_JOBS = 2
-T = TypeVar("T")
-
-
-def binary(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(
-            f"`{name}` is not installed: `scripts/bootstrap --dev` installs Debian's prometheus "
-            "package when run as root (apt-get install prometheus)"
-        )
-    return found
-
-
-@dataclass
-class Up:
-    state_dir: Path
-    scheduler: str
-    metrics_ports: dict[str, int]
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*GPUFLEET, *args, "--scheduler", self.scheduler, "--state-dir", str(self.state_dir)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
 
 
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[Up]:
-    """`gpufleet up` on free ports, scraped every second."""
-    base = free_block(4)
-    metrics_base = free_block(4, exclude=range(base, base + 4))
-    state_dir = tmp_path / "var"
-    proc = subprocess.Popen(
-        [
-            *GPUFLEET,
-            "up",
-            "--state-dir",
-            str(state_dir),
-            "--port-offset",
-            str(base - 50051),
-            "--metrics-port-offset",
-            str(metrics_base - 9451),
-            "--scrape-interval",
-            "1",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 90
-        assert proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            lines.append(line)
-            if line.startswith("ready.") or proc.poll() is not None:
-                break
-        assert any(line.startswith("ready.") for line in lines), "".join(lines)
-        ports = {
-            name: metrics_base + i for i, name in enumerate(("scheduler", "reaper", "provisioner", "sweeper"))
-        }
-        yield Up(state_dir, f"127.0.0.1:{base}", ports)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=60)
-        if proc.poll() is None:
-            proc.kill()
-        # Local machines outlive `up` on purpose (the next one adopts them); end them here.
-        for pid_file in (state_dir / "machines").glob("*/disk/agent.pid"):
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+    with gpufleet_up(tmp_path) as stack:
+        yield stack
 
 
 @pytest.fixture
 def prometheus(up: Up, tmp_path: Path) -> Iterator[str]:
-    """The real Prometheus on the configuration `up` wrote, as the README runs it; its URL."""
-    config = up.state_dir / "prometheus.yml"
-    checked = subprocess.run(
-        [binary("promtool"), "check", "config", str(config)], capture_output=True, text=True, timeout=60
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    port = free_port()
-    log = tmp_path / "prometheus.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                binary("prometheus"),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'prometheus-data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _ready(url), 60, "Prometheus to be ready", lambda: log.read_text()[-3000:])
+    with prometheus_for(up, tmp_path) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
-
-
-def api(url: str, path: str, **params: str) -> Any:
-    query = f"?{urllib.parse.urlencode(params)}" if params else ""
-    with urllib.request.urlopen(f"{url}/api/v1/{path}{query}", timeout=10) as answer:
-        body = json.load(answer)
-    assert body["status"] == "success", body
-    return body["data"]
-
-
-def wait_for(
-    check: Callable[[], T | None], timeout: float, what: str, detail: Callable[[], object] = lambda: ""
-) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}: {detail()}")
 
 
 def test_prometheus_scrapes_every_service_from_the_config_up_wrote(up: Up, prometheus: str) -> None:
