@@ -86,6 +86,15 @@ TRANSITIONS: dict[tuple[MachineState, MachineState], frozenset[Actor]] = {
 # A destroyed machine is never moved again: every scan skips it.
 FINAL = frozenset({S.DESTROYED})
 
+# The states in which a cloud bills a machine's compute (its GPUs): from the create request
+# until it is destroyed, except while it is STOPPED — a stopped instance keeps only its disk
+# (DESIGN §2: a stop keeps the disk; the gcp driver: "no compute billed"). The transitional
+# states bill: a create or start may already have begun the meter, and a stop or destroy in
+# flight has not ended it yet. The one owner of the notion: the fleet tick's ceiling counts
+# these machines (they cost money whatever their health), and its GPU-seconds billed and
+# spend rate are measured over them.
+BILLING_STATES = frozenset(set(S) - {S.STOPPED, S.DESTROYED})
+
 
 class IllegalTransition(GpufleetError):
     """A move the lifecycle table does not allow: a bug in the caller, never input."""

@@ -36,6 +36,7 @@ from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.trust.transport import Transport
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.events import EventHub
+from gpufleet.scheduler.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import job_from_row, job_to_proto
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
@@ -112,6 +113,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         self.sessions = sessions
         self.clock = clock
         self._submitted = instruments.counter(JOBS_SUBMITTED)
+        self._outcomes = JobOutcomes(instruments)
         self.engine: Engine = sessions.kw["bind"]
         self._postgres = self.engine.dialect.name == "postgresql"
         # SubmitJob's one statement, prepared on connections of its own (see StatementPool),
@@ -353,14 +355,18 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         if len(request.reason) > 1024:
             raise InvalidArgument("at most 1024 characters", field="reason")
         to_cancel: list[tuple[str, str, str]] = []
+        tally = OutcomeTally()
         with self.sessions() as session, session.begin():
-            job = session.get(models.Job, job_id)
+            # Locked: two cancels of one job (a client retrying) end it once, and the second
+            # answers as the first did.
+            job = session.get(models.Job, job_id, with_for_update=True)
             if job is None:
                 raise NotFound(f"no job {job_id!r}", field="job_id")
             if job.state in TERMINAL_JOB_STATES:
                 if job.state == JobState.CANCELLED.value:
                     return self._render(session, job_id)
                 raise FailedPrecondition(f"job already ended ({job.state})", field="job_id")
+            before = job.state
             now = self.clock.now()
             message = f"cancelled: {request.reason}" if request.reason else "cancelled"
             live = session.execute(
@@ -378,6 +384,8 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                     to_cancel.append((machine.id, machine.agent_address, attempt.id))
             job.cancel_requested = True
             set_job_state(session, job, JobState.CANCELLED, now, message)
+            tally.job_moved(job.kind_id, before, job.state)
+        self._outcomes.committed(tally)
         # After commit: tell the machines, off the API's threads (best effort; the next
         # heartbeat repeats it), so a hung agent holds no API thread for its deadline.
         for machine_id, address, attempt_id in to_cancel:

@@ -34,11 +34,13 @@ from gpufleet.common.db.enums import (
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.lifecycle import Actor, transition
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.trust.authz import require_self
 from gpufleet.common.trust.identity import Identity
 from gpufleet.common.trust.peer import identity_of
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.checkpoints import CheckpointService, CheckpointStore
+from gpufleet.scheduler.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import attempt_to_proto
 from gpufleet.scheduler.settings import Settings
@@ -70,10 +72,18 @@ def _for_itself(context: grpc.ServicerContext | None, machine_id: str) -> None:
 
 
 class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
-    def __init__(self, sessions: sessionmaker[Session], clock: Clock, settings: Settings) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        clock: Clock,
+        settings: Settings,
+        instruments: Instruments = PROCESS,
+    ) -> None:
         self.sessions = sessions
         self.clock = clock
         self.settings = settings
+        # Jobs finished and retried by the completions reported here.
+        self.outcomes = JobOutcomes(instruments)
         store = CheckpointStore(Path(settings.checkpoint_dir), settings.checkpoint_max_bytes)
         self.checkpoints = CheckpointService(sessions, clock, store)
 
@@ -169,6 +179,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         if request.slot_seconds < 0:
             raise InvalidArgument("must not be negative", field="slot_seconds")
         now = self.clock.now()
+        tally = OutcomeTally()
         with self.sessions() as session, session.begin():
             # Locked: a reaper or sweeper ending it LOST meanwhile must not be overwritten.
             attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
@@ -177,10 +188,12 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             if attempt.machine_id != machine_id:
                 raise FailedPrecondition("attempt runs on another machine", field="machine_id")
             if attempt.state in LIVE_ATTEMPT_STATES:
-                self._finish(session, attempt, request, now)
+                self._finish(session, attempt, request, now, tally)
             # The machine says the process is gone: its slot is free.
             attempt.holds_slot = False
-            return worker_service_pb2.ReportCompletionResponse(attempt=attempt_to_proto(attempt))
+            response = worker_service_pb2.ReportCompletionResponse(attempt=attempt_to_proto(attempt))
+        self.outcomes.committed(tally)  # a repeated completion ended nothing: nothing counted
+        return response
 
     def _finish(
         self,
@@ -188,9 +201,11 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         attempt: models.Attempt,
         request: worker_service_pb2.ReportCompletionRequest,
         now: datetime,
+        tally: OutcomeTally,
     ) -> None:
         outcome = AttemptState(enum_name(job_pb2.AttemptState, "ATTEMPT_STATE_", request.outcome))
         job = session.get_one(models.Job, attempt.job_id)
+        before = job.state
         machine = session.get_one(models.Machine, attempt.machine_id)
         kind = session.get_one(models.JobKind, job.kind_id)
         attempt.exit_code = request.exit_code
@@ -205,15 +220,18 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             message=request.message,
         )
         detail = f"attempt {attempt.id} on {machine.id}: exit {request.exit_code} {request.message}".strip()
+        # The ledger class of the attempt's end (None: the job's own success or cancel).
+        failure_class: FailureClass | None = None
         if outcome is AttemptState.SUCCEEDED:
             set_job_state(session, job, JobState.SUCCEEDED, now, "succeeded")
         elif outcome is AttemptState.CANCELLED:
             set_job_state(session, job, JobState.CANCELLED, now, "cancelled")
         elif outcome is AttemptState.TIMED_OUT:
+            failure_class = FailureClass.JOB_TIMED_OUT
             record_failure(
                 session,
                 now,
-                FailureClass.JOB_TIMED_OUT,
+                failure_class,
                 "runner",
                 machine_id=machine.id,
                 job_id=job.id,
@@ -222,10 +240,11 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             )
             set_job_state(session, job, JobState.TIMED_OUT, now, "timed out")
         elif outcome is AttemptState.FAILED:
+            failure_class = FailureClass.JOB_FAILED
             record_failure(
                 session,
                 now,
-                FailureClass.JOB_FAILED,
+                failure_class,
                 "runner",
                 machine_id=machine.id,
                 job_id=job.id,
@@ -252,11 +271,14 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
                     f"failed (exit {request.exit_code}); retry budget spent",
                 )
         else:  # INFRA_ERROR: ours, uncharged, retried on the patient budget
+            # A slot whose walls could not be built never ran the job: its own class.
+            failure_class = (
+                FailureClass.SLOT_NOT_CLOSED if request.slot_not_closed else FailureClass.JOB_INFRA_ERROR
+            )
             record_failure(
                 session,
                 now,
-                # A slot whose walls could not be built never ran the job: its own class.
-                FailureClass.SLOT_NOT_CLOSED if request.slot_not_closed else FailureClass.JOB_INFRA_ERROR,
+                failure_class,
                 "runner",
                 machine_id=machine.id,
                 job_id=job.id,
@@ -266,6 +288,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             requeue_after_loss(
                 session, job, kind, now, self.settings.lost_retry_backoff_s, "infrastructure error"
             )
+        tally.job_moved(job.kind_id, before, job.state, failure_class.value if failure_class else None)
 
     def RegisterMachine(
         self, request: worker_service_pb2.RegisterMachineRequest, context: grpc.ServicerContext

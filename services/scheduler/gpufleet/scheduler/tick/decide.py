@@ -9,6 +9,7 @@ from collections import deque
 from datetime import datetime, timedelta
 
 from gpufleet.common.db.enums import MachineIntent, MachineOrigin, MachineState
+from gpufleet.common.lifecycle import BILLING_STATES
 from gpufleet.scheduler.tick.capacity import FreeCapacity
 from gpufleet.scheduler.tick.films import (
     WAIT_EARMARK,
@@ -36,8 +37,6 @@ from gpufleet.scheduler.tick.model import (
 from gpufleet.scheduler.tick.warm import busy_pools, pool_clocks, warm_missing, warm_pins
 
 ARRIVING = frozenset({MachineState.PROVISIONING, MachineState.BOOTING, MachineState.STARTING})
-# States in which a machine bills, or is about to: counted against the ceiling.
-NOT_RUNNING = frozenset({MachineState.STOPPED, MachineState.DESTROYED})
 
 
 def decide(snapshot: FleetSnapshot, policy: Policy) -> TickPlan:
@@ -117,7 +116,7 @@ def holds_room(machine: MachineView, snapshot: FleetSnapshot, policy: Policy) ->
     does from its request until it is stopped, whatever its health (it bills). A box that
     registered itself does only while it can take jobs — its worker reports and it is ready
     — so boxes that registered and went silent cannot fill a pool for good."""
-    if machine.state in NOT_RUNNING:
+    if machine.state not in BILLING_STATES:  # stopped: it costs no compute, and holds no room
         return False
     return machine.origin != MachineOrigin.REGISTERED or healthy(machine, snapshot, policy)
 

@@ -25,7 +25,7 @@ import json
 import logging
 import secrets
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -48,6 +48,7 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
 from gpufleet.scheduler.checkpoints import latest_checkpoints
+from gpufleet.scheduler.job_outcomes import OutcomeTally
 from gpufleet.scheduler.jobstate import end_attempt
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.dispatch_failure import (
@@ -57,9 +58,10 @@ from gpufleet.scheduler.tick.dispatch_failure import (
     overdue,
 )
 from gpufleet.scheduler.tick.earmarks import clear_for_started_films
-from gpufleet.scheduler.tick.metrics import TickMetrics
+from gpufleet.scheduler.tick.metrics import Assigned, TickMetrics
 from gpufleet.scheduler.tick.model import Assignment
 from gpufleet.scheduler.token_service import JOB_TOKENS, TokenMinter
+from gpufleet.scheduler.watchdogs.common import queued_since
 from gpufleet.v1 import agent_service_pb2
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,8 @@ class Dispatch:
     machine_id: str
     address: str
     request: agent_service_pb2.AgentServiceStartJobRequest
+    # What its start's metrics need (its wait, its dispatch), carried from the commit.
+    assigned: Assigned
 
 
 def start_request(
@@ -135,11 +139,13 @@ _JOB_COLUMNS = (
     models.Job.attempt_count,
 )
 # The assign step's read of its jobs: the tenant values as JSON text, parsed by json.loads
-# (the driver's own JSON loader cost 30 us a row, a fifth of a burst's commit).
+# (the driver's own JSON loader cost 30 us a row, a fifth of a burst's commit); and when
+# each began its wait, for the queue-wait metric (the request watchdogs' own rule).
 _ASSIGN_JOB_COLUMNS = (
     *_JOB_COLUMNS[:5],
     cast_(models.Job.tenant_values, Text).label("tenant_values_json"),
     models.Job.attempt_count,
+    queued_since().label("queued_since"),
 )
 
 
@@ -177,17 +183,24 @@ class DispatchController:
         self._sent: dict[str, datetime | None] = {}
 
     # -- the commit (in the tick) ---------------------------------------------------------
-    def commit(self, assignments: list[Assignment], now: datetime, report: TickReport) -> list[str]:
+    def commit(
+        self,
+        assignments: list[Assignment],
+        now: datetime,
+        report: TickReport,
+        tiers: Mapping[str, int] | None = None,
+    ) -> list[str]:
         """Commit the assignments ``COMMIT_CHUNK`` at a time, each part fenced and handed to
         the dispatch pool as soon as it is committed: the first StartJob calls go out while
         the rest of a burst is still being written. Returns the machine of each assignment
-        committed (for the assignments counted by pool)."""
+        committed (for the assignments counted by pool). ``tiers``: each job's plan tier
+        (from the snapshot), for its queue wait's label."""
         committed: list[str] = []
         for i in range(0, len(assignments), COMMIT_CHUNK):
             part = assignments[i : i + COMMIT_CHUNK]
             with self.sessions() as session, session.begin():
                 self.lease.fence(session)
-                dispatches = self._write(session, part, now)
+                dispatches = self._write(session, part, now, tiers or {})
             report.actions["assign"] += len(dispatches)
             if len(dispatches) < len(part):
                 report.refusals["assignment_stale"] += len(part) - len(dispatches)
@@ -195,14 +208,19 @@ class DispatchController:
             self._submit_all(dispatches)
         return committed
 
-    def _write(self, session: Session, assignments: list[Assignment], now: datetime) -> list[Dispatch]:
+    def _write(
+        self, session: Session, assignments: list[Assignment], now: datetime, tiers: Mapping[str, int]
+    ) -> list[Dispatch]:
         dialect = session.get_bind().dialect.name
         job_ids = [a.job_id for a in assignments]
         machine_ids = sorted({a.machine_id for a in assignments})
         jobs: dict[str, Any] = {}
+        waiting_since: dict[str, datetime] = {}
         for part in chunks(job_ids):
             query = select(*_ASSIGN_JOB_COLUMNS).where(among(models.Job.id, part, dialect)).with_for_update()
-            jobs.update({row.id: _AssignedJob.of(row) for row in session.execute(query)})
+            for job_row in session.execute(query):
+                jobs[job_row.id] = _AssignedJob.of(job_row)
+                waiting_since[job_row.id] = job_row.queued_since
         machines: dict[str, Any] = {}
         busy: dict[str, set[int]] = {}
         for part in chunks(machine_ids):
@@ -299,12 +317,19 @@ class DispatchController:
                 minted=drawn[n],
             )
             token_rows.extend(minted.rows)
+            tier = tiers.get(job.id)
             dispatches.append(
                 Dispatch(
                     attempt_id,
                     a.machine_id,
                     machine.agent_address or "",
                     start_request(attempt_id, job, kind, a.slots[0], len(a.slots), checkpoint, minted.tokens),
+                    Assigned(
+                        job.kind_id,
+                        now,
+                        plan_tier=str(tier) if tier is not None else None,
+                        queued_since=waiting_since.get(job.id),
+                    ),
                 )
             )
         if not dispatches:
@@ -462,7 +487,7 @@ class DispatchController:
             gone_d = by_id[attempt_id]
             self.cancel(gone_d.machine_id, gone_d.address, attempt_id, "attempt taken back before it started")
         self.outcomes.add("dispatched", len(starting))
-        self.metrics.started(by_id[r.id].request.kind for r in starting)
+        self.metrics.started((by_id[r.id].assigned for r in starting), now)
 
     def _failed(self, group: list[Dispatch], why: str, cause: DispatchFailure) -> None:
         """Take the attempts back in one transaction — fenced: a deposed leader's view of a
@@ -470,11 +495,14 @@ class DispatchController:
         deadline). The machine backs off once for the call, and only for its agent's fault."""
         now = self.clock.now()
         taken = 0
+        tally = OutcomeTally()
         try:
             with self.sessions() as session, session.begin():
                 epoch = self.lease.fence(session)
                 for d in group:
-                    taken += self._take_back(session, d.attempt_id, now, why, "fleet_tick.dispatch", epoch)
+                    taken += self._take_back(
+                        session, d.attempt_id, now, why, "fleet_tick.dispatch", epoch, tally
+                    )
                 if taken and BACKS_OFF[cause]:
                     self._back_off(session, group[0].machine_id, now)
         except Fenced as exc:
@@ -492,15 +520,24 @@ class DispatchController:
         self.outcomes.add("start_job_failed", taken)
         self.outcomes.add(f"start_job_failed_{cause.value}", taken)
         self.metrics.dispatch_failed(cause, taken)
+        self.metrics.jobs.committed(tally)
 
     def _take_back(
-        self, session: Session, attempt_id: str, now: datetime, why: str, detector: str, epoch: int
+        self,
+        session: Session,
+        attempt_id: str,
+        now: datetime,
+        why: str,
+        detector: str,
+        epoch: int,
+        tally: OutcomeTally,
     ) -> bool:
         """End a live attempt INFRA_ERROR, uncharged, and requeue its job."""
         attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
         if attempt is None or attempt.state not in _LIVE:
             return False
         job = session.get_one(models.Job, attempt.job_id)
+        before = job.state
         kind = session.get_one(models.JobKind, job.kind_id)
         end_attempt(
             session, attempt, AttemptState.INFRA_ERROR, now, charged=False, message=why, on_machine=True
@@ -518,6 +555,7 @@ class DispatchController:
         requeue_after_loss(
             session, job, kind, now, self.settings.retry_backoff_s, "could not start on the machine"
         )
+        tally.job_moved(job.kind_id, before, job.state, FailureClass.JOB_INFRA_ERROR.value)
         return True
 
     def _back_off(self, session: Session, machine_id: str, now: datetime) -> None:
@@ -558,11 +596,15 @@ class DispatchController:
                 f"not started within the dispatch deadline ({self.settings.dispatch_deadline_s:g} s; "
                 f"{cause.value})"
             )
+            tally = OutcomeTally()
             with self.sessions() as session, session.begin():
                 epoch = self.lease.fence(session)
-                taken = self._take_back(session, attempt_id, now, why, "fleet_tick.dispatch_deadline", epoch)
+                taken = self._take_back(
+                    session, attempt_id, now, why, "fleet_tick.dispatch_deadline", epoch, tally
+                )
                 if taken and BACKS_OFF[cause]:
                     self._back_off(session, machine_id, now)
+            self.metrics.jobs.committed(tally)
             if taken:
                 report.actions["dispatch_taken_back"] += 1
                 report.actions[f"dispatch_taken_back_{cause.value}"] += 1
@@ -596,6 +638,7 @@ class DispatchController:
                     models.Attempt.slot,
                     models.Attempt.slots,
                     models.Attempt.checkpoint_id,
+                    models.Attempt.started_at,
                     models.Machine.agent_address,
                     *_JOB_COLUMNS[1:],
                     models.Job.id.label("job_id"),
@@ -638,6 +681,8 @@ class DispatchController:
                     row.slots,
                     started_from.get(row.checkpoint_id or ""),
                 ),
+                # Its commit's reading of the job's wait is gone with that leader.
+                Assigned(row.kind_id, row.started_at),
             )
             for row in rows
         ]

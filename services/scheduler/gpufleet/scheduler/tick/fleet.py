@@ -16,6 +16,7 @@ and lease expiry, time limits and assignment happen every tick.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,13 +39,15 @@ from gpufleet.scheduler.tick.dispatch import DispatchController
 from gpufleet.scheduler.tick.earmarks import EarmarkController
 from gpufleet.scheduler.tick.limits import LimitsController
 from gpufleet.scheduler.tick.metrics import TickMetrics
-from gpufleet.scheduler.tick.model import MachineView, Policy
+from gpufleet.scheduler.tick.model import Assignment, FleetSnapshot, MachineView, Policy
 from gpufleet.scheduler.tick.pools import PoolController
+from gpufleet.scheduler.tick.queue_depth import queued_jobs
 from gpufleet.scheduler.tick.scale import ScaleController
 from gpufleet.scheduler.tick.served import ServedOfferings
 from gpufleet.scheduler.tick.snapshot import LiveAttempts, load_snapshot
 
 _tracer = tracer("gpufleet.scheduler")
+log = logging.getLogger(__name__)
 
 
 class _Phases:
@@ -82,6 +85,7 @@ class FleetTick:
                 return AgentClient(machine_id, address, transport)
 
         self.sessions = sessions
+        self.lease = lease
         self.served = served or ServedOfferings()
         self.settings = settings
         self.policy = Policy(
@@ -106,7 +110,7 @@ class FleetTick:
         self.dispatch = DispatchController(
             sessions, clock, lease, settings, self.dispatch_calls, self.agents, outcomes, self.metrics
         )
-        self.limits = LimitsController(sessions, lease, settings, self.dispatch)
+        self.limits = LimitsController(sessions, lease, settings, self.dispatch, self.metrics.jobs)
         self.earmarks = EarmarkController(sessions, lease)
         self.pools = PoolController(sessions, lease)
         # The live attempts' views, kept from tick to tick (only what changed is read).
@@ -121,7 +125,8 @@ class FleetTick:
         with phases("snapshot"), self.sessions() as session:
             snapshot = load_snapshot(session, now, self.settings.fair_share_window_s, self.live_attempts)
         snapshot = dataclasses.replace(snapshot, served_offerings=self.served.get())
-        self.metrics.saw(snapshot)  # the machines gauge, from what the tick just read
+        # The gauges and the GPU-seconds billed, from what the tick just read.
+        self.metrics.saw(snapshot, self.lease.epoch)
         with phases("connect"):
             self._connect_ahead(snapshot.machines)
         with phases("decide"):
@@ -136,7 +141,9 @@ class FleetTick:
         with phases("scale"):
             self.scale.record(plan.scale, now, report)
         with phases("assign"):
-            committed = self.dispatch.commit(plan.assignments, now, report)
+            committed = self.dispatch.commit(
+                plan.assignments, now, report, _tiers(plan.assignments, snapshot)
+            )
         with phases("follow_up"):
             self.dispatch.take_back_overdue(now, report)
             self.scale.adopt(report)
@@ -145,7 +152,20 @@ class FleetTick:
         # From what the tick read and did, no query of its own.
         self.metrics.assigned(committed, snapshot)
         self.metrics.ticked(phases.seconds)
+        self._count_queue(now)
         return report
+
+    def _count_queue(self, now: datetime) -> None:
+        """The queue's depth for its gauge: the one query made for a metric (the snapshot
+        reads only the jobs a tick can act on; see queue_depth), after the tick's work, in a
+        session of its own. A failure costs the figure (it goes stale), never the tick."""
+        try:
+            with self.sessions() as session:
+                counts = queued_jobs(session)
+        except Exception:
+            log.warning("the queue's depth was not counted this tick", exc_info=True)
+            return
+        self.metrics.counted_queue(now, counts)
 
     def _connect_ahead(self, machines: Sequence[MachineView]) -> None:
         """Connections to the agents of machines that may take work, opened ahead of their
@@ -183,3 +203,12 @@ class FleetTick:
         self.provider_calls.close()
         self.dispatch_calls.close()
         self.agents.close()
+
+
+def _tiers(assignments: Sequence[Assignment], snapshot: FleetSnapshot) -> dict[str, int]:
+    """Each assigned job's plan tier, from the snapshot it was decided on (for the queue
+    wait's label, so the commit reads no plan)."""
+    if not assignments:
+        return {}
+    wanted = {a.job_id for a in assignments}
+    return {j.id: j.tier for j in snapshot.queued if j.id in wanted}

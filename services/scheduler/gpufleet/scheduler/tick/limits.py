@@ -14,6 +14,7 @@ from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
+from gpufleet.scheduler.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.dispatch import DispatchController
@@ -36,11 +37,13 @@ class LimitsController:
         lease: LeaderLease,
         settings: Settings,
         dispatch: DispatchController,
+        outcomes: JobOutcomes,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
         self.settings = settings
         self.dispatch = dispatch
+        self.outcomes = outcomes
 
     def apply(self, expired: list[str], over_limit: list[str], now: datetime, report: TickReport) -> None:
         """At most ``PER_TICK`` of each a tick, ``BATCH`` to a transaction, so that a mass
@@ -55,27 +58,32 @@ class LimitsController:
                 report.refusals[f"{what}_next_tick"] += len(later)
             for i in range(0, len(now_ids), BATCH):
                 cancels: list[tuple[str, str, str]] = []
+                tally = OutcomeTally()
                 with self.sessions() as session, session.begin():
                     self.lease.fence(session)
                     for attempt_id in now_ids[i : i + BATCH]:
-                        ended = end(session, attempt_id, now)
+                        ended = end(session, attempt_id, now, tally)
                         if ended is not None:
                             report.actions[what] += 1
                             machine_id, address = ended
                             if address:
                                 cancels.append((machine_id, address, attempt_id))
+                self.outcomes.committed(tally)
                 for machine_id, address, attempt_id in cancels:
                     # The job runs again elsewhere, or is over: the first process must not
                     # keep running on an agent that is still reachable.
                     self.dispatch.cancel(machine_id, address, attempt_id, what.replace("_", " "))
 
-    def _expire_lease(self, session: Session, attempt_id: str, now: datetime) -> tuple[str, str] | None:
+    def _expire_lease(
+        self, session: Session, attempt_id: str, now: datetime, tally: OutcomeTally
+    ) -> tuple[str, str] | None:
         """End one attempt LOST; its machine's id and agent address ("" if none), or None
         when it was not due after all."""
         attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
         if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES or attempt.lease_expires_at >= now:
             return None
         job = session.get_one(models.Job, attempt.job_id)
+        before = job.state
         kind = session.get_one(models.JobKind, job.kind_id)
         machine = session.get_one(models.Machine, attempt.machine_id)
         end_attempt(
@@ -100,16 +108,21 @@ class LimitsController:
         requeue_after_loss(
             session, job, kind, now, self.settings.lost_retry_backoff_s, "machine lost (lease expired)"
         )
+        tally.attempt_lost(job.kind_id)
+        tally.job_moved(job.kind_id, before, job.state, FailureClass.LEASE_EXPIRED.value)
         log.warning(
             "attempt %s lost: lease expired", attempt_id, extra={"fields": {"attempt_id": attempt_id}}
         )
         return machine.id, machine.agent_address or ""
 
-    def _time_out(self, session: Session, attempt_id: str, now: datetime) -> tuple[str, str] | None:
+    def _time_out(
+        self, session: Session, attempt_id: str, now: datetime, tally: OutcomeTally
+    ) -> tuple[str, str] | None:
         attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
         if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES:
             return None
         job = session.get_one(models.Job, attempt.job_id)
+        before = job.state
         machine = session.get_one(models.Machine, attempt.machine_id)
         end_attempt(
             session,
@@ -131,4 +144,5 @@ class LimitsController:
             details="past its kind's time limit",
         )
         set_job_state(session, job, JobState.TIMED_OUT, now, "stopped: past its kind's time limit")
+        tally.job_moved(job.kind_id, before, job.state)
         return machine.id, machine.agent_address or ""

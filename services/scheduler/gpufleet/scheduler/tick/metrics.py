@@ -1,38 +1,69 @@
 """What the fleet tick tells an operator: how long each phase took, what it assigned, what
-started and what could not, and the machines it saw.
+started (and how long it had waited) and what could not, the machines it saw, the money
+they cost and the work waiting for them.
 
-Everything here is fed from what the tick already read or did: no query and no call is
-made for a metric. The machines gauge is read from the last snapshot, and only while that
-snapshot is fresh (three ticks): a replica that lost the lease stops ticking, and so stops
-reporting within three ticks, leaving the leader's figure the only one.
+Everything here is fed from what the tick already read or did, with one exception: the
+queue's depth, one grouped query after the tick's work (:mod:`.queue_depth` says why).
+The gauges are read from the last snapshot, and only while that snapshot is fresh (three
+ticks): a replica that lost the lease stops ticking, and so stops reporting within three
+ticks, leaving the leader's figures the only ones. The GPU-seconds counters are booked by
+each tick of a leadership (:class:`~.fleet_figures.GpuMeter`), so replicas never book the
+same seconds twice.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import MachineState
 from gpufleet.common.metrics.catalog import (
+    FLEET_FILM_MACHINES,
+    FLEET_GPU_BILLED,
+    FLEET_GPU_IDLE,
     FLEET_MACHINES,
+    FLEET_SLOTS,
+    FLEET_SPEND_RATE,
+    FLEET_WARM_MACHINES,
     JOBS_STARTED,
     SCHEDULER_ASSIGNMENTS,
+    SCHEDULER_DISPATCH_DURATION,
     SCHEDULER_DISPATCH_FAILURES,
+    SCHEDULER_FAIR_SHARE_USAGE,
+    SCHEDULER_QUEUE_JOBS,
+    SCHEDULER_QUEUE_WAIT,
     SCHEDULER_TICK_PHASE_DURATION,
 )
-from gpufleet.common.metrics.instruments import Instruments
+from gpufleet.common.metrics.instruments import Instruments, Observing
+from gpufleet.scheduler.job_outcomes import JobOutcomes
 from gpufleet.scheduler.tick.dispatch_failure import DispatchFailure
+from gpufleet.scheduler.tick.fleet_figures import NO_POOL, FleetFigures, GpuMeter, fleet_figures
 from gpufleet.scheduler.tick.model import FleetSnapshot
+from gpufleet.scheduler.tick.queue_depth import QueueKey
 
-# The pool label of a machine in no pool (a self-registered box not yet placed).
-NO_POOL = "none"
 # Every state a snapshot's machine can be in: each is reported, zero when empty, so a
 # dashboard's series do not come and go as the last machine of a state leaves it.
 _STATES = tuple(s.value for s in MachineState if s is not MachineState.DESTROYED)
 
 MachineKey = tuple[str, str, str]  # (state, pool, provider)
+Observed = Iterator[tuple[float, Mapping[str, str]]]
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """What the start metrics need of an attempt, known when its assignment was committed."""
+
+    kind: str
+    # The assignment's commit (the attempt's ``started_at``).
+    assigned_at: datetime
+    # Its workspace's plan tier, and when its job began this wait (its submission, or its
+    # requeue); None for an attempt re-dispatched by a later leader, whose commit read
+    # neither: its wait is not measured, its dispatch is.
+    plan_tier: str | None = None
+    queued_since: datetime | None = None
 
 
 def machines_by_state(snapshot: FleetSnapshot) -> dict[MachineKey, int]:
@@ -51,7 +82,7 @@ def machines_by_state(snapshot: FleetSnapshot) -> dict[MachineKey, int]:
 
 
 class TickMetrics:
-    """The fleet tick's instruments; ``close()`` stops its machines gauge."""
+    """The fleet tick's instruments; ``close()`` stops its gauges."""
 
     def __init__(self, instruments: Instruments, clock: Clock, fresh_s: float) -> None:
         self.clock = clock
@@ -59,14 +90,48 @@ class TickMetrics:
         self._phases = instruments.histogram(SCHEDULER_TICK_PHASE_DURATION)
         self._assignments = instruments.counter(SCHEDULER_ASSIGNMENTS)
         self._started = instruments.counter(JOBS_STARTED)
+        self._queue_wait = instruments.histogram(SCHEDULER_QUEUE_WAIT)
+        self._dispatch = instruments.histogram(SCHEDULER_DISPATCH_DURATION)
         self._failures = instruments.counter(SCHEDULER_DISPATCH_FAILURES)
-        # (the snapshot's time, its machines by state, pool and provider): replaced whole
-        # by the tick, read whole by the metrics reader's thread.
-        self._seen: tuple[datetime, dict[MachineKey, int]] | None = None
-        self._observing = instruments.observe(FLEET_MACHINES, self._machines)
+        self._billed = instruments.counter(FLEET_GPU_BILLED)
+        self._idle = instruments.counter(FLEET_GPU_IDLE)
+        # Jobs finished, retried and attempts lost by the tick's own writes.
+        self.jobs = JobOutcomes(instruments)
+        # A gap between two ticks is booked up to the same three ticks the gauges stay
+        # fresh for (see GpuMeter).
+        self.gpu_meter = GpuMeter(max_gap_s=fresh_s)
+        # (the snapshot's time, its machines by state, pool and provider, its figures):
+        # replaced whole by the tick, read whole by the metrics reader's thread.
+        self._seen: tuple[datetime, dict[MachineKey, int], FleetFigures] | None = None
+        self._queue: tuple[datetime, dict[QueueKey, int]] | None = None
+        self._observing: list[Observing] = [
+            instruments.observe(metric, source)
+            for metric, source in (
+                (FLEET_MACHINES, self._machines),
+                (FLEET_SPEND_RATE, self._spend),
+                (FLEET_SLOTS, self._slots),
+                (FLEET_FILM_MACHINES, self._films),
+                (FLEET_WARM_MACHINES, self._warm),
+                (SCHEDULER_FAIR_SHARE_USAGE, self._fair_share),
+                (SCHEDULER_QUEUE_JOBS, self._queued),
+            )
+        ]
 
-    def saw(self, snapshot: FleetSnapshot) -> None:
-        self._seen = (snapshot.now, machines_by_state(snapshot))
+    # -- from the tick --------------------------------------------------------------------
+    def saw(self, snapshot: FleetSnapshot, epoch: int | None = None) -> None:
+        """The snapshot a tick of leadership ``epoch`` just read: the gauges' figures, and
+        the GPU-seconds its machines billed since the previous tick."""
+        figures = fleet_figures(snapshot)
+        self._seen = (snapshot.now, machines_by_state(snapshot), figures)
+        for (provider, pool), (billed, idle) in self.gpu_meter.measure(
+            snapshot.now, epoch, figures.gpus
+        ).items():
+            labels = {"provider": provider, "pool": pool}
+            self._billed.add(billed, labels)
+            self._idle.add(idle, labels)
+
+    def counted_queue(self, at: datetime, counts: dict[QueueKey, int]) -> None:
+        self._queue = (at, counts)
 
     def ticked(self, phases: Mapping[str, float]) -> None:
         for phase, seconds in phases.items():
@@ -85,23 +150,71 @@ class TickMetrics:
         for pool, n in per_pool.items():
             self._assignments.add(n, {"pool": pool})
 
-    def started(self, kinds: Iterable[str]) -> None:
-        for kind, n in Counter(kinds).items():
+    def started(self, attempts: Iterable[Assigned], now: datetime) -> None:
+        """Attempts recorded RUNNING at ``now``: counted by kind, their dispatch (from the
+        assignment's commit) and their wait in the queue (from submission or requeue)."""
+        kinds: Counter[str] = Counter()
+        for a in attempts:
+            kinds[a.kind] += 1
+            self._dispatch.record(max(0.0, (now - a.assigned_at).total_seconds()))
+            if a.queued_since is not None and a.plan_tier is not None:
+                waited = max(0.0, (now - a.queued_since).total_seconds())
+                self._queue_wait.record(waited, {"kind": a.kind, "plan_tier": a.plan_tier})
+        for kind, n in kinds.items():
             self._started.add(n, {"kind": kind})
 
     def dispatch_failed(self, cause: DispatchFailure, attempts: int) -> None:
         if attempts:
             self._failures.add(attempts, {"cause": cause.value})
 
-    def _machines(self) -> Iterator[tuple[float, Mapping[str, str]]]:
+    # -- to the metrics reader ------------------------------------------------------------
+    def _fresh(self, at: datetime) -> bool:
+        # Not ticking (not the leader any more, or stuck): leave the figure to the one that is.
+        return (self.clock.now() - at).total_seconds() <= self.fresh_s
+
+    def _figures(self) -> FleetFigures | None:
         seen = self._seen
-        if seen is None:
+        return seen[2] if seen is not None and self._fresh(seen[0]) else None
+
+    def _machines(self) -> Observed:
+        seen = self._seen
+        if seen is None or not self._fresh(seen[0]):
             return
-        at, counts = seen
-        if (self.clock.now() - at).total_seconds() > self.fresh_s:
-            return  # not ticking (not the leader any more): leave the figure to the one that is
-        for (state, pool, provider), n in counts.items():
+        for (state, pool, provider), n in seen[1].items():
             yield n, {"state": state, "pool": pool, "provider": provider}
 
+    def _spend(self) -> Observed:
+        if (f := self._figures()) is not None:
+            for (provider, pool), dollars in f.spend.items():
+                yield dollars, {"provider": provider, "pool": pool}
+
+    def _slots(self) -> Observed:
+        if (f := self._figures()) is not None:
+            for (pool, state), n in f.slots.items():
+                yield n, {"pool": pool, "slot_state": state}
+
+    def _films(self) -> Observed:
+        if (f := self._figures()) is not None:
+            for (pool, state), n in f.films.items():
+                yield n, {"pool": pool, "film_state": state}
+
+    def _warm(self) -> Observed:
+        if (f := self._figures()) is not None:
+            for pool, n in f.warm.items():
+                yield n, {"pool": pool}
+
+    def _fair_share(self) -> Observed:
+        if (f := self._figures()) is not None:
+            for tier, used in f.fair_share.items():
+                yield used, {"plan_tier": tier}
+
+    def _queued(self) -> Observed:
+        queue = self._queue
+        if queue is None or not self._fresh(queue[0]):
+            return
+        for (kind, tier), n in queue[1].items():
+            yield n, {"kind": kind, "plan_tier": tier}
+
     def close(self) -> None:
-        self._observing.close()
+        for observing in self._observing:
+            observing.close()

@@ -50,6 +50,8 @@ class MachineView:
     warm_held: bool = False
     # Who rents it (AWS, GCP, LOCAL, SIM): read for the machines gauge, decides nothing.
     provider: str = ""
+    # GPUs it has (its offering's, when bought): read for the GPU-seconds billed, decides nothing.
+    gpu_count: int = 1
 
     @property
     def free_slots(self) -> list[int]:
@@ -117,6 +119,10 @@ class FleetSnapshot:
     # The offerings the provisioner serves (its configured providers), as the no-consumer
     # detector last read them; None until it has: nothing is filtered then.
     served_offerings: frozenset[str] | None = None
+    # Each workspace's plan tier, and the slot-seconds each used over the fair-share window
+    # (what its queued jobs' ``usage`` is): read for the metrics, decide nothing.
+    workspace_tiers: dict[str, int] = field(default_factory=dict)
+    usage_per_workspace: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -175,14 +175,15 @@ def load_snapshot(
         )
         for p in session.execute(select(models.Pool)).scalars()
     }
-    limits = {
-        ws: limit
-        for ws, limit in session.execute(
-            select(models.Workspace.id, models.Plan.max_gpu_jobs).join(
-                models.Plan, models.Plan.id == models.Workspace.plan_id
-            )
-        ).all()
-    }
+    limits: dict[str, int] = {}
+    tiers: dict[str, int] = {}
+    for ws, limit, tier in session.execute(
+        select(models.Workspace.id, models.Plan.max_gpu_jobs, models.Plan.tier).join(
+            models.Plan, models.Plan.id == models.Workspace.plan_id
+        )
+    ).all():
+        limits[ws] = limit
+        tiers[ws] = tier
 
     # Each workspace's oldest ``queued_read_bound(plan cap)`` waiting jobs, no more: the
     # others cannot start this tick whatever happens (see ``queued_read_bound``).
@@ -260,6 +261,7 @@ def load_snapshot(
             M.earmarked_for,
             M.warm_held,
             M.provider,
+            M.gpu_count,
         ).where(M.state != MachineState.DESTROYED.value)
     ).all()
     no_slots: frozenset[int] = frozenset()
@@ -286,6 +288,7 @@ def load_snapshot(
             earmarked_for=m.earmarked_for,
             warm_held=m.warm_held,
             provider=m.provider,
+            gpu_count=m.gpu_count,
         )
         for m in machine_rows
     ]
@@ -315,6 +318,8 @@ def load_snapshot(
         live_attempts=live,
         quarantined_offerings=quarantined,
         halted_regions=halted,
+        workspace_tiers=tiers,
+        usage_per_workspace=dict(usage),
     )
 
 
