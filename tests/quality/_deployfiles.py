@@ -252,6 +252,16 @@ def compose_problems(compose: Compose, base: Path = REPO) -> list[str]:
     return problems
 
 
+# Addresses a service listens on, not ones it dials.
+LISTEN_ADDRESSES = ("GPUFLEET_LISTEN_ADDRESS", "GPUFLEET_HEALTH_LISTEN_ADDRESS", "GPUFLEET_METRICS_ADDRESS")
+
+
+def metrics_address(service: dict[str, Any]) -> tuple[str, int] | None:
+    """(host, port) of the service's metrics listener, when it serves one."""
+    address = environment(service).get("GPUFLEET_METRICS_ADDRESS")
+    return _host_port(address) if address else None
+
+
 def _address_problems(name: str, svc: dict[str, Any], services: dict[str, Any]) -> list[str]:
     """Every address a service dials names a service on a shared network, on its port."""
     problems = []
@@ -260,7 +270,7 @@ def _address_problems(name: str, svc: dict[str, Any], services: dict[str, Any]) 
             continue
         if not (key.endswith("_ADDRESS") or key in ("GPUFLEET_OTLP_ENDPOINT", "GPUFLEET_DATABASE_URL")):
             continue
-        if key in ("GPUFLEET_LISTEN_ADDRESS", "GPUFLEET_HEALTH_LISTEN_ADDRESS"):
+        if key in LISTEN_ADDRESSES:
             continue
         host, port = _host_port(value)
         target = services.get(host)
@@ -316,4 +326,68 @@ def collector_problems(config: dict[str, Any], compose: Compose) -> list[str]:
             problems.append(f"exporter {exporter}: {host} is no service in docker-compose.yml")
         elif not networks_of(services[collector]) & networks_of(services[host]):
             problems.append(f"exporter {exporter}: {host} shares no network with {collector}")
+    return problems
+
+
+# --- Prometheus and Grafana ------------------------------------------------------------------
+
+
+def scrape_targets(config: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """Job name -> the (host, port) it scrapes (one static target a job)."""
+    found = {}
+    for job in config.get("scrape_configs") or []:
+        for static in job.get("static_configs") or []:
+            for target in static.get("targets") or []:
+                found[job["job_name"]] = _host_port(target)
+    return found
+
+
+def prometheus_problems(config: dict[str, Any], compose: Compose, scraper: str = "prometheus") -> list[str]:
+    """Each scrape target is a service that Prometheus shares a network with, at the port its
+    metrics listener serves on, on every interface (127.0.0.1 in a container is its own)."""
+    problems: list[str] = []
+    services = compose.get("services", {})
+    if scraper not in services:
+        return [f"no {scraper} service in docker-compose.yml"]
+    for job, (host, port) in scrape_targets(config).items():
+        target = services.get(host)
+        if target is None:
+            problems.append(f"job {job}: {host} is no service")
+            continue
+        if not networks_of(services[scraper]) & networks_of(target):
+            problems.append(f"job {job}: {host} shares no network with {scraper}")
+        served = metrics_address(target)
+        if served is None:
+            problems.append(f"job {job}: {host} serves no metrics (GPUFLEET_METRICS_ADDRESS)")
+        elif served[1] != port:
+            problems.append(f"job {job} scrapes {host}:{port}, but its metrics listener is on {served[1]}")
+        elif served[0] != "0.0.0.0":
+            problems.append(f"job {job}: {host} serves metrics on {served[0]} only, out of {scraper}'s reach")
+    return problems
+
+
+def grafana_problems(datasources: dict[str, Any], providers: dict[str, Any], compose: Compose) -> list[str]:
+    """Grafana's datasources dial services it shares a network with; each dashboard
+    provider reads a folder mounted into it."""
+    problems: list[str] = []
+    services = compose.get("services", {})
+    grafana = services.get("grafana")
+    if grafana is None:
+        return ["no grafana service in docker-compose.yml"]
+    for source in datasources.get("datasources") or []:
+        host, _port = _host_port(source["url"])
+        if host not in services:
+            problems.append(f"datasource {source['name']}: {host} is no service")
+        elif not networks_of(grafana) & networks_of(services[host]):
+            problems.append(f"datasource {source['name']}: {host} shares no network with grafana")
+    # The dashboards come from the repository: a folder of a volume would be empty.
+    targets = {target for kind, _source, target in mounts(grafana) if kind == "bind"}
+    for provider in providers.get("providers") or []:
+        path = provider["options"]["path"]
+        if not any(
+            path == t.removesuffix(":ro") or path.startswith(t.removesuffix(":ro") + "/") for t in targets
+        ):
+            problems.append(
+                f"dashboard provider {provider['name']}: {path} is mounted into grafana from nowhere"
+            )
     return problems

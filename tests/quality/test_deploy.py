@@ -203,7 +203,7 @@ def test_a_credential_given_to_another_service_is_caught(compose: dict[str, Any]
 
 def test_every_image_in_the_compose_file_builds_from_the_tree(compose: dict[str, Any]) -> None:
     built = {n: s for n, s in compose["services"].items() if "build" in s}
-    assert set(built) == set(SERVICES) | {"migrate", "certs"}
+    assert set(built) == set(SERVICES) | {"migrate", "certs", "metrics-cert"}
     for name, svc in built.items():
         dockerfile = REPO / svc["build"].get("context", ".") / svc["build"]["dockerfile"]
         assert svc["build"].get("context", ".") == "."
@@ -440,7 +440,7 @@ def test_the_ca_keys_are_mounted_nowhere_and_the_machine_ca_only_in_the_provisio
             if isinstance(entry, dict) and entry.get("source") == "tls":
                 assert entry["volume"]["subpath"] not in ("", "ca"), name
             elif isinstance(entry, str) and entry.startswith("tls:"):
-                assert name == "certs", f"{name} mounts the whole tls volume"
+                assert name in ("certs", "metrics-cert"), f"{name} mounts the whole tls volume"
         env = environment(svc)
         if "GPUFLEET_TLS_MACHINE_CA_KEY_FILE" in env:
             assert name == "provisioner"
