@@ -1,6 +1,6 @@
 """The client side of every gpufleet call: a deadline on each call, retries only on
-idempotent ones, OpenTelemetry propagation, and transport errors wrapped into gpufleet's
-own error types at the boundary.
+idempotent ones, OpenTelemetry propagation and call durations, and transport errors wrapped
+into gpufleet's own error types at the boundary.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import grpc
 from opentelemetry.instrumentation.grpc import client_interceptor, grpcext
 
 from gpufleet.common import errors
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
+from gpufleet.common.rpc_durations import ClientCallDurations
 from gpufleet.common.trust.identity import Role
 from gpufleet.common.trust.transport import Transport
 
@@ -34,17 +36,25 @@ _CODE_TO_ERROR: dict[grpc.StatusCode, type[errors.GpufleetError]] = {
 
 
 def open_channel(
-    address: str, transport: Transport, server: Role, machine_id: str | None = None
+    address: str,
+    transport: Transport,
+    server: Role,
+    machine_id: str | None = None,
+    *,
+    instruments: Instruments = PROCESS,
 ) -> grpc.Channel:
     """A channel to the part ``server`` at ``address`` (mutual TLS unless the process runs
-    insecure for development), with trace propagation."""
-    return intercepted(transport.channel(address, transport.server_name(server, machine_id)))
+    insecure for development), with trace propagation and call durations."""
+    channel = transport.channel(address, transport.server_name(server, machine_id))
+    return intercepted(channel, instruments)
 
 
-def intercepted(channel: grpc.Channel) -> grpc.Channel:
-    """``channel`` with trace propagation."""
+def intercepted(channel: grpc.Channel, instruments: Instruments = PROCESS) -> grpc.Channel:
+    """``channel`` with trace propagation and each call's duration recorded (closest to
+    the wire, so the span around it covers it)."""
+    timed = grpc.intercept_channel(channel, ClientCallDurations(instruments))
     # OpenTelemetry's client interceptor speaks its own interface (grpcext), not grpc's.
-    return grpcext.intercept_channel(channel, client_interceptor())  # type: ignore[no-any-return]
+    return grpcext.intercept_channel(timed, client_interceptor())  # type: ignore[no-any-return]
 
 
 def metadata_value(err: grpc.RpcError, key: str) -> str | None:

@@ -1,8 +1,9 @@
 """The one gRPC server skeleton every gpufleet service runs on.
 
 It adds what each service would otherwise re-implement: the standard health service,
-server reflection, OpenTelemetry instrumentation, the single mapping from
-:class:`~gpufleet.common.errors.GpufleetError` to a status code, and a graceful stop.
+server reflection, OpenTelemetry instrumentation (a span and the conventions' call duration
+for every call), the single mapping from :class:`~gpufleet.common.errors.GpufleetError` to a
+status code, and a graceful stop.
 Tests bind to port 0 and read the chosen port back.
 """
 
@@ -24,6 +25,8 @@ from opentelemetry.instrumentation.grpc import server_interceptor
 
 from gpufleet.common.errors import FIELD_METADATA_KEY, GpufleetError
 from gpufleet.common.handler_cache import WrappedHandlers
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
+from gpufleet.common.rpc_durations import AioServerCallDurations, ServerCallDurations
 from gpufleet.common.signals import stop_on_signals
 from gpufleet.common.trust.interceptor import AioAuthorizationInterceptor, AuthorizationInterceptor, Gate
 from gpufleet.common.trust.transport import Transport
@@ -154,8 +157,9 @@ class ServiceServer:
 
 
 def _interceptors(transport: Transport, aio: bool) -> list[Any]:
-    """Tracing first (a refused call is traced too), then the authorization table, then the
-    error mapping. Insecure development servers have no identity to check."""
+    """The authorization table, after the call durations and tracing (so a refused call is
+    measured and traced too) and before the error mapping. Insecure development servers
+    have no identity to check."""
     if transport.insecure:
         return []
     gate = Gate(transport.deployment)
@@ -189,15 +193,21 @@ def create_server(
     transport: Transport,
     max_workers: int = 32,
     health_address: str | None = None,
+    instruments: Instruments = PROCESS,
 ) -> ServiceServer:
     """Build, bind and start a server; returns it with the port actually bound.
 
     With TLS the server requires a client certificate of the deployment's CA and checks
     every call against the authorization table; ``health_address`` adds the plaintext
-    health-only port."""
+    health-only port. Call durations are recorded through ``instruments``."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers),
-        interceptors=[server_interceptor(), *_interceptors(transport, aio=False), ErrorMappingInterceptor()],
+        interceptors=[
+            ServerCallDurations(instruments),
+            server_interceptor(),
+            *_interceptors(transport, aio=False),
+            ErrorMappingInterceptor(),
+        ],
         options=[("grpc.so_reuseport", 0)],
     )
     for binding in bindings:
@@ -446,6 +456,7 @@ def create_aio_server(
     lanes: Sequence[Lane] = (),
     reuse_port: bool = False,
     health_address: str | None = None,
+    instruments: Instruments = PROCESS,
 ) -> AioServiceServer:
     """Build, bind and start an asyncio server on a loop thread of its own. Async handlers
     run on the loop (a stream waiting on its client holds no thread); synchronous ones in
@@ -471,6 +482,7 @@ def create_aio_server(
         server = grpc.aio.server(
             migration_thread_pool=migration,
             interceptors=[
+                AioServerCallDurations(instruments),
                 aio_server_interceptor(),
                 *_interceptors(transport, aio=True),
                 AioErrorMappingInterceptor(executors, api),

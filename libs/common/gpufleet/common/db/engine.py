@@ -16,13 +16,18 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.db.operation_durations import record_operation_durations
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine with the per-dialect settings gpufleet relies on."""
+
+def make_engine(url: str, *, instruments: Instruments = PROCESS, **kwargs: Any) -> Engine:
+    """An engine with the per-dialect settings gpufleet relies on, each statement's
+    duration recorded through ``instruments`` (``db.client.operation.duration``)."""
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
+        record_operation_durations(engine, instruments)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -78,6 +83,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         **kwargs,
     )
     _ping_when_idle(engine)
+    record_operation_durations(engine, instruments)
     return engine
 
 

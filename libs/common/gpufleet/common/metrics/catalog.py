@@ -23,6 +23,12 @@ Conventions (OpenTelemetry's metric naming and Prometheus' own):
   (:data:`FORBIDDEN_LABEL_KEYS`): each series lives in a Prometheus server's memory until
   it ages out, and an unbounded label turns a counter into a leak.
 - Stability says what a user may build on (Karpenter's levels): see :class:`Stability`.
+
+A few metrics are not gpufleet's own but OpenTelemetry's semantic conventions'
+(:class:`Origin`): the RPC and database client durations every OpenTelemetry-aware dashboard
+already reads. Their names and attribute keys are the ``opentelemetry-semantic-conventions``
+package's constants, never typed here, and their labels come from a second, equally bounded
+vocabulary (:data:`SEMCONV_LABELS`) whose keys are the convention's dotted ones.
 """
 
 from __future__ import annotations
@@ -32,13 +38,28 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+from opentelemetry.semconv._incubating.attributes import db_attributes as incubating_db_attributes
+from opentelemetry.semconv._incubating.attributes import rpc_attributes
+from opentelemetry.semconv._incubating.metrics import rpc_metrics
+from opentelemetry.semconv.attributes import (
+    client_attributes,
+    db_attributes,
+    error_attributes,
+    network_attributes,
+    server_attributes,
+)
+from opentelemetry.semconv.metrics import db_metrics
+
 __all__ = [
     "CATALOGUE",
     "FORBIDDEN_LABEL_KEYS",
     "LABELS",
+    "SEMCONV_LABELS",
+    "SEMCONV_METRIC_NAMES",
     "Instrument",
     "Label",
     "Metric",
+    "Origin",
     "Stability",
     "by_name",
     "prometheus_name",
@@ -74,12 +95,28 @@ class Stability(enum.StrEnum):
     ALPHA = "alpha"
 
 
+class Origin(enum.StrEnum):
+    """Who defines a metric's name, unit, labels and meaning."""
+
+    # gpufleet's own: ``gpufleet.<area>.<thing>``, labels from :data:`LABELS`.
+    GPUFLEET = "gpufleet"
+    # OpenTelemetry's semantic conventions: the name, the unit and the attribute keys are
+    # the convention's (the package's constants), labels from :data:`SEMCONV_LABELS`.
+    SEMCONV = "semconv"
+
+
 @dataclass(frozen=True)
 class Label:
     """A label key and what keeps its values few (shown in the reference)."""
 
     key: str
     bound: str
+
+    @property
+    def prometheus_key(self) -> str:
+        """The label's name in Prometheus: the exporter turns every character a Prometheus
+        label may not hold into ``_`` (a convention's ``rpc.method`` is ``rpc_method``)."""
+        return re.sub(r"[^a-zA-Z0-9_]", "_", self.key)
 
 
 # Keys that no metric may carry, whatever the vocabulary says: each names one of a number
@@ -103,6 +140,18 @@ FORBIDDEN_LABEL_KEYS = frozenset(
         "trace_id",
         "caller",
         "peer",
+        # The conventions' own addresses and texts: the peer's or the server's address and
+        # port (as many as there are machines and connections), a method name a client made
+        # up, a statement's text.
+        server_attributes.SERVER_ADDRESS,
+        server_attributes.SERVER_PORT,
+        client_attributes.CLIENT_ADDRESS,
+        client_attributes.CLIENT_PORT,
+        network_attributes.NETWORK_PEER_ADDRESS,
+        network_attributes.NETWORK_PEER_PORT,
+        rpc_attributes.RPC_METHOD_ORIGINAL,
+        db_attributes.DB_QUERY_TEXT,
+        incubating_db_attributes.DB_STATEMENT,
     }
 )
 
@@ -174,6 +223,63 @@ LABELS: dict[str, Label] = {
     )
 }
 
+# -- the semantic conventions' vocabulary ------------------------------------------------------
+# The attribute keys of the semantic-convention metrics gpufleet records, as the installed
+# package spells them today (rpc.system.name, rpc.response.status_code: the package marks
+# rpc.system, rpc.service and rpc.grpc.status_code deprecated; a unit test fails when it
+# deprecates one of these). Addresses, ports and texts stay out (FORBIDDEN_LABEL_KEYS).
+RPC_SYSTEM_NAME = Label(rpc_attributes.RPC_SYSTEM_NAME, "`grpc`")
+RPC_METHOD = Label(
+    rpc_attributes.RPC_METHOD,
+    "a gRPC method, fully qualified (`gpufleet.v1.JobService/SubmitJob`): on a server one it "
+    "serves (health and reflection included), `_OTHER` for any other name a caller sent; on a "
+    "client one of the generated stubs gpufleet calls through",
+)
+RPC_RESPONSE_STATUS_CODE = Label(
+    rpc_attributes.RPC_RESPONSE_STATUS_CODE, "a gRPC status code's name: `OK`, `NOT_FOUND`, ... (17)"
+)
+ERROR_TYPE = Label(
+    error_attributes.ERROR_TYPE,
+    "set only on a failure. RPC: the status code's name (a server counts as its failures only "
+    "`UNKNOWN`, `DEADLINE_EXCEEDED`, `UNIMPLEMENTED`, `INTERNAL`, `UNAVAILABLE`, `DATA_LOSS`; a "
+    "client every code but `OK`), or the exception's class when a call failed before any "
+    "status. Database: the SQLSTATE (PostgreSQL) or SQLite's error name, else the driver "
+    "exception's class",
+)
+DB_SYSTEM_NAME = Label(db_attributes.DB_SYSTEM_NAME, "`postgresql` or `sqlite`")
+DB_OPERATION_NAME = Label(
+    db_attributes.DB_OPERATION_NAME,
+    "the SQL verb of a statement SQLAlchemy built: `SELECT`, `INSERT`, `UPDATE`, `DELETE`, with "
+    "`BATCH ` before it for one run with several parameter sets (executemany). Not set for DDL or "
+    "text SQL, whose verb would have to be read from the text; never the statement's text",
+)
+DB_RESPONSE_STATUS_CODE = Label(
+    db_attributes.DB_RESPONSE_STATUS_CODE,
+    "set only on a failure the database answered: its SQLSTATE (`40001`, `23505`, ...) or "
+    "SQLite's error name (`SQLITE_BUSY`)",
+)
+
+SEMCONV_LABELS: dict[str, Label] = {
+    label.key: label
+    for label in (
+        RPC_SYSTEM_NAME,
+        RPC_METHOD,
+        RPC_RESPONSE_STATUS_CODE,
+        ERROR_TYPE,
+        DB_SYSTEM_NAME,
+        DB_OPERATION_NAME,
+        DB_RESPONSE_STATUS_CODE,
+    )
+}
+# The semantic-convention metrics gpufleet may declare: the package's names for them.
+SEMCONV_METRIC_NAMES = frozenset(
+    {
+        rpc_metrics.RPC_SERVER_CALL_DURATION,
+        rpc_metrics.RPC_CLIENT_CALL_DURATION,
+        db_metrics.DB_CLIENT_OPERATION_DURATION,
+    }
+)
+
 _NAME = re.compile(r"^gpufleet(\.[a-z][a-z0-9_]*)+$")
 
 
@@ -191,22 +297,32 @@ class Metric:
     # (0, 5, 10, ... 10 000) are made for milliseconds and would put every duration in
     # seconds into the first two buckets.
     buckets: tuple[float, ...] = ()
+    origin: Origin = Origin.GPUFLEET
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        if self.origin is Origin.SEMCONV:
+            if self.name not in SEMCONV_METRIC_NAMES:
+                raise ValueError(f"{self.name}: not a semantic-convention metric gpufleet records")
+        elif not _NAME.match(self.name):
             raise ValueError(f"{self.name}: a metric name is gpufleet.<area>.<thing>, lower case")
         if not self.unit:
             raise ValueError(f"{self.name}: a unit is required (UCUM; a count is {{thing}})")
         keys = [label.key for label in self.labels]
         if len(set(keys)) != len(keys):
             raise ValueError(f"{self.name}: a label is listed twice")
-        for key in keys:
-            if key not in LABELS or key in FORBIDDEN_LABEL_KEYS:
-                raise ValueError(f"{self.name}: label {key!r} is not in the vocabulary")
+        vocabulary = self.vocabulary
+        for label in self.labels:
+            if vocabulary.get(label.key) != label or label.key in FORBIDDEN_LABEL_KEYS:
+                raise ValueError(f"{self.name}: label {label.key!r} is not in the vocabulary")
         if (self.instrument is Instrument.HISTOGRAM) != bool(self.buckets):
             raise ValueError(f"{self.name}: buckets are given for a histogram, and only for one")
         if list(self.buckets) != sorted(set(self.buckets)):
             raise ValueError(f"{self.name}: bucket boundaries must increase")
+
+    @property
+    def vocabulary(self) -> dict[str, Label]:
+        """The labels this metric may draw from: gpufleet's, or the conventions'."""
+        return SEMCONV_LABELS if self.origin is Origin.SEMCONV else LABELS
 
     @cached_property
     def label_keys(self) -> frozenset[str]:
@@ -652,6 +768,53 @@ LEDGER_FAILURES = Metric(
     stability=Stability.BETA,
 )
 
+# -- OpenTelemetry's semantic conventions: gRPC and the database -----------------------------
+# No instrumentation library records these for gpufleet's stack (gpufleet.common.rpc_durations
+# and gpufleet.common.db.operation_durations say why); gpufleet records them itself, as the
+# conventions define them.
+# Bucket boundaries are the conventions' own advice (ExplicitBucketBoundaries).
+_RPC_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+_DB_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+
+RPC_SERVER_CALL_DURATION = Metric(
+    name=rpc_metrics.RPC_SERVER_CALL_DURATION,
+    instrument=Instrument.HISTOGRAM,
+    unit="s",
+    labels=(RPC_SYSTEM_NAME, RPC_METHOD, RPC_RESPONSE_STATUS_CODE, ERROR_TYPE),
+    description="How long each gRPC call a gpufleet server answered took, from reaching the server's "
+    "first interceptor to its status, by method and status code: calls refused by the authorization "
+    "table or naming no method the server serves included. A server stream counts from its start "
+    "to its end.",
+    stability=Stability.BETA,
+    buckets=_RPC_BUCKETS,
+    origin=Origin.SEMCONV,
+)
+RPC_CLIENT_CALL_DURATION = Metric(
+    name=rpc_metrics.RPC_CLIENT_CALL_DURATION,
+    instrument=Instrument.HISTOGRAM,
+    unit="s",
+    labels=(RPC_SYSTEM_NAME, RPC_METHOD, RPC_RESPONSE_STATUS_CODE, ERROR_TYPE),
+    description="How long each gRPC call a gpufleet client made took, until its status, by method and "
+    "status code; each retry is a call of its own. Not by server: an agent's address is one of as "
+    "many as there are machines.",
+    stability=Stability.BETA,
+    buckets=_RPC_BUCKETS,
+    origin=Origin.SEMCONV,
+)
+DB_CLIENT_OPERATION_DURATION = Metric(
+    name=db_metrics.DB_CLIENT_OPERATION_DURATION,
+    instrument=Instrument.HISTOGRAM,
+    unit="s",
+    labels=(DB_SYSTEM_NAME, DB_OPERATION_NAME, DB_RESPONSE_STATUS_CODE, ERROR_TYPE),
+    description="How long each SQL statement gpufleet ran through SQLAlchemy took at the driver, until "
+    "the driver had its result, by database and operation; a failed one carries its error. The "
+    "statements that go around SQLAlchemy are not counted: SubmitJob's single-statement writes "
+    "(db.statements: StatementPool, SqliteWriter) and the COPY of bulk inserts.",
+    stability=Stability.STABLE,
+    buckets=_DB_BUCKETS,
+    origin=Origin.SEMCONV,
+)
+
 CATALOGUE: tuple[Metric, ...] = (
     FLEET_MACHINES,
     FLEET_GPU_BILLED,
@@ -689,6 +852,9 @@ CATALOGUE: tuple[Metric, ...] = (
     PROVIDER_CALLS,
     PROVIDER_CALL_DURATION,
     AUTH_REFUSALS,
+    RPC_SERVER_CALL_DURATION,
+    RPC_CLIENT_CALL_DURATION,
+    DB_CLIENT_OPERATION_DURATION,
 )
 
 

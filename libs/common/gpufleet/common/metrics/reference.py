@@ -15,7 +15,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpufleet.common.metrics.catalog import CATALOGUE, LABELS, Instrument, Metric, Stability
+from gpufleet.common.metrics.catalog import (
+    CATALOGUE,
+    LABELS,
+    SEMCONV_LABELS,
+    Instrument,
+    Label,
+    Metric,
+    Origin,
+    Stability,
+)
 
 _HEADER = """\
 # Metrics reference
@@ -31,7 +40,20 @@ Prometheus adds each scrape target's own `job` and `instance` labels.
 
 Units are UCUM as OpenTelemetry writes them: `s` for durations, `{thing}` for a count (no
 suffix in Prometheus). Labels come from one bounded vocabulary (below): never a job, an
-attempt, a machine or a workspace, whose values grow without end.
+attempt, a machine or a workspace, whose values grow without end. The gRPC and database
+durations OpenTelemetry's semantic conventions define are listed apart, with their own
+vocabulary.
+"""
+
+_SEMCONV_HEADER = """\
+## OpenTelemetry semantic-convention metrics
+
+Metrics that OpenTelemetry's semantic conventions define rather than gpufleet: their names,
+units and attribute keys are the conventions' (as the installed
+`opentelemetry-semantic-conventions` package spells them), so a dashboard made for any
+gRPC service or database client reads them as they are. Their attributes are dotted; the
+Prometheus exporter writes each with underscores (`rpc.method` is the label `rpc_method`),
+and the tables show both. Never a peer's or a server's address, nor a statement's text.
 """
 
 _KIND = {
@@ -67,27 +89,52 @@ def _metric_row(metric: Metric) -> str:
         f"`{metric.prometheus_name}`",
         _KIND[metric.instrument],
         f"`{metric.unit}`",
-        _code([label.key for label in metric.labels]),
+        _code([label.prometheus_key for label in metric.labels]),
         metric.stability.value,
         _cell(metric.description),
     )
     return "| " + " | ".join(cells) + " |"
 
 
+def _metric_table(metrics: Sequence[Metric]) -> list[str]:
+    return [
+        "| Name | Prometheus name | Type | Unit | Labels | Stability | Meaning |",
+        "|---|---|---|---|---|---|---|",
+        *(_metric_row(metric) for metric in metrics),
+    ]
+
+
+def _users(key: str, metrics: Sequence[Metric]) -> str:
+    users = [m.prometheus_name for m in metrics if key in m.label_keys]
+    return _code(users) if users else "reserved"
+
+
+def _semconv_section(metrics: Sequence[Metric], vocabulary: dict[str, Label]) -> list[str]:
+    lines = ["", _SEMCONV_HEADER, *_metric_table(metrics)]
+    lines += ["", "### Their attributes", ""]
+    lines += ["| Attribute | Prometheus label | Values | Used by |", "|---|---|---|---|"]
+    for key, label in vocabulary.items():
+        lines.append(
+            f"| `{key}` | `{label.prometheus_key}` | {_cell(label.bound)} | {_users(key, metrics)} |"
+        )
+    return lines
+
+
 def render(catalogue: Sequence[Metric] = CATALOGUE) -> str:
     """The reference for ``catalogue``, as committed in ``docs/metrics.md``."""
-    lines = [_HEADER]
-    lines.append("| Name | Prometheus name | Type | Unit | Labels | Stability | Meaning |")
-    lines.append("|---|---|---|---|---|---|---|")
-    lines += [_metric_row(metric) for metric in catalogue]
+    own = [m for m in catalogue if m.origin is Origin.GPUFLEET]
+    conventional = [m for m in catalogue if m.origin is Origin.SEMCONV]
+    lines = [_HEADER, *_metric_table(own)]
 
     lines += ["", "## Labels", ""]
     lines.append("The only label keys a metric may carry, and what keeps each one's values few.")
     lines.append("A key no metric uses yet is reserved for the metrics to come.")
     lines += ["", "| Label | Values | Used by |", "|---|---|---|"]
     for key, label in LABELS.items():
-        users = [m.prometheus_name for m in catalogue if key in m.label_keys]
-        lines.append(f"| `{key}` | {_cell(label.bound)} | {_code(users) if users else 'reserved'} |")
+        lines.append(f"| `{key}` | {_cell(label.bound)} | {_users(key, own)} |")
+
+    if conventional:
+        lines += _semconv_section(conventional, SEMCONV_LABELS)
 
     histograms = [m for m in catalogue if m.instrument is Instrument.HISTOGRAM]
     if histograms:
