@@ -64,4 +64,5 @@ def test_the_lost_detector_is_given_no_way_to_stop_or_destroy() -> None:
     from gpufleet.reaper.lost_detector import LostDetector
 
     params = set(inspect.signature(LostDetector.__init__).parameters)
-    assert params == {"self", "sessions", "lease", "clock", "policy"}
+    # Its instruments only record what it did (gpufleet.reaper.detection_latency).
+    assert params == {"self", "sessions", "lease", "clock", "policy", "instruments"}

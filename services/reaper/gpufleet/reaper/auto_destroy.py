@@ -20,7 +20,9 @@ from gpufleet.common.db.enums import RUNNING_STATES, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.detection_latency import idle_since
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.snapshot import scan
 from gpufleet.reaper.transition import MachineProvider, TransitionRunner, destroy_transition
@@ -35,6 +37,9 @@ _RUNNING = sorted(s.value for s in RUNNING_STATES)
 @dataclass(frozen=True)
 class AutoDestroyPolicy:
     grace: timedelta = timedelta(minutes=10)
+    # The idle scanner's destroy_after: destroy_due_at was armed this far after the first
+    # quiet sample. It decides nothing here; it dates "idle since" for the detection latency.
+    destroy_after: timedelta = timedelta(hours=2)
 
     @property
     def gates(self) -> NetGates:
@@ -79,11 +84,13 @@ class AutoDestroy:
         policy: AutoDestroyPolicy,
         *,
         calls: CallPool | None = None,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.provider = provider
         self.policy = policy
-        self.runner = TransitionRunner(sessions, lease, clock, calls=calls)
+        self.instruments = instruments
+        self.runner = TransitionRunner(sessions, lease, clock, calls=calls, instruments=instruments)
 
     def scan(self, now: datetime) -> list[MachineSnapshot]:
         # ix_machines_destroy_due: only armed, live machines are read.
@@ -91,7 +98,7 @@ class AutoDestroy:
             return scan(session, [Machine.destroy_due_at.is_not(None), Machine.destroy_due_at <= now])
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered())
+        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
         for machine in self.scan(now):
             decision = decide(now, machine, self.policy)
             if isinstance(decision, Refuse):
@@ -115,5 +122,6 @@ class AutoDestroy:
                     clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
                     call=self.provider.destroy,
                     why=f"idle ({machine.state}), destroy due at {machine.destroy_due_at:%Y-%m-%d %H:%M:%S}",
+                    first_sign=idle_since(machine.destroy_due_at, self.policy.destroy_after),
                 )
         return decisions.report

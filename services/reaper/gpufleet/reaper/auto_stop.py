@@ -19,7 +19,9 @@ from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.detection_latency import idle_since
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.snapshot import scan
 from gpufleet.reaper.transition import MachineProvider, Transition, TransitionRunner
@@ -39,6 +41,9 @@ STOP = Transition(
 class AutoStopPolicy:
     # Counted from first_observed_at: a machine still pulling its image is not stopped.
     grace: timedelta = timedelta(minutes=10)
+    # The idle scanner's stop_after: stop_due_at was armed this far after the first quiet
+    # sample. It decides nothing here; it dates "idle since" for the detection latency.
+    stop_after: timedelta = timedelta(minutes=5)
 
     @property
     def gates(self) -> NetGates:
@@ -77,11 +82,13 @@ class AutoStop:
         policy: AutoStopPolicy,
         *,
         calls: CallPool | None = None,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.provider = provider
         self.policy = policy
-        self.runner = TransitionRunner(sessions, lease, clock, calls=calls)
+        self.instruments = instruments
+        self.runner = TransitionRunner(sessions, lease, clock, calls=calls, instruments=instruments)
 
     def scan(self, now: datetime) -> list[MachineSnapshot]:
         # ix_machines_stop_due: only armed, live machines are read.
@@ -89,7 +96,7 @@ class AutoStop:
             return scan(session, [Machine.stop_due_at.is_not(None), Machine.stop_due_at <= now])
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered())
+        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
         for machine in self.scan(now):
             decision = decide(now, machine, self.policy)
             if isinstance(decision, Refuse):
@@ -110,5 +117,6 @@ class AutoStop:
                     clear_at_begin=[Machine.stop_due_at],
                     call=self.provider.stop,
                     why=f"idle, stop due at {machine.stop_due_at:%Y-%m-%d %H:%M:%S}",
+                    first_sign=idle_since(machine.stop_due_at, self.policy.stop_after),
                 )
         return decisions.report

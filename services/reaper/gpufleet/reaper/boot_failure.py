@@ -34,8 +34,10 @@ from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.reaper.agent_probe import AgentProber, StartupProbe, probe_all
 from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.detection_latency import boot_window_start
 from gpufleet.reaper.lifetime import reported_this_life, unreported_this_life_sql
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.snapshot import not_destroyed, ours, scan, state_in
@@ -168,6 +170,7 @@ class BootFailure:
         concurrency: int = 16,
         *,
         calls: CallPool | None = None,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
@@ -175,7 +178,8 @@ class BootFailure:
         self.prober = prober
         self.policy = policy
         self.concurrency = concurrency
-        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls)
+        self.instruments = instruments
+        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls, instruments=instruments)
 
     def domain(self) -> list[ColumnElement[bool]]:
         # ix_machines_running_unreported: only machines that have not reported this life.
@@ -186,7 +190,7 @@ class BootFailure:
             return scan(session, self.domain())
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered())
+        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
         self.act(now, self.scan(), decisions)
         return decisions.report
 
@@ -229,6 +233,7 @@ class BootFailure:
                     clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
                     call=self.provider.destroy,
                     detection=Detection(FailureClass.BOOT_FAILED, action.details),
+                    first_sign=boot_window_start(machine),
                 )
 
     def _set_sighting(self, machine: MachineSnapshot, at: datetime | None) -> bool:

@@ -43,6 +43,8 @@ from gpufleet.common.db.models import Machine, UTCDateTime
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.catalog import REAPER_IDLE_TIMERS
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.trust.transport import Transport
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.refusal import MachineSnapshot
@@ -183,11 +185,15 @@ class IdleScanner:
         policy: IdlePolicy,
         concurrency: int = 16,
         pass_deadline_s: float = 10.0,
+        *,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
         self.sampler = sampler
         self.policy = policy
+        self.instruments = instruments
+        self._timers = instruments.counter(REAPER_IDLE_TIMERS)
         self.concurrency = max(1, concurrency)
         self.pass_deadline_s = pass_deadline_s
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="idle-sample")
@@ -215,7 +221,7 @@ class IdleScanner:
             )
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME)
+        decisions = DecisionLog(NAME, instruments=self.instruments)
         machines = self.scan()
         if not machines:
             return decisions.report
@@ -264,10 +270,14 @@ class IdleScanner:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def apply(self, machine: MachineSnapshot, actions: Sequence[IdleAction], decisions: DecisionLog) -> None:
-        """One fenced transaction per machine, so one bad row cannot block another's clearing."""
+        """One fenced transaction per machine, so one bad row cannot block another's clearing.
+
+        The idle timers' counter (``armed`` / ``cleared``) is added to once that transaction
+        has committed: a fenced or failed write armed or cleared nothing."""
         if not actions:
             return
         mid = machine.machine_id
+        timers: list[str] = []
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
             for action in actions:
@@ -277,10 +287,12 @@ class IdleScanner:
                     session.execute(clear_idle_timers(mid))
                     if machine.stop_due_at is not None or machine.destroy_due_at is not None:
                         decisions.acted(mid, "clear")
+                        timers.append("cleared")
                     else:
                         decisions.acted(mid, "traffic", level=logging.DEBUG)
                 elif isinstance(action, ArmIdleTimers):
                     if arm_idle_timers(session, mid, action):
+                        timers.append("armed")
                         decisions.acted(
                             mid,
                             "arm",
@@ -293,6 +305,8 @@ class IdleScanner:
                 else:
                     _probe_failed(session, mid, action.at)
                     decisions.acted(mid, "probe_failed")
+        for what in timers:
+            self._timers.add(1, {"action": what})
 
 
 def clear_idle_timers(machine_id: str) -> Update:

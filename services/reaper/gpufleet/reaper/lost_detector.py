@@ -27,7 +27,9 @@ from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.detection_latency import DetectionLatency, probe_failing_since
 from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason, Refuse
 from gpufleet.reaper.snapshot import not_destroyed, scan
 
@@ -93,12 +95,20 @@ class LostDetector:
     name = NAME
 
     def __init__(
-        self, sessions: sessionmaker[Session], lease: LeaderLease, clock: Clock, policy: LostPolicy
+        self,
+        sessions: sessionmaker[Session],
+        lease: LeaderLease,
+        clock: Clock,
+        policy: LostPolicy,
+        *,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
         self.clock = clock
         self.policy = policy
+        self.instruments = instruments
+        self.latency = DetectionLatency(NAME, instruments)
 
     def domain(self, now: datetime) -> list[ColumnElement[bool]]:
         # ix_machines_lost and ix_machines_probe_failing: only marked machines and machines
@@ -114,7 +124,7 @@ class LostDetector:
             return scan(session, self.domain(now), with_offering=False)
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME)
+        decisions = DecisionLog(NAME, instruments=self.instruments)
         for machine in self.scan(now):
             decision = decide(now, machine, self.policy)
             if isinstance(decision, Refuse):
@@ -122,6 +132,7 @@ class LostDetector:
             elif isinstance(decision, MarkLost):
                 if self._mark(machine, now, decision):
                     decisions.acted(machine.machine_id, "mark_lost", decision.details)
+                    self.latency.acted(probe_failing_since(machine), now)
                 else:
                     decisions.refused(machine.machine_id, RefusalReason.CHANGED_SINCE_SCAN)
             elif isinstance(decision, UnmarkLost) and self._unmark(machine):

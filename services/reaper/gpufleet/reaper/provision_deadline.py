@@ -29,7 +29,9 @@ from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.detection_latency import provision_requested
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
 from gpufleet.reaper.snapshot import scan, state_in
 from gpufleet.reaper.transition import Detection, MachineProvider, TransitionRunner, destroy_transition
@@ -101,11 +103,13 @@ class ProvisionDeadline:
         outcomes: OutcomePolicy | None = None,
         *,
         calls: CallPool | None = None,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.provider = provider
         self.policy = policy
-        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls)
+        self.instruments = instruments
+        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls, instruments=instruments)
 
     def due(self, now: datetime) -> list[ColumnElement[bool]]:
         # ix_machines_pre_contact_deadline: only machines not yet heard from are read.
@@ -127,7 +131,7 @@ class ProvisionDeadline:
             return scan(session, self.due(now))
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered())
+        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
         self.act(now, self.scan(now), decisions)
         return decisions.report
 
@@ -147,4 +151,5 @@ class ProvisionDeadline:
                     clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
                     call=self.provider.destroy,
                     detection=Detection(FailureClass.PROVISION_TIMEOUT, decision.details),
+                    first_sign=provision_requested(machine, self.policy.default_deadline),
                 )

@@ -54,9 +54,11 @@ from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.provider_errors import InstanceNotFound
 from gpufleet.common.telemetry import tracer
 from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.detection_latency import DetectionLatency, transition_start
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal, is_ours
 from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours, scan, state_in
 from gpufleet.reaper.transition import MachineProvider, request_id
@@ -253,6 +255,7 @@ class StuckTransition:
         outcomes: OutcomePolicy | None = None,
         *,
         calls: CallPool | None = None,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
@@ -260,6 +263,10 @@ class StuckTransition:
         self.provider = provider
         self.policy = policy
         self.outcomes = outcomes or OutcomePolicy()
+        self.instruments = instruments
+        # Each act on a stuck transition (a re-issue, a finish, an alert) is measured from
+        # the transition's start: how long the machine sat there before this net moved.
+        self.latency = DetectionLatency(NAME, instruments)
         # The pool the other nets' stops and destroys run in: a re-issue runs there too, and
         # a machine whose call is still in flight there is left to that call.
         self.calls = calls or CallPool(16, "provider-calls")
@@ -274,7 +281,7 @@ class StuckTransition:
             return scan(session, self.due(now))
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.answers.take())
+        decisions = DecisionLog(NAME, self.answers.take(), self.instruments)
         machines = self.scan(now)
         reissued = self._reissued(machines)
         for machine in machines:
@@ -300,11 +307,13 @@ class StuckTransition:
                 why = f"{NAME}: the provider says {view.status}, as intent {machine.intent} wants"
                 if self._finish(machine, decision, why=why):
                     decisions.acted(machine.machine_id, "finish", f"{machine.state} -> {decision.end.value}")
+                    self.latency.acted(transition_start(machine), now)
                 else:
                     decisions.refused(machine.machine_id, RefusalReason.CHANGED_SINCE_SCAN)
             elif isinstance(decision, AlertStuck):
                 if self._alert(machine, decision):
                     decisions.acted(machine.machine_id, "alert", decision.details, level=logging.WARNING)
+                    self.latency.acted(transition_start(machine), now)
                 else:
                     decisions.acted(machine.machine_id, "still_stuck", level=logging.DEBUG)
         return decisions.report
@@ -337,6 +346,7 @@ class StuckTransition:
         if not self.calls.accepting:
             log.info("the reaper is stopping: %s of %s not re-issued", call.operation, machine.machine_id)
             return
+        at = self.clock.now()
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
             still = session.execute(
@@ -357,7 +367,7 @@ class StuckTransition:
                 return
             record_failure(
                 session,
-                self.clock.now(),
+                at,
                 FailureClass.TRANSITION_REISSUED.value,
                 NAME,
                 machine_id=machine.machine_id,
@@ -365,6 +375,8 @@ class StuckTransition:
                 apply=True,
                 policy=self.outcomes,
             )
+        # The re-issue is recorded (committed): the act, whatever the call then answers.
+        self.latency.acted(transition_start(machine), at)
         # The first call's key: a provider that saw it treats this as its replay.
         key = request_id(call.operation, machine.machine_id, machine.state_changed_at)
         sent = functools.partial(self._send, machine, call, key, otel_context.get_current())
@@ -380,7 +392,7 @@ class StuckTransition:
     ) -> None:
         """In the pool: the re-issued call, with no transaction open, then its outcome
         (counted in the next pass)."""
-        decisions = DecisionLog(NAME)
+        decisions = DecisionLog(NAME, instruments=self.instruments)
         with _tracer.start_as_current_span(f"reaper.{NAME}.{call.operation}", context=parent):
             try:
                 self._send_and_record(machine, call, key, decisions)

@@ -40,8 +40,10 @@ from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.telemetry import tracer
 from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.detection_latency import DetectionLatency
 from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason
 from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours
 from gpufleet.v1 import machine_pb2
@@ -131,11 +133,13 @@ class TransitionRunner:
         clock: Clock,
         outcomes: OutcomePolicy | None = None,
         calls: CallPool | None = None,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
         self.clock = clock
         self.outcomes = outcomes or OutcomePolicy()
+        self.instruments = instruments
         # A net built alone (a test, a benchmark) gets a pool of its own; the reaper hands
         # every net the one pool, so that ``provider_call_workers`` bounds them all.
         self.calls = calls or CallPool(16, "provider-calls")
@@ -159,14 +163,17 @@ class TransitionRunner:
         call: Callable[[str, machine_pb2.Offering, str, str], object],
         detection: Detection | None = None,
         why: str = "",
+        first_sign: datetime | None = None,
     ) -> bool:
         """Claim ``transition`` and hand its call to the pool; returns whether it was claimed.
 
         ``call(machine_id, offering, provider_instance_id, request_id)`` is the provider call;
         ``detection``, when given, is appended to the ledger in the claiming transaction.
         ``why`` (else the detection's details) is recorded on the machine as the reason.
-        The call's outcome (``<operation>`` or ``<operation>_failed``) is logged when it
-        answers and counted in the net's next pass.
+        ``first_sign`` is when the failure the net acts on began (its
+        :mod:`~gpufleet.reaper.detection_latency` row): the claim, once committed, is
+        measured from it. The call's outcome (``<operation>`` or ``<operation>_failed``) is
+        logged when it answers and counted in the net's next pass.
         """
         if not self.calls.accepting:
             log.info("the reaper is stopping: %s of %s not claimed", transition.operation, machine.machine_id)
@@ -175,6 +182,8 @@ class TransitionRunner:
         if not self._claim(transition, machine, now, guards, clear_at_begin, detection, reason):
             decisions.refused(machine.machine_id, RefusalReason.CHANGED_SINCE_SCAN)
             return False
+        # Committed: the net has acted, whatever the provider call then answers.
+        DetectionLatency(decisions.net, self.instruments).acted(first_sign, now)
         key = request_id(transition.operation, machine.machine_id, now)
         sent = functools.partial(
             self._call,
@@ -210,7 +219,7 @@ class TransitionRunner:
         parent: otel_context.Context,
     ) -> None:
         """In the pool: the provider call, with no transaction open, then its outcome."""
-        decisions = DecisionLog(net)
+        decisions = DecisionLog(net, instruments=self.instruments)
         with _tracer.start_as_current_span(f"reaper.{net}.{transition.operation}", context=parent):
             try:
                 self._call_and_record(transition, machine, key, call, clear_at_end, reason, decisions)

@@ -32,7 +32,9 @@ from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.detection_latency import last_report
 from gpufleet.reaper.lifetime import reported_this_life, reported_this_life_sql
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
 from gpufleet.reaper.snapshot import scan, state_in
@@ -119,11 +121,13 @@ class WentSilent:
         outcomes: OutcomePolicy | None = None,
         *,
         calls: CallPool | None = None,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.provider = provider
         self.policy = policy
-        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls)
+        self.instruments = instruments
+        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls, instruments=instruments)
 
     def due(self, now: datetime) -> list[ColumnElement[bool]]:
         # ix_machines_running_report_clock: a range over the running machines' report clock
@@ -139,7 +143,7 @@ class WentSilent:
             return scan(session, self.due(now))
 
     def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered())
+        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
         self.act(now, self.scan(now), decisions)
         return decisions.report
 
@@ -160,4 +164,5 @@ class WentSilent:
                     clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
                     call=self.provider.destroy,
                     detection=Detection(FailureClass.WENT_SILENT, decision.details),
+                    first_sign=last_report(machine),
                 )
