@@ -6,12 +6,18 @@ holder, and when the lease ends. The leader renews it; every write a leader make
 :meth:`LeaderLease.fence` inside the same transaction, which locks the lease row and
 refuses the write if the epoch moved on — so a leader that was paused past its lease
 (SIGSTOP, a long GC, a VM migration) cannot act on stale decisions when it wakes.
+
+Each lease reports ``gpufleet.leader.leading`` (1 while held, 0 while standing by), so
+every timer service shows whether it has a leader without a line of its own: summed over
+replicas it is 1 in a healthy deployment, 0 with none.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+import weakref
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -20,6 +26,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.models import LeaderLease as LeaseRow
 from gpufleet.common.errors import Fenced
+from gpufleet.common.metrics.catalog import LEADER_LEADING
+from gpufleet.common.metrics.instruments import PROCESS, Instruments, Observing
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +36,14 @@ class LeaderLease:
     """One replica's view of a named lease."""
 
     def __init__(
-        self, name: str, holder: str, clock: Clock, sessions: sessionmaker[Session], ttl_s: float
+        self,
+        name: str,
+        holder: str,
+        clock: Clock,
+        sessions: sessionmaker[Session],
+        ttl_s: float,
+        *,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.name = name
         self.holder = holder
@@ -36,10 +51,22 @@ class LeaderLease:
         self.sessions = sessions
         self.ttl = timedelta(seconds=ttl_s)
         self.epoch: int | None = None
+        # When the lease this replica last wrote runs out: past it another replica may lead,
+        # whatever ``epoch`` still says (a paused process learns it only at its next write).
+        self._held_until: datetime | None = None
+        self._observing = _observe_leading(self, instruments)
 
     @property
     def is_leader(self) -> bool:
         return self.epoch is not None
+
+    def leading(self) -> bool:
+        """Whether this replica holds the lease now: it won it, and the term it last wrote
+        has not run out. Stricter than :attr:`is_leader`, which a replica paused past its
+        lease still answers True until its next renewal or fenced write tells it: the gauge
+        must not count two leaders for that while."""
+        held_until = self._held_until
+        return self.epoch is not None and held_until is not None and self.clock.now() < held_until
 
     def try_acquire(self) -> bool:
         """Take or renew the lease; returns whether this replica now leads."""
@@ -55,11 +82,13 @@ class LeaderLease:
                         session.add(LeaseRow(name=self.name, holder=self.holder, epoch=1, expires_at=expires))
                 except IntegrityError:
                     self.epoch = None
+                    self._held_until = None
                     return False
-                self._became(1)
+                self._became(1, expires)
                 return True
             if row.holder == self.holder and row.epoch == self.epoch:
                 row.expires_at = expires
+                self._held_until = expires
                 return True
             if row.expires_at > now and row.holder != self.holder:
                 self._lost()
@@ -68,10 +97,10 @@ class LeaderLease:
             row.holder = self.holder
             row.epoch = row.epoch + 1
             row.expires_at = expires
-            self._became(row.epoch)
+            self._became(row.epoch, expires)
             return True
 
-    def _became(self, epoch: int) -> None:
+    def _became(self, epoch: int, expires: datetime) -> None:
         if self.epoch != epoch:
             log.info(
                 "leader of %s with epoch %d",
@@ -80,11 +109,13 @@ class LeaderLease:
                 extra={"fields": {"lease": self.name, "epoch": epoch}},
             )
         self.epoch = epoch
+        self._held_until = expires
 
     def _lost(self) -> None:
         if self.epoch is not None:
             log.warning("lost leadership of %s (epoch %d)", self.name, self.epoch)
         self.epoch = None
+        self._held_until = None
 
     def fence(self, session: Session) -> int:
         """Inside a write transaction: lock the lease row and refuse a stale epoch."""
@@ -112,3 +143,29 @@ class LeaderLease:
                 .values(expires_at=self.clock.now())
             )
         self.epoch = None
+        self._held_until = None
+
+    def close(self) -> None:
+        """Stop reporting ``gpufleet.leader.leading`` for this lease (a lease that is
+        garbage-collected stops by itself)."""
+        self._observing.close()
+
+
+def _observe_leading(lease: LeaderLease, instruments: Instruments) -> Observing:
+    """Report the lease's :meth:`~LeaderLease.leading` as 1 or 0 at every collection.
+
+    The source holds the lease weakly: a lease nobody keeps (a test's, a replaced one)
+    leaves the gauge at its next collection instead of reporting a stale 0 or 1 for the
+    life of the process."""
+    ref = weakref.ref(lease)
+    name = lease.name
+
+    def source() -> Iterator[tuple[float, Mapping[str, str]]]:
+        held = ref()
+        if held is None:
+            observing.close()
+            return
+        yield (1.0 if held.leading() else 0.0), {"lease": name}
+
+    observing = instruments.observe(LEADER_LEADING, source)
+    return observing

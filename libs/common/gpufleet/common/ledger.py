@@ -24,21 +24,31 @@ answer.
 :func:`record_failure` always opens the incidents its class calls for; it applies the
 rest only when asked (``apply=True``), because some writers (the scheduler's job
 completions) apply the job-level outcomes themselves and must not have them applied twice.
+
+Each row written is counted in ``gpufleet.ledger.failures`` by class and outcome — when its
+transaction commits, never before: the writers own their transactions, and a count for a
+row that was rolled back (a fenced leader's pass, a failed commit) would be a row that
+does not exist. See :func:`_count_when_committed`.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import event, or_, select
+from sqlalchemy.orm import Session, SessionTransaction
 
 from gpufleet.common.attempts import LostAttempt, end_live_attempts_lost
 from gpufleet.common.db.enums import IncidentState, LedgerOutcome, QuarantineKind
 from gpufleet.common.db.models import Failure, Incident, Machine, Quarantine
+from gpufleet.common.metrics.catalog import LEDGER_FAILURES
+from gpufleet.common.metrics.instruments import PROCESS, Counter, Instruments
 from gpufleet.common.outcome_policy import OutcomePolicy as OutcomePolicy
+
+_log = logging.getLogger(__name__)
 
 
 class FailureClass(StrEnum):
@@ -171,11 +181,13 @@ def record_failure(
     apply: bool = False,
     policy: OutcomePolicy | None = None,
     target: OutcomeTarget | None = None,
+    instruments: Instruments = PROCESS,
 ) -> Failure:
     """Append one ledger row and open the incident its class calls for.
 
     With ``apply=True`` the routed outcome also takes effect (:func:`apply_outcome`), in
-    the caller's transaction.
+    the caller's transaction. The row is counted in ``instruments`` once that transaction
+    commits.
     """
     if apply:
         row, _ = record_and_apply(
@@ -190,9 +202,10 @@ def record_failure(
             incident_key=incident_key,
             policy=policy,
             target=target,
+            instruments=instruments,
         )
         return row
-    row = _append(session, now, failure_class, detector, machine_id, job_id, attempt_id, details)
+    row = _append(session, now, failure_class, detector, machine_id, job_id, attempt_id, details, instruments)
     if wants_incident(failure_class):
         _alert(session, now, row, incident_key)
     session.flush()
@@ -212,6 +225,7 @@ def record_and_apply(
     incident_key: str | None = None,
     policy: OutcomePolicy | None = None,
     target: OutcomeTarget | None = None,
+    instruments: Instruments = PROCESS,
 ) -> tuple[Failure, AppliedOutcome]:
     """:func:`record_failure` with its outcome applied, returning what the outcome did
     (the attempts it ended, the quarantine, the incident) for the caller's log.
@@ -226,7 +240,7 @@ def record_and_apply(
         lost = _replace(session, now, machine_id, failure_class, detector, policy)
         ended = ", ".join(f"{a.attempt_id} (job {a.job_id} -> {a.job_state})" for a in lost)
         details = f"{details}; attempts ended lost, uncharged: {ended or 'none'}"
-    row = _append(session, now, failure_class, detector, machine_id, job_id, attempt_id, details)
+    row = _append(session, now, failure_class, detector, machine_id, job_id, attempt_id, details, instruments)
     applied = apply_outcome(
         session, now, row, policy=policy, target=target, incident_key=incident_key, replaced=replace
     )
@@ -255,6 +269,7 @@ def _append(
     job_id: str | None,
     attempt_id: str | None,
     details: str,
+    instruments: Instruments,
 ) -> Failure:
     row = Failure(
         at=now,
@@ -268,7 +283,71 @@ def _append(
     )
     session.add(row)
     session.flush()
+    _count_when_committed(
+        session,
+        instruments.counter(LEDGER_FAILURES),
+        {"failure_class": failure_class, "outcome": row.outcome},
+    )
     return row
+
+
+# -- counting rows that exist ----------------------------------------------------------------
+# The ledger's writers own their transactions (a net's pass, a job completion, an outcome
+# applied beside other writes), so a row is counted from the session's own events: kept
+# pending in ``session.info`` with the transaction it was written in, counted when the
+# outermost transaction commits, dropped when that transaction or a savepoint around the
+# row rolls back, and dropped when the outermost transaction ends any other way (a session
+# closed without committing).
+
+_PENDING = "gpufleet.ledger.uncommitted_failures"
+
+
+@dataclass(frozen=True)
+class _Uncommitted:
+    counter: Counter
+    labels: dict[str, str]
+    transaction: SessionTransaction | None
+
+
+def _count_when_committed(session: Session, counter: Counter, labels: dict[str, str]) -> None:
+    pending: list[_Uncommitted] | None = session.info.get(_PENDING)
+    if pending is None:
+        pending = session.info[_PENDING] = []
+        event.listen(session, "after_commit", _committed)
+        event.listen(session, "after_soft_rollback", _rolled_back)
+        event.listen(session, "after_transaction_end", _ended)
+    transaction = session.get_nested_transaction() or session.get_transaction()
+    pending.append(_Uncommitted(counter, labels, transaction))
+
+
+def _committed(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint released: its rows commit (or not) with the transaction around it
+    pending: list[_Uncommitted] = session.info.get(_PENDING, [])
+    for row in pending:
+        try:
+            row.counter.add(1, row.labels)
+        except Exception:  # a metric never fails the work it measures
+            _log.exception("could not count a ledger row")
+    pending.clear()
+
+
+def _rolled_back(session: Session, previous_transaction: SessionTransaction) -> None:
+    pending: list[_Uncommitted] = session.info.get(_PENDING, [])
+    pending[:] = [row for row in pending if not _within(row.transaction, previous_transaction)]
+
+
+def _ended(session: Session, transaction: SessionTransaction) -> None:
+    if transaction.parent is None:
+        session.info.get(_PENDING, []).clear()
+
+
+def _within(inner: SessionTransaction | None, outer: SessionTransaction) -> bool:
+    while inner is not None:
+        if inner is outer:
+            return True
+        inner = inner.parent
+    return False
 
 
 def apply_outcome(
