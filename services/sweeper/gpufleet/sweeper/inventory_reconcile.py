@@ -21,6 +21,11 @@ Rules that keep it from doing harm:
   with a fresh read of that one instance before anything is concluded.
 - Conclusions (attempts ended, machines moved) are leader-only and fenced; a replica
   that is not the leader only writes the observation.
+
+Each loss concluded (committed) is one observation of ``gpufleet.reaper.detection.latency``
+with ``net="inventory_reconcile"``: the time from the last listing that showed the instance
+running to the conclusion — how long the platform went on counting on a machine the
+provider had taken back.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from gpufleet.common.db.models import Machine, UTCDateTime
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import OutcomePolicy
+from gpufleet.common.metrics.catalog import REAPER_DETECTION_LATENCY
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.provider_errors import InstanceNotFound
 from gpufleet.sweeper.listing import ListedInstance, Provisioner, provider_name
 from gpufleet.sweeper.machine_loss import LossKind, MachineLoss, apply_loss, classify_loss
@@ -63,6 +70,7 @@ class ReconcileMachine:
     intent: str
     capacity_type: str = "ON_DEMAND"
     state_changed_at: datetime | None = None
+    provider_seen_at: datetime | None = None
 
 
 @dataclass
@@ -136,6 +144,7 @@ def decide(
                 provider_status=status,
                 state=m.state,
                 state_changed_at=m.state_changed_at,
+                last_known_running=m.provider_seen_at or m.state_changed_at,
             )
         )
     return decision
@@ -145,11 +154,17 @@ class InventoryReconcile:
     name = NAME
 
     def __init__(
-        self, sessions: sessionmaker[Session], provider: Provisioner, *, outcomes: OutcomePolicy | None = None
+        self,
+        sessions: sessionmaker[Session],
+        provider: Provisioner,
+        *,
+        outcomes: OutcomePolicy | None = None,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.provider = provider
         self.outcomes = outcomes or OutcomePolicy()
+        self._latency = instruments.histogram(REAPER_DETECTION_LATENCY)
 
     def scan(self) -> list[ReconcileMachine]:
         """One query: machines we provisioned, manage and want running, not destroyed."""
@@ -165,6 +180,7 @@ class InventoryReconcile:
                     Machine.intent,
                     Machine.capacity_type,
                     Machine.state_changed_at,
+                    Machine.provider_seen_at,
                 ).where(
                     Machine.state != MachineState.DESTROYED.value,
                     Machine.intent == MachineIntent.RUNNING.value,
@@ -183,6 +199,7 @@ class InventoryReconcile:
                 intent=r[6],
                 capacity_type=r[7],
                 state_changed_at=r[8],
+                provider_seen_at=r[9],
             )
             for r in rows
         ]
@@ -271,6 +288,9 @@ class InventoryReconcile:
             if outcome is None:
                 result.report.refusals["CHANGED_SINCE_SCAN"] += 1
                 continue
+            if confirmed.last_known_running is not None:
+                seconds = max(0.0, (now - confirmed.last_known_running).total_seconds())
+                self._latency.record(seconds, {"net": NAME})
             result.report.actions[confirmed.kind.value.lower()] += 1
             result.report.actions["attempts_lost"] += len(outcome)
             applied.append(confirmed)
@@ -307,6 +327,7 @@ class InventoryReconcile:
             provider_status=status,
             state=loss.state,
             state_changed_at=loss.state_changed_at,
+            last_known_running=loss.last_known_running,
         )
 
     def _write_seen(self, now: datetime, machine_ids: Sequence[str], lease: LeaderLease | None) -> int:

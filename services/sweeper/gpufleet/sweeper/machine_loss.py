@@ -59,6 +59,10 @@ class MachineLoss:
     provider_status: str
     state: str
     state_changed_at: datetime | None
+    # The loss's first sign, for the detection latency: the last listing that showed the
+    # instance running (``provider_seen_at``) — it was lost some time after — or, for one
+    # never listed running, when it entered its running state here.
+    last_known_running: datetime | None = None
 
     @property
     def failure_class(self) -> FailureClass:

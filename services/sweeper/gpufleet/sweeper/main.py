@@ -120,6 +120,7 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
         ticker=ticker,
         server=server,
         provider=owned,
+        others=(orphans,),
     )
 
 

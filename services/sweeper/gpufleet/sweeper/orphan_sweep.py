@@ -20,12 +20,20 @@ label or by provider + provider instance id:
   an incident after several rounds in a row (:mod:`listing_health`).
 
 Leader-only: every write is fenced by the sweeper's lease.
+
+What an operator reads (each counted once its transaction has committed):
+``gpufleet.sweeper.orphans`` by provider and outcome — ``found`` when an orphan crosses its
+grace window (its ``orphan_found`` ledger row), ``destroyed`` when its destroy succeeded,
+``refused`` each round an orphan is left alone by a gate (inside its grace window, no
+machine label to address it by, or another deployment's) — and the listing streaks'
+gauge (:class:`~gpufleet.sweeper.listing_health.ListingStreaks`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -41,6 +49,8 @@ from gpufleet.common.db.models import Machine, Orphan
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
+from gpufleet.common.metrics.catalog import SWEEPER_LISTING_FAILURES, SWEEPER_ORPHANS
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.sweeper import listing_health, orphan_rows
 from gpufleet.sweeper.listing import ListedInstance, Provisioner, provider_name
 from gpufleet.sweeper.orphan_rows import OPEN_ACTIONS, InstanceKey, OrphanAction
@@ -50,6 +60,13 @@ from gpufleet.v1 import machine_pb2
 log = logging.getLogger(__name__)
 
 NAME = "orphan_sweep"
+
+# SWEEPER_ORPHANS outcomes.
+FOUND = "found"
+DESTROYED = "destroyed"
+REFUSED = "refused"
+# Gated this round: what an orphan's action says when the sweep leaves it alone.
+_REFUSING = frozenset({OrphanAction.WAITING, OrphanAction.NEEDS_HUMAN})
 
 
 @dataclass(frozen=True)
@@ -176,6 +193,7 @@ class OrphanSweep:
         policy: OrphanPolicy,
         *,
         rounds_before_incident: int = 3,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.provider = provider
@@ -183,6 +201,13 @@ class OrphanSweep:
         self.policy = policy
         self.rounds_before_incident = rounds_before_incident
         self._lock = threading.Lock()
+        self._orphans = instruments.counter(SWEEPER_ORPHANS)
+        self.listing = listing_health.ListingStreaks()
+        self._observing = instruments.observe(SWEEPER_LISTING_FAILURES, self.listing.observed)
+
+    def close(self) -> None:
+        """Stop reporting the listing gauge."""
+        self._observing.close()
 
     def run(self, now: datetime, lease: LeaderLease) -> SweepResult:
         """One round: list, decide, record intent, destroy, record the outcome."""
@@ -197,7 +222,7 @@ class OrphanSweep:
         except GpufleetError as err:
             with self.sessions() as session, session.begin():
                 lease.fence(session)
-                listing_health.record_round(
+                listing = listing_health.record_round(
                     session,
                     now,
                     [listing_health.PROVISIONER],
@@ -205,6 +230,7 @@ class OrphanSweep:
                     rounds_before_incident=self.rounds_before_incident,
                     detector=NAME,
                 )
+            self.listing.committed(lease, listing.failed_rounds)
             result.summary = f"provisioner could not list instances: {err}; no action this round"
             result.report.refusals["PROVISIONER_UNREACHABLE"] += 1
             span.add_event("refused", {"gpufleet.net": NAME, "gpufleet.gate": "PROVISIONER_UNREACHABLE"})
@@ -226,7 +252,8 @@ class OrphanSweep:
                 inst.deployment_label,
                 self.policy.deployment_id,
             )
-        to_destroy = self._record(now, decision, result.unreachable, lease)
+        listed_providers = {i.provider for i in instances} - set(result.unreachable)
+        to_destroy = self._record(now, decision, result.unreachable, listed_providers, lease)
         destroyed = sum(1 for view in to_destroy if self._destroy(view, lease))
         waiting = sum(1 for v in decision.orphans if v.action is OrphanAction.WAITING)
         result.orphans_seen = len(decision.orphans)
@@ -272,14 +299,21 @@ class OrphanSweep:
         return inventory, tracked
 
     def _record(
-        self, now: datetime, decision: OrphanDecision, unreachable: list[str], lease: LeaderLease
+        self,
+        now: datetime,
+        decision: OrphanDecision,
+        unreachable: list[str],
+        listed: set[str],
+        lease: LeaderLease,
     ) -> list[OrphanView]:
         """One fenced transaction: what was seen, ledger rows, and the intent to destroy.
         Returns the orphans to destroy now (intent committed)."""
         to_destroy: list[OrphanView] = []
+        # Another deployment's instances are refused whatever this round writes.
+        counted: Counter[tuple[str, str]] = Counter((i.provider, REFUSED) for i in decision.foreign)
         with self.sessions() as session, session.begin():
             lease.fence(session)
-            listing_health.record_round(
+            listing = listing_health.record_round(
                 session,
                 now,
                 unreachable,
@@ -296,8 +330,14 @@ class OrphanSweep:
                 orphan_rows.observe(session, now, view.instance, view.first_seen_at, action)
                 if view.newly_found and action is not OrphanAction.RECORDED:
                     orphan_rows.found(session, now, view.instance, view.first_seen_at, detector=NAME)
+                    counted[(view.instance.provider, FOUND)] += 1
+                if action in _REFUSING:
+                    counted[(view.instance.provider, REFUSED)] += 1
                 if action is OrphanAction.DESTROYING:
                     to_destroy.append(view)
+        self.listing.committed(lease, listing.failed_rounds, listed)
+        for (provider, outcome), n in sorted(counted.items()):
+            self._orphans.add(n, {"provider": provider, "outcome": outcome})
         return to_destroy
 
     def _destroy(self, view: OrphanView, lease: LeaderLease) -> bool:
@@ -338,6 +378,7 @@ class OrphanSweep:
         with self.sessions() as session, session.begin():
             lease.fence(session)
             orphan_rows.settle(session, self.clock.now(), view.key, OrphanAction.DESTROYED)
+        self._orphans.add(1, {"provider": inst.provider, "outcome": DESTROYED})
         log.warning(
             "%s: destroyed orphan %s/%s (machine label %s)%s",
             NAME,
