@@ -17,9 +17,11 @@ import grpc
 from gpufleet.common import paging
 from gpufleet.common.catalog import Catalog, OfferingSpec
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from gpufleet.common.provider_errors import METADATA_KEY, ProviderError
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
+from gpufleet.common.provider_errors import METADATA_KEY, InsufficientCapacity, ProviderError
 from gpufleet.provisioner import convert
 from gpufleet.provisioner.drivers.base import Driver, InstanceInfo, InstanceRef, InstanceSpec, Provider
+from gpufleet.provisioner.stockouts import Stockouts
 from gpufleet.v1 import provisioner_service_pb2, provisioner_service_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -51,9 +53,12 @@ def _instance_key(info: InstanceInfo) -> tuple[int, str]:
 class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer):  # type: ignore[misc]
     """Routes each call to ``drivers[offering.provider]``; knows nothing of any one cloud."""
 
-    def __init__(self, drivers: Mapping[Provider, Driver], catalog: Catalog) -> None:
+    def __init__(
+        self, drivers: Mapping[Provider, Driver], catalog: Catalog, instruments: Instruments = PROCESS
+    ) -> None:
         self.drivers = dict(drivers)
         self.catalog = catalog
+        self.stockouts = Stockouts(catalog, instruments)
 
     def _driver(self, provider: Provider, field: str) -> Driver:
         driver = self.drivers.get(provider)
@@ -90,7 +95,11 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
             },
         )
         with _provider_trailer(context):
-            info = driver.create(InstanceSpec(machine_id=machine_id, offering=offering))
+            try:
+                info = driver.create(InstanceSpec(machine_id=machine_id, offering=offering))
+            except InsufficientCapacity:
+                self.stockouts.refused(offering)
+                raise
         return convert.instance_to_proto(info)
 
     def StartInstance(self, request: pb.StartInstanceRequest, context: grpc.ServicerContext) -> pb.Instance:
