@@ -5,9 +5,14 @@ serves ReaperService with health and reflection, and runs its watchdogs on a Tic
 background thread — only while it holds the ``reaper`` leader lease, so several replicas
 can run and exactly one acts. The nets' stops and destroys run in one bounded pool of
 their own (``provider_call_workers``), so the Ticker's thread never waits on a provider.
-SIGTERM/SIGINT first lets the calls in flight answer (``provider_call_drain_s``, while the
-lease is still held, so their outcomes are written), then stops the loops, releases the
-lease (another replica takes over at once) and stops the server gracefully.
+The leader also reports the database's state as gauges (incidents open, quarantines,
+every service's watchdogs: :mod:`~gpufleet.reaper.fleet_state_gauges`) and, when
+``GPUFLEET_INCIDENT_WEBHOOK_URL`` is set, posts incidents opened and resolved
+(:mod:`~gpufleet.reaper.incident_notifier`), each on threads of their own.
+SIGTERM/SIGINT first stops those (the webhook's cursor written while the lease is held),
+lets the calls in flight answer (``provider_call_drain_s``, while the lease is still held,
+so their outcomes are written), then stops the loops, releases the lease (another replica
+takes over at once) and stops the server gracefully.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -29,11 +35,15 @@ from gpufleet.common.grpcserver import (
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import PeriodicTask, Ticker
 from gpufleet.common.runtime import TimerService, serve
+from gpufleet.reaper import incident_notifier
 from gpufleet.reaper.agent_probe import AgentProber, GrpcAgentProber
 from gpufleet.reaper.auto_destroy import AutoDestroy
 from gpufleet.reaper.auto_stop import AutoStop
 from gpufleet.reaper.boot_failure import BootFailure
+from gpufleet.reaper.fleet_state_gauges import FleetStateGauges
 from gpufleet.reaper.idle_scanner import AgentSampler, GrpcAgentSampler, IdleScanner
+from gpufleet.reaper.incident_notifier import IncidentNotifier
+from gpufleet.reaper.incident_webhook import WebhookSender
 from gpufleet.reaper.lost_detector import LostDetector
 from gpufleet.reaper.provision_deadline import ProvisionDeadline
 from gpufleet.reaper.service import ReaperService
@@ -114,14 +124,32 @@ def build_watchdogs(
     ]
 
 
+class SideLoop(Protocol):
+    """A loop of the leader's beside the nets, on a thread of its own."""
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Reaper(TimerService):
-    """A running reaper: the shared timer-service runtime, and its provider-call pool."""
+    """A running reaper: the shared timer-service runtime, its provider-call pool, and its
+    side loops (the state gauges, the incident webhook)."""
 
     calls: CallPool | None = None
     drain_s: float = 0.0
+    side_loops: tuple[SideLoop, ...] = ()
+
+    def start_loops(self) -> None:
+        super().start_loops()
+        for loop in self.side_loops:
+            loop.start()
 
     def close(self, grace: float = 5.0) -> None:
+        # While this replica still leads: the webhook's last cursor is written under its lease.
+        for loop in self.side_loops:
+            loop.close()
         # While this replica still leads: no new claims, and the calls in flight answer and
         # record their outcomes under its lease (after release they would be fenced).
         if self.calls is not None and not self.calls.drain(self.drain_s):
@@ -160,6 +188,13 @@ def build(
     calls = CallPool(settings.provider_call_workers, "provider-calls")
     tasks = build_watchdogs(settings, sessions, lease, clock, provider, sampler, prober, calls=calls)
     ticker = Ticker(SERVICE, clock, sessions, lease, tasks, renew_s=settings.lease_renew_s)
+    side_loops: list[SideLoop] = [FleetStateGauges(sessions, clock, lease, settings.state_metrics_every_s)]
+    webhook = settings.incident_webhook()
+    if webhook is None:
+        incident_notifier.retire(sessions)
+    else:
+        post, look = webhook
+        side_loops.append(IncidentNotifier(sessions, clock, lease, WebhookSender(post), look))
     server = create_server(
         settings.listen_address,
         [
@@ -183,6 +218,7 @@ def build(
         others=(calls,),
         calls=calls,
         drain_s=settings.provider_call_drain_s,
+        side_loops=tuple(side_loops),
     )
 
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from gpufleet.common.settings import StoreSettings
 from gpufleet.reaper.auto_destroy import AutoDestroyPolicy
 from gpufleet.reaper.auto_stop import AutoStopPolicy
 from gpufleet.reaper.boot_failure import BootFailurePolicy
 from gpufleet.reaper.idle_scanner import IdlePolicy
+from gpufleet.reaper.incident_notifier import NotifierPolicy
+from gpufleet.reaper.incident_webhook import WebhookFormat, WebhookPolicy
 from gpufleet.reaper.lost_detector import LostPolicy
 from gpufleet.reaper.provision_deadline import ProvisionDeadlinePolicy
 from gpufleet.reaper.stuck_transition import StuckPolicy
@@ -82,6 +86,26 @@ class Settings(StoreSettings):
 
     # Ledger outcomes (quarantine lengths, lost-job back-off): shared, in StoreSettings.
 
+    # The leader's gauges of the database's state (incidents open, quarantines, watchdogs'
+    # last runs): how often it reads them. A scrape never queries.
+    state_metrics_every_s: float = Field(default=15.0, gt=0)
+
+    # The incident webhook (README "Incidents"): unset or empty, none. Where each incident
+    # opened and resolved is posted; a secret (a Slack webhook's URL is its credential), so
+    # never logged or shown.
+    incident_webhook_url: SecretStr | None = None
+    # `alertmanager`: Alertmanager's webhook JSON (version 4); `slack`: {"text": ...}.
+    incident_webhook_format: WebhookFormat = WebhookFormat.ALERTMANAGER
+    # How often the leader looks for changes (clock seconds), and how far back each look
+    # reads, for rows committed after their own timestamp (clock seconds).
+    incident_webhook_poll_s: float = Field(default=10.0, gt=0)
+    incident_webhook_lookback_s: float = Field(default=600.0, ge=0)
+    # Each post: its deadline, its tries and the first wait between them, doubling (real
+    # seconds: they wait on a real server).
+    incident_webhook_timeout_s: float = Field(default=5.0, gt=0)
+    incident_webhook_attempts: int = Field(default=4, ge=1, le=20)
+    incident_webhook_backoff_s: float = Field(default=1.0, ge=0)
+
     @field_validator("went_silent_after_s")
     @classmethod
     def _went_silent_floor(cls, value: float) -> float:
@@ -94,6 +118,22 @@ class Settings(StoreSettings):
                 extra={"fields": {"configured_s": value, "floor_s": floor}},
             )
             return floor
+        return value
+
+    @field_validator("incident_webhook_url", mode="before")
+    @classmethod
+    def _empty_url_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("incident_webhook_url")
+    @classmethod
+    def _http_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.get_secret_value())
+        # Said without the URL itself: it may carry the receiver's credential.
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
         return value
 
     @model_validator(mode="after")
@@ -145,3 +185,18 @@ class Settings(StoreSettings):
 
     def stuck_policy(self) -> StuckPolicy:
         return StuckPolicy(stuck_after=timedelta(seconds=self.stuck_transition_after_s))
+
+    def incident_webhook(self) -> tuple[WebhookPolicy, NotifierPolicy] | None:
+        """Where and how to post incidents, and how to look for them; None when turned off."""
+        if self.incident_webhook_url is None:
+            return None
+        return (
+            WebhookPolicy(
+                url=self.incident_webhook_url.get_secret_value(),
+                format=self.incident_webhook_format,
+                timeout_s=self.incident_webhook_timeout_s,
+                attempts=self.incident_webhook_attempts,
+                backoff_s=self.incident_webhook_backoff_s,
+            ),
+            NotifierPolicy(poll_s=self.incident_webhook_poll_s, lookback_s=self.incident_webhook_lookback_s),
+        )
