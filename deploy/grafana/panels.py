@@ -31,7 +31,7 @@ from grafana_foundation_sdk.models.dashboard import (
     ThresholdsMode,
 )
 
-from gpufleet.common.metrics.catalog import Metric
+from gpufleet.common.metrics.catalog import Instrument, Metric
 
 DATASOURCE_VARIABLE = "datasource"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VARIABLE}}}")
@@ -85,10 +85,17 @@ def instant(expr: str, legend: str = "__auto", ref_id: str = "A") -> prometheus.
     return query(expr, legend, ref_id).instant()
 
 
+def prometheus_labels(metric: Metric) -> frozenset[str]:
+    """A metric's label names as Prometheus stores them: the exporter turns every character a
+    Prometheus label may not hold into ``_`` (a semantic convention's ``rpc.method`` is
+    ``rpc_method``)."""
+    return frozenset(re.sub(r"[^a-zA-Z0-9_]", "_", key) for key in metric.label_keys)
+
+
 def _labels(metric: Metric, by: Sequence[str]) -> str:
     """``by`` as a PromQL label list, each checked to be one of the metric's labels: a
     dashboard grouping by a label the metric lacks shows one unlabelled line, silently."""
-    unknown = set(by) - metric.label_keys
+    unknown = set(by) - prometheus_labels(metric)
     if unknown:
         raise ValueError(f"{metric.prometheus_name} has no label {', '.join(sorted(unknown))}")
     return ", ".join(by)
@@ -105,8 +112,12 @@ def gauge(metric: Metric, by: Sequence[str] = (), where: str = "") -> str:
 
 
 def per_minute(metric: Metric, by: Sequence[str] = (), where: str = "") -> str:
-    """A counter's rate per minute, by ``by``."""
-    rate = f"rate({_selector(metric.prometheus_name, where)}[$__rate_interval])"
+    """A counter's rate per minute, by ``by``; for a histogram, the rate of what it measured
+    (its ``_count``)."""
+    series = metric.prometheus_name
+    if metric.instrument is Instrument.HISTOGRAM:
+        series += "_count"
+    rate = f"rate({_selector(series, where)}[$__rate_interval])"
     return f"60 * sum by ({_labels(metric, by)}) ({rate})" if by else f"60 * sum({rate})"
 
 

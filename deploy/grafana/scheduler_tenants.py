@@ -1,6 +1,7 @@
 """*Scheduler & tenants*: how long jobs wait, by kind and plan tier, what starts and how it
 ends, what dispatch costs, how the fair share divides the fleet, and where the fleet tick
-spends its time.
+spends its time; then the calls between the parts and to the database, and the calls the
+authorization table refused.
 
 Plan caps have no metric of their own yet: a tier held at its cap shows here as its queue
 growing while its fair-share usage stays flat.
@@ -28,7 +29,8 @@ def dashboard() -> Dashboard:
             "gpufleet / Scheduler & tenants",
             UID,
             "Queue depth and wait by kind and plan tier, jobs started and finished, retries, "
-            "dispatch, fair share and the fleet tick's phases (metrics: docs/metrics.md).",
+            "dispatch, fair share, the fleet tick's phases, gRPC calls and the database (metrics: "
+            "docs/metrics.md).",
         )
         .with_row(p.row("Queue"))
         .with_panel(
@@ -202,6 +204,98 @@ def dashboard() -> Dashboard:
                         "This phase's spans in Jaeger", SCHEDULER, f"fleet_tick.{p.label('phase')}"
                     )
                 ],
+            )
+        )
+        .with_row(p.row("Calls & database"))
+        .with_panel(
+            p.graph(
+                "gRPC server latency by method",
+                "p95 of each call a gpufleet server answered (SubmitJob, the agents' reports, "
+                "the CLI's calls...), from its first interceptor to its status.",
+                p.quantile_queries(m.RPC_SERVER_CALL_DURATION, ["rpc_method"], quantiles=(0.95,)),
+                unit="s",
+            )
+        )
+        .with_panel(
+            p.graph(
+                "gRPC server failures by method",
+                "Calls a gpufleet server failed per minute (UNKNOWN, DEADLINE_EXCEEDED, "
+                "UNAVAILABLE, INTERNAL, ...: the codes that are the server's fault), by method and code.",
+                [
+                    p.query(
+                        p.per_minute(
+                            m.RPC_SERVER_CALL_DURATION, ["rpc_method", "error_type"], 'error_type!=""'
+                        ),
+                        "{{rpc_method}} {{error_type}}",
+                    )
+                ],
+                unit="opm",
+                stacked=True,
+            )
+        )
+        .with_panel(
+            p.graph(
+                "gRPC client latency by method",
+                "p95 of each call gpufleet made to another part (StartJobs to agents, creates "
+                "to the provisioner...), each retry a call of its own.",
+                p.quantile_queries(m.RPC_CLIENT_CALL_DURATION, ["rpc_method"], quantiles=(0.95,)),
+                unit="s",
+            )
+        )
+        .with_panel(
+            p.graph(
+                "gRPC client failures by method",
+                "Calls gpufleet made that did not end OK, per minute, by method and code.",
+                [
+                    p.query(
+                        p.per_minute(
+                            m.RPC_CLIENT_CALL_DURATION, ["rpc_method", "error_type"], 'error_type!=""'
+                        ),
+                        "{{rpc_method}} {{error_type}}",
+                    )
+                ],
+                unit="opm",
+                stacked=True,
+            )
+        )
+        .with_panel(
+            p.graph(
+                "Database statement latency by operation",
+                "p95 of each SQL statement run through SQLAlchemy, at the driver, by verb "
+                "(SubmitJob's own statements and bulk COPYs are not counted).",
+                p.quantile_queries(m.DB_CLIENT_OPERATION_DURATION, ["db_operation_name"], quantiles=(0.95,)),
+                unit="s",
+            )
+        )
+        .with_panel(
+            p.graph(
+                "Database errors by operation",
+                "Statements that failed per minute, by verb and error (a SQLSTATE such as 40001 "
+                "for a serialization failure, or the driver's exception).",
+                [
+                    p.query(
+                        p.per_minute(
+                            m.DB_CLIENT_OPERATION_DURATION,
+                            ["db_operation_name", "error_type"],
+                            'error_type!=""',
+                        ),
+                        "{{db_operation_name}} {{error_type}}",
+                    )
+                ],
+                unit="opm",
+                stacked=True,
+            )
+        )
+        .with_panel(
+            p.graph(
+                "Calls refused by authorization",
+                "gRPC calls a gpufleet server refused by its authorization table, per minute, by "
+                "method and reason (unauthenticated, no_rule, wrong_role); each is logged with "
+                "the caller and the peer.",
+                [p.query(p.per_minute(m.AUTH_REFUSALS, ["method", "reason"]), "{{method}} {{reason}}")],
+                unit="opm",
+                stacked=True,
+                width=p.FULL,
             )
         )
     )

@@ -41,7 +41,7 @@ def dashboard() -> Dashboard:
             "gpufleet / Watchdogs & ledger",
             UID,
             "Each net's actions and refusals, detection latency, watchdog silence, leaders, "
-            "orphans, the failure ledger, incidents, quarantines, the clouds' answers and refused calls "
+            "orphans, the failure ledger, incidents, quarantines, and the clouds' answers "
             "(metrics: docs/metrics.md; alerts: deploy/prometheus/alerts.yml).",
         )
         .with_row(p.row("Now"))
@@ -287,19 +287,6 @@ def dashboard() -> Dashboard:
                         ],
                     )
                 ],
-            )
-        )
-        .with_row(p.row("Access"))
-        .with_panel(
-            p.graph(
-                "Calls refused by authorization",
-                "gRPC calls a gpufleet server refused by its authorization table, per minute, by "
-                "method and reason (unauthenticated, no_rule, wrong_role); each is logged with "
-                "the caller and the peer.",
-                [p.query(p.per_minute(m.AUTH_REFUSALS, ["method", "reason"]), "{{method}} {{reason}}")],
-                unit="opm",
-                stacked=True,
-                width=p.FULL,
             )
         )
     )
