@@ -1,7 +1,8 @@
 """``python -m gpufleet.reaper`` with ``GPUFLEET_INCIDENT_WEBHOOK_URL`` set posts an incident
-opened by another service (a row in the shared table) to a real HTTP server; stopped and
-started again, it posts what opened meanwhile and not what it had already posted. Without
-the setting it posts nothing and leaves no webhook row behind."""
+opened by another service (a row in the shared table) to a real HTTP server, and its metrics
+listener shows it leading, the incident open and the post sent; stopped and started again,
+it posts what opened meanwhile and not what it had already posted. Without the setting it
+posts nothing and leaves no webhook row behind."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.db.models import WatchdogStat
 from gpufleet.common.ledger import open_incident
+from gpufleet.common.trust.identity import Role
 from gpufleet.reaper.incident_notifier import NAME
+from tests.support import scrape, tls
+from tests.support.postgres import free_port
 from tests.support.procs import ServiceProcess, start_service
 from tests.support.webhook_receiver import serve_receiver
 
@@ -54,15 +58,37 @@ def wait_runs(sessions: sessionmaker[Session], more_than: int, proc: ServiceProc
         time.sleep(0.05)
 
 
+def scraped(port: int, proc: ServiceProcess, name: str, value: float, **labels: str) -> None:
+    """Until the reaper's /metrics shows ``name{labels} == value`` (Prometheus' view)."""
+    context = scrape.client_context(str(tls.files(Role.METRICS).ca), tls.files(Role.METRICS))
+    deadline = time.monotonic() + 20
+    while True:
+        answer = scrape.get(port, context=context, server_name="reaper.gpufleet.local")
+        if scrape.sample(answer.body, name, **labels) == value:
+            return
+        assert time.monotonic() < deadline, f"{name} {labels}: {answer.body}\n{proc.log()}"
+        time.sleep(0.1)
+
+
 def test_the_reaper_process_posts_incidents_and_resumes_after_a_restart(pg_url: str, tmp_path: Path) -> None:
     sessions = make_sessionmaker(make_engine(pg_url))
+    metrics_port = free_port()
     with serve_receiver() as receiver:
-        env = {"GPUFLEET_INCIDENT_WEBHOOK_URL": receiver.url, "GPUFLEET_INCIDENT_WEBHOOK_POLL_S": "0.2"}
+        env = {
+            "GPUFLEET_INCIDENT_WEBHOOK_URL": receiver.url,
+            "GPUFLEET_INCIDENT_WEBHOOK_POLL_S": "0.2",
+            "GPUFLEET_STATE_METRICS_EVERY_S": "0.2",
+            "GPUFLEET_METRICS_ADDRESS": f"127.0.0.1:{metrics_port}",
+        }
         proc = reaper(pg_url, tmp_path, env)
         try:
             wait_runs(sessions, 0, proc)  # leading, and its cursor taken up
             first = incident(sessions, "job a waited 31 min")
             assert receiver.wait_for(1)[0]["alerts"][0]["labels"]["incident_id"] == str(first)
+            scraped(metrics_port, proc, "gpufleet_leader_leading", 1, lease="reaper")
+            scraped(metrics_port, proc, "gpufleet_incidents_open", 1, failure_class="paid_wait")
+            scraped(metrics_port, proc, "gpufleet_incidents_notifications_total", 1, outcome="sent")
+            scraped(metrics_port, proc, "gpufleet_watchdog_cadence_seconds", 0.2, net=NAME)
         finally:
             proc.stop(timeout=45)
         assert proc.process.returncode == 0, proc.log()
