@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 
 from tests.support.ports import free_block
 from tests.support.postgres import free_port
@@ -126,9 +127,17 @@ def gpufleet_up(tmp_path: Path, *, speed: float = 1.0, env: dict[str, str] | Non
 
 
 @contextlib.contextmanager
-def prometheus_for(up: Up, tmp_path: Path) -> Iterator[str]:
-    """The real Prometheus on the configuration `up` wrote, as the README runs it; its URL."""
+def prometheus_for(up: Up, tmp_path: Path, *, rules: Path | None = None) -> Iterator[str]:
+    """The real Prometheus on the configuration `up` wrote, as the README runs it; its URL.
+    With ``rules``, the configuration gains them as README says to add them (``rule_files``),
+    evaluated every second."""
     config = up.state_dir / "prometheus.yml"
+    if rules is not None:
+        written = yaml.safe_load(config.read_text())
+        written["global"]["evaluation_interval"] = "1s"
+        written["rule_files"] = [str(rules)]
+        config = tmp_path / "prometheus-with-rules.yml"
+        config.write_text(yaml.safe_dump(written))
     checked = subprocess.run(
         [binary("promtool"), "check", "config", str(config)], capture_output=True, text=True, timeout=60
     )
