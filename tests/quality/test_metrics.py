@@ -80,3 +80,38 @@ def test_the_scan_finds_an_instrument_made_by_hand(tmp_path: Path) -> None:
         'services/reaper/gpufleet/reaper/by_hand.py:3: _stops = metrics.get_meter("x")'
         '.create_counter("gpufleet.reaper.stops")'
     ]
+
+
+def unrecorded(root: Path) -> list[str]:
+    """The catalogue's metrics (by their constant's name in catalog.py) that no module under
+    ``root``'s services/ and libs/ outside the metrics package names: declared, documented,
+    dashboarded and alerted on, and never recorded — a panel that stays empty forever."""
+    catalog = (root / METRICS_PACKAGE / "catalog.py").read_text()
+    constants = re.findall(r"^([A-Z][A-Z0-9_]+) = Metric\(", catalog, flags=re.MULTILINE)
+    sources = "\n".join(
+        path.read_text()
+        for top in ("services", "libs")
+        for path in sorted((root / top).rglob("*.py"))
+        if not (_SKIPPED_PARTS & set(path.relative_to(root).parts))
+        and not path.relative_to(root).is_relative_to(METRICS_PACKAGE)
+    )
+    return [c for c in constants if not re.search(rf"\b{c}\b", sources)]
+
+
+def test_every_declared_metric_is_recorded_somewhere() -> None:
+    assert unrecorded(REPO) == []
+
+
+def test_the_scan_finds_a_metric_nothing_records(tmp_path: Path) -> None:
+    copy_tree(tmp_path, "services", "libs")
+    catalog = tmp_path / METRICS_PACKAGE / "catalog.py"
+    text = catalog.read_text()
+    catalog.write_text(
+        text.replace(
+            "CATALOGUE: tuple[Metric, ...] = (",
+            'NEVER_RECORDED = Metric(name="gpufleet.never.recorded", instrument=Instrument.COUNTER, '
+            'unit="{thing}", labels=(), description="x", stability=Stability.ALPHA)\n\n'
+            "CATALOGUE: tuple[Metric, ...] = (",
+        )
+    )
+    assert "NEVER_RECORDED" in unrecorded(tmp_path)
