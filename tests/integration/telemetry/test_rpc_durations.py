@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from gpufleet.common import errors, grpcclient
 from gpufleet.common.grpcserver import ServiceBinding, create_aio_server, create_server
@@ -27,6 +28,7 @@ CLIENT = RPC_CLIENT_CALL_DURATION.name
 CHECK = "grpc.health.v1.Health/Check"
 RUN_SWEEP = "gpufleet.v1.SweeperService/RunSweep"
 NOWHERE = "gpufleet.v1.NoSuchService/Nothing"
+REFLECTION = "grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 # The semantic conventions' buckets for RPC durations, in seconds.
 RPC_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 
@@ -46,14 +48,15 @@ def series(method: str, code: str, *, failed: bool) -> Series:
     return tuple(sorted(labels.items()))
 
 
-def server_series(probe: MetricsProbe, expected: dict[Series, int]) -> dict[Series, float]:
-    """What the server recorded, once it has recorded as many calls as ``expected`` holds:
-    an asyncio server sends an aborted call's status before the handler's coroutine has
-    unwound, so its record may land just after the client has its answer."""
+def recorded(probe: MetricsProbe, name: str, expected: dict[Series, int]) -> dict[Series, float]:
+    """What ``probe`` recorded as ``name``, once it has recorded as many calls as ``expected``
+    holds (10 s at most). A call's answer may reach the caller a moment before its record
+    lands: an asyncio server sends an aborted call's status before the handler's coroutine
+    has unwound, and a stream's callbacks run after its reader has seen the end."""
     deadline = time.monotonic() + 10
-    while sum(probe.series(SERVER).values()) < sum(expected.values()) and time.monotonic() < deadline:
+    while sum(probe.series(name).values()) < sum(expected.values()) and time.monotonic() < deadline:
         time.sleep(0.01)
-    return probe.series(SERVER)
+    return probe.series(name)
 
 
 @pytest.fixture(params=["threaded", "asyncio"])
@@ -122,7 +125,7 @@ def test_server_and_client_record_each_call_by_method_and_status(
         series(RUN_SWEEP, "PERMISSION_DENIED", failed=False): 1,
         series("_OTHER", "UNIMPLEMENTED", failed=True): 1,
     }
-    assert server_series(server_probe, served_calls) == served_calls
+    assert recorded(server_probe, SERVER, served_calls) == served_calls
     # The client: every status but OK is a failed call.
     assert client_probe.series(CLIENT) == {
         series(CHECK, "OK", failed=False): 1,
@@ -151,5 +154,56 @@ def test_a_call_the_handler_fails_is_the_servers_failure(
             )
     assert failed.value.code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
     failure = {series(RUN_SWEEP, "UNAVAILABLE", failed=True): 1}
-    assert server_series(server_probe, failure) == failure
+    assert recorded(server_probe, SERVER, failure) == failure
     assert client_probe.series(CLIENT) == {series(RUN_SWEEP, "UNAVAILABLE", failed=True): 1}
+
+
+def test_a_stream_is_timed_from_its_start_to_its_end(
+    serve: Callable[[MetricsProbe], int], probes: tuple[MetricsProbe, MetricsProbe]
+) -> None:
+    """Reflection streams an answer to each request until the caller's requests end."""
+    server_probe, client_probe = probes
+    address = f"127.0.0.1:{serve(server_probe)}"
+    asks = [
+        reflection_pb2.ServerReflectionRequest(list_services=""),
+        reflection_pb2.ServerReflectionRequest(),
+    ]
+    with grpcclient.open_channel(
+        address, tls.transport(Role.OPERATOR), Role.SWEEPER, instruments=client_probe.instruments
+    ) as operator:
+        answers = list(reflection_pb2_grpc.ServerReflectionStub(operator).ServerReflectionInfo(iter(asks)))
+    assert len(answers) == 2
+    streamed = {series(REFLECTION, "OK", failed=False): 1}
+    assert recorded(server_probe, SERVER, streamed) == streamed
+    assert recorded(client_probe, CLIENT, streamed) == streamed
+
+
+def test_a_stream_its_deadline_ends_is_deadline_exceeded_on_both_sides(
+    probes: tuple[MetricsProbe, MetricsProbe],
+) -> None:
+    """Health's Watch never ends by itself: the caller's deadline ends it. The threaded
+    health service's stream then just stops, so the server reads from its own clock how the
+    call ended instead of counting it OK. (The asyncio skeleton's Watch is left out: its
+    handler is a coroutine writing to its context, which the skeleton's wrappers do not
+    stream yet.)"""
+    server_probe, client_probe = probes
+    server = create_server(
+        "127.0.0.1:0", [], transport=tls.transport("sweeper"), instruments=server_probe.instruments
+    )
+    try:
+        with grpcclient.open_channel(
+            f"127.0.0.1:{server.port}",
+            tls.transport(Role.OPERATOR),
+            Role.SWEEPER,
+            instruments=client_probe.instruments,
+        ) as operator:
+            watch = health_pb2_grpc.HealthStub(operator).Watch(health_pb2.HealthCheckRequest(), timeout=0.3)
+            with pytest.raises(grpc.RpcError) as ended:
+                for answer in watch:
+                    assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        assert ended.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+        expired = {series("grpc.health.v1.Health/Watch", "DEADLINE_EXCEEDED", failed=True): 1}
+        assert recorded(server_probe, SERVER, expired) == expired
+        assert recorded(client_probe, CLIENT, expired) == expired
+    finally:
+        server.stop(0)

@@ -75,39 +75,74 @@ def _class_name(error: BaseException) -> str:
 
 
 class _Durations:
-    """One histogram and how a measurement is labelled and kept from failing the call."""
+    """One histogram and how a call's outcome is labelled; a recording that fails is logged
+    and never reaches the call (unless the instruments are strict)."""
 
     def __init__(self, histogram: Histogram, strict: bool, failures: Callable[[grpc.StatusCode], bool]):
         self._histogram = histogram
         self._strict = strict
         self._failures = failures
 
-    def record(
-        self, method: str, started: float, code: grpc.StatusCode | None, error: BaseException | None = None
-    ) -> None:
+    def after_handler(self, method: str, started: float, context: Any, otherwise: grpc.StatusCode) -> None:
+        """A server's call: the status its handler set (an abort sets it too); else, when the
+        call ended under the handler, how (a stream's source may just stop then); else
+        ``otherwise`` (``OK`` when it returned, ``UNKNOWN`` when it raised: gRPC's answer)."""
+        elapsed = time.perf_counter() - started
         try:
-            labels: dict[str, str] = {RPC_SYSTEM_NAME.key: GRPC, RPC_METHOD.key: method}
-            if code is not None:
-                labels[RPC_RESPONSE_STATUS_CODE.key] = code.name
-                if self._failures(code):
-                    labels[ERROR_TYPE.key] = code.name
-            elif error is not None:
-                labels[ERROR_TYPE.key] = _class_name(error)
-            self._histogram.record(time.perf_counter() - started, labels)
+            code = context.code() if context is not None else None
+            if not isinstance(code, grpc.StatusCode):
+                code = _cut_short(context) if otherwise is not grpc.StatusCode.UNKNOWN else None
+            self._record(method, elapsed, code or otherwise, None)
         except Exception:
-            if self._strict:
-                raise
-            log.exception("rpc call duration of %s not recorded", method)
+            self._failed(method)
+
+    def after_call(self, method: str, started: float, outcome: Any) -> None:
+        """A client's call, from its completed future."""
+        elapsed = time.perf_counter() - started
+        try:
+            code, error = _client_outcome(outcome)
+            self._record(method, elapsed, code, error)
+        except Exception:
+            self._failed(method)
+
+    def _record(
+        self, method: str, elapsed: float, code: grpc.StatusCode | None, error: BaseException | None
+    ) -> None:
+        labels: dict[str, str] = {RPC_SYSTEM_NAME.key: GRPC, RPC_METHOD.key: method}
+        if code is not None:
+            labels[RPC_RESPONSE_STATUS_CODE.key] = code.name
+            if self._failures(code):
+                labels[ERROR_TYPE.key] = code.name
+        elif error is not None:
+            labels[ERROR_TYPE.key] = _class_name(error)
+        self._histogram.record(elapsed, labels)
+
+    def _failed(self, method: str) -> None:
+        """Called while the recording's exception is handled."""
+        if self._strict:
+            raise
+        log.exception("rpc call duration of %s not recorded", method)
 
 
 # -- the server -------------------------------------------------------------------------------
 
 
-def _code(context: Any, otherwise: grpc.StatusCode) -> grpc.StatusCode:
-    """The status the handler set (an abort sets it too), else ``otherwise``: ``OK`` when it
-    returned, ``UNKNOWN`` when it raised (what gRPC answers then)."""
-    code = context.code()
-    return code if isinstance(code, grpc.StatusCode) else otherwise
+def _cut_short(context: Any) -> grpc.StatusCode | None:
+    """How the call ended while its handler still ran, if it did: its deadline passed, or
+    the caller cancelled it (a server cannot tell a deadline the caller's library enforced
+    apart from a cancel, but it knows its own clock)."""
+    if context is None:
+        return None
+    threaded = hasattr(context, "is_active")  # an asyncio context says cancelled() instead
+    ended = not context.is_active() if threaded else bool(context.cancelled())
+    if not ended:
+        return None
+    remaining = context.time_remaining()
+    return (
+        grpc.StatusCode.DEADLINE_EXCEEDED
+        if remaining is not None and remaining <= 0
+        else grpc.StatusCode.CANCELLED
+    )
 
 
 class _ServerTimer:
@@ -125,7 +160,7 @@ class _ServerTimer:
 
     def unknown(self, started: float) -> None:
         """A call to no method this server serves: gRPC answers it UNIMPLEMENTED."""
-        self.durations.record(OTHER_METHOD, started, grpc.StatusCode.UNIMPLEMENTED)
+        self.durations.after_handler(OTHER_METHOD, started, None, grpc.StatusCode.UNIMPLEMENTED)
 
     def _wrap(self, path: str, handler: Any) -> Any:
         method = method_name(path)
@@ -138,38 +173,41 @@ class _ServerTimer:
         for behavior, make in shapes:
             if behavior is not None:
                 return make(
-                    self._timed(method, behavior),
+                    self._timed(method, behavior, handler.response_streaming),
                     request_deserializer=handler.request_deserializer,
                     response_serializer=handler.response_serializer,
                 )
         return handler
 
-    def _timed(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def _timed(self, method: str, behavior: Callable[..., Any], streams: bool) -> Callable[..., Any]:
+        """By what the behaviour is, not only by the method's shape: a response stream is
+        an async generator, a coroutine writing to its context, or a function returning
+        any iterator (the threaded health service's Watch)."""
         if inspect.isasyncgenfunction(behavior):
             return self._async_stream(method, behavior)
         if inspect.iscoroutinefunction(behavior):
             return self._async_unary(method, behavior)
-        if inspect.isgeneratorfunction(behavior):
+        if streams:
             return self._stream(method, behavior)
         return self._unary(method, behavior)
 
     def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
-        record = self.durations.record
+        after = self.durations.after_handler
 
         def timed(request: Any, context: Any) -> Any:
             started = time.perf_counter()
             try:
                 response = behavior(request, context)
             except BaseException:
-                record(method, started, _code(context, grpc.StatusCode.UNKNOWN))
+                after(method, started, context, grpc.StatusCode.UNKNOWN)
                 raise
-            record(method, started, _code(context, grpc.StatusCode.OK))
+            after(method, started, context, grpc.StatusCode.OK)
             return response
 
         return timed
 
     def _stream(self, method: str, behavior: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
-        record = self.durations.record
+        after = self.durations.after_handler
 
         def timed(request: Any, context: Any) -> Iterator[Any]:
             started = time.perf_counter()
@@ -177,25 +215,25 @@ class _ServerTimer:
             try:
                 yield from behavior(request, context)
                 otherwise = grpc.StatusCode.OK
-            except GeneratorExit:  # the call ended before the stream did: the client left
+            except GeneratorExit:  # closed before its end: the call is over, the client left
                 otherwise = grpc.StatusCode.CANCELLED
                 raise
             finally:
-                record(method, started, _code(context, otherwise))
+                after(method, started, context, otherwise)
 
         return timed
 
     def _async_unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
-        record = self.durations.record
+        after = self.durations.after_handler
 
         async def timed(request: Any, context: Any) -> Any:
             started = time.perf_counter()
             try:
                 response = await behavior(request, context)
             except BaseException as error:
-                record(method, started, _code(context, _async_failure(error)))
+                after(method, started, context, _async_failure(error))
                 raise
-            record(method, started, _code(context, grpc.StatusCode.OK))
+            after(method, started, context, grpc.StatusCode.OK)
             return response
 
         return timed
@@ -203,7 +241,7 @@ class _ServerTimer:
     def _async_stream(
         self, method: str, behavior: Callable[..., AsyncIterator[Any]]
     ) -> Callable[..., AsyncIterator[Any]]:
-        record = self.durations.record
+        after = self.durations.after_handler
 
         async def timed(request: Any, context: Any) -> AsyncIterator[Any]:
             started = time.perf_counter()
@@ -216,7 +254,7 @@ class _ServerTimer:
                 otherwise = _async_failure(error)
                 raise
             finally:
-                record(method, started, _code(context, otherwise))
+                after(method, started, context, otherwise)
 
         return timed
 
@@ -298,12 +336,7 @@ class ClientCallDurations(
 
     def _when_done(self, details: Any, started: float, call: Any) -> Any:
         method = method_name(str(details.method))
-
-        def done(outcome: Any) -> None:
-            code, error = _client_outcome(outcome)
-            self._durations.record(method, started, code, error)
-
-        call.add_done_callback(done)
+        call.add_done_callback(lambda outcome: self._durations.after_call(method, started, outcome))
         return call
 
 
