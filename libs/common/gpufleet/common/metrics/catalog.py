@@ -159,12 +159,20 @@ FORBIDDEN_LABEL_KEYS = frozenset(
 # The vocabulary: the only label keys a metric may name. Keys in snake case, as Prometheus
 # shows them (OpenTelemetry's dots would become underscores anyway).
 POOL = Label("pool", "a pool of the catalogue (operator-defined, a handful); `none` for a machine in no pool")
-PROVIDER = Label("provider", "a provider driver: `AWS`, `GCP`, `LOCAL`, `SIM`")
-REGION = Label("region", "a region named by an offering of the catalogue")
-OFFERING = Label("offering", "an offering of the catalogue")
+PROVIDER = Label(
+    "provider",
+    "a provider driver: `AWS`, `GCP`, `LOCAL`, `SIM`; `unknown` for a quarantine whose offering left "
+    "the catalogue; `PROVISIONER` for a listing that failed at the provisioner itself",
+)
+REGION = Label("region", "a region named by an offering of the catalogue; `unlisted` for any other")
+OFFERING = Label("offering", "an offering of the catalogue; `unlisted` for any other")
 KIND = Label("kind", "a job kind of the catalogue (counted only once the catalogue check has passed)")
 PLAN_TIER = Label("plan_tier", "a plan's tier number (a handful)")
-NET = Label("net", "a reaper net (watchdog) by name")
+NET = Label(
+    "net",
+    "a watchdog by name: a reaper net, a sweeper pass, a scheduler request watchdog, the incident "
+    "webhook (`incident_webhook`)",
+)
 GATE = Label("gate", "the gate that refused: a `RefusalReason` value")
 ACTION = Label(
     "action", "what a net did: a word fixed in its code (`mark_lost`, `stop`, `probe_failed`, ...)"
@@ -661,7 +669,9 @@ REAPER_DETECTION_LATENCY = Metric(
     labels=(NET,),
     description="For each act of a net (a machine marked lost, stopped, destroyed, replaced), the time "
     "from the failure's first sign (the last heartbeat, the deadline's start, idle since, the "
-    "transition's start) to the act.",
+    "transition's start; for a machine the sweeper finds lost at the provider, the last listing "
+    "that showed it running) to the act; each net's sign is listed in "
+    "services/reaper/gpufleet/reaper/detection_latency.py.",
     stability=Stability.ALPHA,
     buckets=_DETECTION_BUCKETS,
 )
@@ -689,7 +699,8 @@ SWEEPER_LISTING_FAILURES = Metric(
     unit="{listing}",
     labels=(PROVIDER,),
     description="Consecutive failed listings of a provider's instances (0 when the last one "
-    "succeeded): while it is above 0 neither orphans nor lost instances are found there.",
+    "succeeded): while it is above 0 neither orphans nor lost instances are found there. "
+    "provider=PROVISIONER counts the rounds the provisioner itself could not be reached.",
     stability=Stability.ALPHA,
 )
 WATCHDOG_LAST_RUN = Metric(
@@ -698,7 +709,9 @@ WATCHDOG_LAST_RUN = Metric(
     unit="s",
     labels=(NET,),
     description="When each watchdog (a reaper net, the sweeper's passes, the scheduler's request "
-    "watchdogs) last completed a pass, as Unix seconds; `time() - this` is its silence.",
+    "watchdogs, the incident webhook's cursor) last completed a pass, as Unix seconds of the "
+    "system's clock; `time() - this` is its silence (under `gpufleet up --speed N` the system's "
+    "clock runs ahead of Prometheus', and the silence reads negative).",
     stability=Stability.ALPHA,
 )
 WATCHDOG_CADENCE = Metric(
@@ -764,7 +777,8 @@ LEDGER_FAILURES = Metric(
     unit="{failure}",
     labels=(FAILURE_CLASS, OUTCOME),
     description="Rows written to the failure ledger, by class and the outcome it routed to "
-    "(`LedgerOutcome`: NOTHING, REPLACE_MACHINE, HALT_PROVISIONING, ALERT_HUMAN, ...).",
+    "(`LedgerOutcome`: NOTHING, REPLACE_MACHINE, HALT_PROVISIONING, ALERT_HUMAN, ...), counted "
+    "when the row's transaction commits.",
     stability=Stability.BETA,
 )
 
