@@ -31,30 +31,30 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    root, launcher, state = scratch_walls("bench", 1)
-    pipeline = root / "pipeline"
-    pipeline.mkdir(mode=0o755)
-    plain, walled = [], []
-    for run in range(args.runs):
-        started = time.perf_counter()
-        subprocess.run(COMMAND, check=True)
-        plain.append(time.perf_counter() - started)
+    with scratch_walls("bench", 1) as (root, launcher, state):
+        pipeline = root / "pipeline"
+        pipeline.mkdir(mode=0o755)
+        plain, walled = [], []
+        for run in range(args.runs):
+            started = time.perf_counter()
+            subprocess.run(COMMAND, check=True)
+            plain.append(time.perf_counter() - started)
 
-        spec = JobSpec(attempt_id=f"bench-{run}", job_id="bench", slot=0)
-        files = state.attempt(spec.attempt_id)
-        files.folder.mkdir(parents=True)
-        started = time.perf_counter()
-        slot = launcher.open_slot(spec, files, pipeline)
-        subprocess.run(
-            slot.command(COMMAND),
-            env=slot.environment({}),
-            cwd=slot.job_dir,
-            preexec_fn=slot.preexec(),
-            check=True,
-        )
-        slot.close()
-        walled.append(time.perf_counter() - started)
-        print(f"\rrun {run + 1}/{args.runs}", end="", file=sys.stderr, flush=True)
+            spec = JobSpec(attempt_id=f"bench-{run}", job_id="bench", slot=0)
+            files = state.attempt(spec.attempt_id)
+            files.folder.mkdir(parents=True)
+            started = time.perf_counter()
+            slot = launcher.open_slot(spec, files, pipeline)
+            subprocess.run(
+                slot.command(COMMAND),
+                env=slot.environment({}),
+                cwd=slot.job_dir,
+                preexec_fn=slot.preexec(),
+                check=True,
+            )
+            slot.close()
+            walled.append(time.perf_counter() - started)
+            print(f"\rrun {run + 1}/{args.runs}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     plain_ms, walled_ms = statistics.median(plain) * 1000, statistics.median(walled) * 1000
     figures = {
@@ -72,7 +72,6 @@ def main() -> int:
     print(f"extra {extra:.1f} ms at the median, {ratio:.2f}x a plain spawn (goal <= 150 ms)")
     if args.json:
         print(json.dumps(figures))
-    subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
     return 0
 
 

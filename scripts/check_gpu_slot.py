@@ -40,34 +40,33 @@ def main() -> int:
         print(f"NVML: unavailable here ({err}); checking slot device visibility only")
     else:
         _nvml_readings()
-    root, launcher, state = scratch_walls("gpu", 2)
     failures = 0
-    for slot in range(2):
-        spec = JobSpec(attempt_id=f"gpu-{slot}", job_id="gpu", slot=slot)
-        files = state.attempt(spec.attempt_id)
-        files.folder.mkdir(parents=True)
-        opened = launcher.open_slot(spec, files, root)
-        argv = opened.command(["/bin/sh", "-c", "ls /dev | grep nvidia; nvidia-smi -L || true"])
-        seen = subprocess.run(
-            argv,
-            env=opened.environment({}),
-            cwd=opened.job_dir,
-            preexec_fn=opened.preexec(),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        opened.close()
-        own = {
-            Path(n).name
-            for n in devices.device_nodes(devices.gpus_for_slots(devices.gpu_nodes(), 2, slot, 1))
-        }
-        visible = {
-            line for line in seen.stdout.splitlines() if line.startswith("nvidia") and "GPU" not in line
-        }
-        print(f"slot {slot}: sees {sorted(visible)}; its own {sorted(own)}\n{seen.stdout}{seen.stderr}")
-        failures += bool(visible - own)
-    subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+    with scratch_walls("gpu", 2) as (root, launcher, state):
+        for slot in range(2):
+            spec = JobSpec(attempt_id=f"gpu-{slot}", job_id="gpu", slot=slot)
+            files = state.attempt(spec.attempt_id)
+            files.folder.mkdir(parents=True)
+            opened = launcher.open_slot(spec, files, root)
+            argv = opened.command(["/bin/sh", "-c", "ls /dev | grep nvidia; nvidia-smi -L || true"])
+            seen = subprocess.run(
+                argv,
+                env=opened.environment({}),
+                cwd=opened.job_dir,
+                preexec_fn=opened.preexec(),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            opened.close()
+            own = {
+                Path(n).name
+                for n in devices.device_nodes(devices.gpus_for_slots(devices.gpu_nodes(), 2, slot, 1))
+            }
+            visible = {
+                line for line in seen.stdout.splitlines() if line.startswith("nvidia") and "GPU" not in line
+            }
+            print(f"slot {slot}: sees {sorted(visible)}; its own {sorted(own)}\n{seen.stdout}{seen.stderr}")
+            failures += bool(visible - own)
     return 1 if failures else 0
 
 

@@ -21,6 +21,7 @@ from typing import TypeVar
 import grpc
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common import host_release
 from gpufleet.common.clock import FileClock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.trust.identity import Role
@@ -161,6 +162,8 @@ class Fleet:
         for pid in self.machine_pids():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+        # The slot users and walls its local machines took on the host go with them.
+        assert host_release.release_stack(self.machines_root) == []
 
 
 def make_fleet(root: Path, db_url: str, **overrides: str) -> Fleet:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from gpufleet.common import host_release
 from tests.support.ports import free_block
 from tests.support.postgres import free_port
 
@@ -120,10 +121,12 @@ def gpufleet_up(tmp_path: Path, *, speed: float = 1.0, env: dict[str, str] | Non
             proc.communicate(timeout=60)
         if proc.poll() is None:
             proc.kill()
-        # Local machines outlive `up` on purpose (the next one adopts them); end them here.
+        # Local machines outlive `up` on purpose (the next one adopts them); end them here,
+        # and give back the slot users and walls they took on the host.
         for pid_file in (state_dir / "machines").glob("*/disk/agent.pid"):
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        assert host_release.release_stack(state_dir / "machines") == []
 
 
 @contextlib.contextmanager

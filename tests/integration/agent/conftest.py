@@ -2,13 +2,16 @@
 
 Each agent is started in a session of its own, as the provisioner's local driver does,
 so its worker, runners and jobs share its process group; teardown kills every group this
-module started, by its id.
+module started, by its id, and gives back the slot users and walls each agent took. Each
+agent gets a walls name of this test run's own, so test runs side by side (and a
+`gpufleet up` beside them) never wipe each other's slots.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -19,8 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.agent.settings import Settings
+from gpufleet.common import host_release
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.grpcserver import ServiceServer
+from gpufleet.common.host_names import HostNames
 from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 from tests.integration.agent.fake_scheduler import FakeWorkerService, start_fake_scheduler, wait_for
@@ -37,6 +43,7 @@ class AgentProcess:
     state_dir: Path
     port: int
     machine_id: str
+    names: HostNames  # its slot users, walls and jobs' cgroup on this host
 
     @property
     def address(self) -> str:
@@ -66,6 +73,11 @@ class AgentLauncher:
         self.scheduler_port = scheduler_port
         self.clock_origin = clock_origin
         self.groups: list[int] = []
+        self.names: list[HostNames] = []
+        self.run_tag = secrets.token_hex(3)
+
+    def next_walls_name(self) -> str:
+        return f"t{self.run_tag}-{len(self.names)}"
 
     def start(
         self,
@@ -74,9 +86,13 @@ class AgentLauncher:
         slots: int = 4,
         machine_id: str = "machine-1",
         extra_env: dict[str, str] | None = None,
+        walls_name: str | None = "",
     ) -> AgentProcess:
+        """``walls_name``: "" for one of this run's own, None for the agent's default (its
+        deployment's, machine's and state folder's)."""
         env = {
             **os.environ,
+            "GPUFLEET_WALLS_NAME": self.next_walls_name() if walls_name == "" else (walls_name or ""),
             "GPUFLEET_MACHINE_ID": machine_id,
             "GPUFLEET_AGENT_STATE_DIR": str(state_dir),
             "GPUFLEET_SCHEDULER_ADDRESS": f"127.0.0.1:{self.scheduler_port}",
@@ -92,6 +108,13 @@ class AgentLauncher:
             **tls.env(f"machine:{machine_id}"),
             **(extra_env or {}),
         }
+        names = Settings(
+            machine_id=machine_id,
+            agent_state_dir=state_dir,
+            deployment_id=env.get("GPUFLEET_DEPLOYMENT_ID", "local"),
+            walls_name=env["GPUFLEET_WALLS_NAME"],
+        ).host_names
+        self.names.append(names)
         port_file = state_dir / "agent.port"
         port_file.unlink(missing_ok=True)
         log = open(state_dir.parent / f"{state_dir.name}-agent.log", "ab")  # noqa: SIM115
@@ -115,12 +138,14 @@ class AgentLauncher:
             return None
 
         port = wait_for(ready, timeout=20, what="agent.port")
-        return AgentProcess(proc, state_dir, port, machine_id)
+        return AgentProcess(proc, state_dir, port, machine_id, names)
 
     def kill_all(self) -> None:
         for group in self.groups:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
+        for names in self.names:
+            assert host_release.release(names) == [], f"{names} not given back"
 
 
 @pytest.fixture(scope="module")

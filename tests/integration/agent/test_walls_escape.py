@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import pwd
+import secrets
 import socket
 import subprocess
 import tempfile
@@ -25,12 +26,14 @@ import pytest
 
 from gpufleet.agent.walls.wipe import processes_of
 from gpufleet.common.errors import FailedPrecondition
+from gpufleet.common.host_names import HostNames
 from gpufleet.v1 import job_pb2
 from tests.integration.agent.conftest import AgentLauncher, AgentProcess, start_request
 from tests.integration.agent.fake_scheduler import FakeWorkerService, wait_for
 
 PIPELINE = Path(__file__).with_name("escape_pipeline")
-PREFIX = "gfesc-s"
+# The escape suite's machine's host-wide names: this run's own.
+ESCAPE = HostNames(f"esc{secrets.token_hex(3)}")
 # Credentials the agent holds in its own environment: none may reach a job.
 AGENT_SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "sekrit-aws",
@@ -57,9 +60,9 @@ def walled(
         state,
         slots=2,
         machine_id="escape-1",
+        walls_name=ESCAPE.walls_name,
         extra_env={
             "GPUFLEET_WALLS_ROOT": str(walls_root / "machine"),
-            "GPUFLEET_SLOT_USER_PREFIX": PREFIX,
             "GPUFLEET_PIPELINE_SOURCE": str(PIPELINE),
             "GPUFLEET_PIPELINE_COMMAND": json.dumps(["python3", "-I", "{pipeline_dir}/probe_job.py"]),
             **AGENT_SECRETS,
@@ -67,8 +70,12 @@ def walled(
     )
 
 
+def slot_user(slot: int) -> pwd.struct_passwd:
+    return pwd.getpwnam(ESCAPE.slot_user(slot))
+
+
 def uid(slot: int) -> int:
-    return pwd.getpwnam(f"{PREFIX}{slot}").pw_uid
+    return slot_user(slot).pw_uid
 
 
 def job(attempt_id: str, role: str, *, slot: int, params: dict[str, object] | None = None, **fields: object):  # type: ignore[no-untyped-def]
@@ -152,7 +159,7 @@ def test_slot_a_cannot_cross_any_wall_to_slot_b_or_the_machine(
     # After the job: nothing of A is left, and the wipe followed no planted link.
     assert not (jobs_dir / "prober-1").exists()
     assert not processes_of(uid(0))
-    assert list(Path(pwd.getpwnam(f"{PREFIX}0").pw_dir).iterdir()) == []
+    assert list(Path(slot_user(0).pw_dir).iterdir()) == []
     for place in ("/tmp", "/var/tmp", "/dev/shm"):
         assert not Path(place, "a-was-here").exists(), f"A's file escaped into the host's {place}"
     etc_after = os.stat("/etc")
@@ -307,7 +314,7 @@ def test_every_kind_runs_behind_the_walls(
         tmp_path / "state",
         slots=2,
         machine_id="escape-kinds",
-        extra_env={"GPUFLEET_WALLS_ROOT": str(walls_root / "kinds"), "GPUFLEET_SLOT_USER_PREFIX": "gfkind-s"},
+        extra_env={"GPUFLEET_WALLS_ROOT": str(walls_root / "kinds")},
     )
     kinds = [("short_episode", 0, 1, False), ("film", 0, 2, False), ("clip", 1, 1, True)]
     with agent.client() as client:
@@ -339,7 +346,7 @@ def test_a_slot_that_cannot_be_closed_runs_nothing_and_says_why(
     finally:
         home.unlink()
         home.mkdir(mode=0o700)
-        os.chown(home, uid(0), pwd.getpwnam(f"{PREFIX}0").pw_gid)
+        os.chown(home, uid(0), slot_user(0).pw_gid)
     assert result.outcome == job_pb2.ATTEMPT_STATE_INFRA_ERROR  # type: ignore[attr-defined]
     assert result.slot_not_closed  # type: ignore[attr-defined]
     assert "slot could not be closed" in result.message  # type: ignore[attr-defined]
@@ -357,7 +364,6 @@ def test_a_machine_that_cannot_build_the_walls_refuses_every_job_loudly(
         machine_id="escape-nowalls",
         extra_env={
             "GPUFLEET_WALLS_ROOT": str(walls_root / "nowalls"),
-            "GPUFLEET_SLOT_USER_PREFIX": "gfnowall-s",
             "GPUFLEET_BWRAP_PATH": "/nonexistent/bwrap",
         },
     )

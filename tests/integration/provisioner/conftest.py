@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.common import host_release
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.provider_errors import ProviderError
 from gpufleet.provisioner.drivers import local_procs
@@ -80,14 +81,15 @@ def agent_env(root: Path, machine_id: str) -> dict[str, str]:
 
 
 def kill_local_machines(root: Path) -> None:
-    """Teardown safety net: end every process group recorded under ``root``."""
-    if not root.is_dir():
-        return
-    for record in root.glob("*/instance.json"):
-        with contextlib.suppress(ValueError, OSError):
-            pgid = json.loads(record.read_text()).get("pgid")
-            if pgid:
-                local_procs.end_group(int(pgid), 1.0, lambda: None)
+    """Teardown safety net: end every process group recorded under ``root`` and give back
+    the slot users and walls its machines took on this host."""
+    if root.is_dir():
+        for record in root.glob("*/instance.json"):
+            with contextlib.suppress(ValueError, OSError):
+                pgid = json.loads(record.read_text()).get("pgid")
+                if pgid:
+                    local_procs.end_group(int(pgid), 1.0, lambda: None)
+    assert host_release.release_stack(root) == []
 
 
 def pid_alive(pid: int) -> bool:

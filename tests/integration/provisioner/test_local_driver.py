@@ -6,6 +6,7 @@ that misbehave on purpose."""
 from __future__ import annotations
 
 import json
+import pwd
 import socket
 import threading
 import uuid
@@ -190,9 +191,60 @@ def test_destroy_ends_every_process_and_removes_the_folder(root: Path) -> None:
     create(driver, "m-1")
     disk = root / "m-1" / "disk"
     pids = [read_int(disk / "agent.pid"), read_int(disk / "worker.pid")]
+    names = driver.host_names(0)
     assert driver.destroy(ref("m-1")) is True
     assert not (root / "m-1").exists()
     assert not any(pid_alive(p) for p in pids)
+    # What the machine took on the host is given back with it.
+    assert not [u.pw_name for u in pwd.getpwall() if u.pw_name.startswith(names.slot_user_prefix)]
+    assert not names.walls_root.exists()
+
+
+def test_machine_n_of_two_stacks_takes_names_of_its_own_on_the_host(tmp_path: Path) -> None:
+    """Two stacks (two local roots) each run their machine 0 here: each has its own slot users
+    and walls, so neither's wipe before and after a job can reach the other's jobs."""
+    roots = [tmp_path / "stack-a" / "machines", tmp_path / "stack-b" / "machines"]
+    try:
+        drivers = [local_driver(r, "local") for r in roots]
+        for driver in drivers:
+            create(driver, "m-1")  # the same machine id in both, and machine number 0 in both
+        envs = [agent_env(r, "m-1") for r in roots]
+        names = [d.host_names(0) for d in drivers]
+        assert [e["GPUFLEET_WALLS_NAME"] for e in envs] == [n.walls_name for n in names]
+        assert names[0].walls_name != names[1].walls_name
+        for n in names:  # the agents made them: three slots each
+            assert [pwd.getpwnam(n.slot_user(slot)).pw_dir for slot in range(3)] == [
+                str(n.walls_root / "homes" / str(slot)) for slot in range(3)
+            ]
+    finally:
+        for r in roots:
+            kill_local_machines(r)
+    for n in names:
+        assert not [u for u in pwd.getpwall() if u.pw_name.startswith(n.slot_user_prefix)]
+
+
+def test_host_wide_names_of_the_provisioners_own_never_reach_a_machine(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUFLEET_SLOT_USER_PREFIX", "gpufleet-slot-")
+    monkeypatch.setenv("GPUFLEET_WALLS_ROOT", "/var/lib/gpufleet/walls/shared")
+    monkeypatch.setenv("GPUFLEET_WALLS_NAME", "shared")
+    driver = local_driver(root, "dep", agent="serve")
+    create(driver, "m-1")
+    env = agent_env(root, "m-1")
+    assert "GPUFLEET_SLOT_USER_PREFIX" not in env
+    assert "GPUFLEET_WALLS_ROOT" not in env
+    assert env["GPUFLEET_WALLS_NAME"] == driver.host_names(0).walls_name
+
+
+def test_a_stop_says_the_platform_ends_the_machines_jobs_and_a_start_unsays_it(root: Path) -> None:
+    driver = local_driver(root, "dep", agent="serve")
+    create(driver, "m-1")
+    marker = root / "m-1" / "disk" / "machine.stopping"
+    driver.stop(ref("m-1"))
+    assert "stopped by the provisioner" in marker.read_text()
+    driver.start(ref("m-1"))
+    assert not marker.exists()
 
 
 def test_a_hung_boot_is_running_without_an_agent_address(root: Path) -> None:

@@ -4,6 +4,7 @@ launcher, timed on a manual clock."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.agent import platform_kills
 from gpufleet.agent.launcher import CurrentUserLauncher, OpenSlot, SlotError, SlotLauncher
 from gpufleet.agent.runner import Runner, StopReason, decide_outcome, exit_code_of, job_base_environment
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome
-from gpufleet.agent.statedir import AttemptFiles
+from gpufleet.agent.statedir import AttemptFiles, StateDir
 from gpufleet.common.clock import ManualClock
 from tests.unit.agent.factories import spec
 
@@ -37,6 +39,32 @@ from tests.unit.agent.factories import spec
 )
 def test_outcome_rules(exit_code: int, stopped: StopReason | None, outcome: Outcome, message: str) -> None:
     decided, text = decide_outcome(exit_code, stopped, "user" if exit_code else "")
+    assert decided is outcome
+    assert message in text
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "stopped", "platform", "oom", "outcome", "message"),
+    [
+        # The platform said it would kill the job: ours, whatever the exit code reads.
+        (137, None, "slot 0 wiped", False, Outcome.INFRA_ERROR, "killed by the platform (slot 0 wiped)"),
+        (1, None, "machine stopped", False, Outcome.INFRA_ERROR, "killed by the platform"),
+        (137, None, "slot 0 wiped", True, Outcome.INFRA_ERROR, "killed by the platform"),
+        # It finished anyway: its verdict stands.
+        (0, None, "slot 0 wiped", False, Outcome.SUCCEEDED, ""),
+        # The runner's own kills say what they were.
+        (143, StopReason.CANCELLED, "slot 0 wiped", False, Outcome.CANCELLED, "cancelled"),
+        (143, StopReason.TIMED_OUT, "", False, Outcome.TIMED_OUT, "time limit"),
+        # No record: the job's own, its memory limit included.
+        (137, None, "", True, Outcome.FAILED, "killed by SIGKILL at its memory limit (out of memory)"),
+        (137, None, "", False, Outcome.FAILED, "killed by SIGKILL"),
+        (3, None, "", True, Outcome.FAILED, "exited with code 3"),
+    ],
+)
+def test_a_kill_is_the_platforms_only_when_the_platform_recorded_it(
+    exit_code: int, stopped: StopReason | None, platform: str, oom: bool, outcome: Outcome, message: str
+) -> None:
+    decided, text = decide_outcome(exit_code, stopped, killed_by_platform=platform, out_of_memory=oom)
     assert decided is outcome
     assert message in text
 
@@ -91,6 +119,9 @@ class PrefixSlot:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job_pid, signum)
 
+    def out_of_memory(self) -> bool:
+        return self.launcher.out_of_memory
+
     def close(self) -> None:
         self.launcher.closed.append(self.spec.slot)
         shutil.rmtree(self.files.work)
@@ -101,8 +132,9 @@ class PrefixLauncher:
 
     name = "prefix"
 
-    def __init__(self, fail_open: bool = False) -> None:
+    def __init__(self, fail_open: bool = False, out_of_memory: bool = False) -> None:
         self.fail_open = fail_open
+        self.out_of_memory = out_of_memory
         self.closed: list[int] = []
 
     def open_slot(self, spec: JobSpec, files: AttemptFiles, pipeline_dir: Path) -> OpenSlot:
@@ -240,3 +272,50 @@ def test_a_second_run_keeps_the_first_verdict(tmp_path: Path) -> None:
     first = runner.run()
     runner.pipeline_command = [sys.executable, "-c", "raise SystemExit(9)"]
     assert runner.run() == first
+
+
+def job_pid(runner: Runner) -> int:
+    wait_started(runner)
+    return int(json.loads(runner.files.runner_state.read_text())["job_pid"])
+
+
+def test_a_job_that_kills_itself_fails_on_its_own_account(tmp_path: Path) -> None:
+    runner = make_runner(
+        tmp_path, spec("a-1"), "import os, signal; os.kill(os.getpid(), signal.SIGKILL)", ManualClock()
+    )
+    result = runner.run()
+    assert (result.outcome, result.exit_code) == (Outcome.FAILED, 137)
+    assert result.message == "the job was killed by SIGKILL"
+
+
+def test_a_kill_the_platform_recorded_first_is_the_platforms(tmp_path: Path) -> None:
+    runner = make_runner(tmp_path, spec("a-1"), SLEEP, ManualClock())
+    thread, results = run_in_thread(runner)
+    pid = job_pid(runner)
+    platform_kills.record_attempt_kill(runner.files, "slot 0 wiped for attempt a-2")
+    os.killpg(pid, signal.SIGKILL)
+    thread.join(10)
+    assert (results[0].outcome, results[0].exit_code) == (Outcome.INFRA_ERROR, 137)
+    assert "slot 0 wiped for attempt a-2" in results[0].message
+
+
+def test_every_job_killed_while_its_machine_stops_is_the_platforms(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state").ensure()
+    runner = make_runner(state.attempts, spec("a-1"), SLEEP, ManualClock())
+    thread, results = run_in_thread(runner)
+    pid = job_pid(runner)
+    platform_kills.record_machine_stop(state.root, "the machine was stopped by the provisioner")
+    os.killpg(pid, signal.SIGTERM)
+    thread.join(10)
+    assert (results[0].outcome, results[0].exit_code) == (Outcome.INFRA_ERROR, 143)
+    assert "stopped by the provisioner" in results[0].message
+    platform_kills.clear_machine_stop(state.root)  # started again: deaths are the jobs' own
+    assert platform_kills.recorded_kill(runner.files) == ""
+
+
+def test_a_job_killed_at_its_memory_limit_fails_on_its_own_account(tmp_path: Path) -> None:
+    die = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    runner = make_runner(tmp_path, spec("a-1"), die, ManualClock(), PrefixLauncher(out_of_memory=True))
+    result = runner.run()
+    assert (result.outcome, result.exit_code) == (Outcome.FAILED, 137)
+    assert result.message == "the job was killed by SIGKILL at its memory limit (out of memory)"

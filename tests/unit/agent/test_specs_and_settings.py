@@ -85,3 +85,37 @@ def test_children_share_a_scaled_clock_s_origin() -> None:
     assert float(env["GPUFLEET_CLOCK_SPEED"]) == 20
     assert float(env["GPUFLEET_CLOCK_ORIGIN"]) == settings.clock_origin
     assert settings.child_env({})["GPUFLEET_CLOCK_ORIGIN"] == env["GPUFLEET_CLOCK_ORIGIN"]
+
+
+def test_an_agents_host_wide_names_are_its_deployments_and_machines(tmp_path: Path) -> None:
+    def names(deployment: str, machine: str, state: Path) -> tuple[str, Path, str]:
+        s = Settings(deployment_id=deployment, machine_id=machine, agent_state_dir=state)
+        return s.resolved_slot_user_prefix, s.resolved_walls_root, s.host_names.jobs_cgroup
+
+    one = names("local", "machine-1", tmp_path / "a")
+    assert one == names("local", "machine-1", tmp_path / "a")  # stable: a restart finds its own
+    others = [
+        names("other", "machine-1", tmp_path / "a"),
+        names("local", "machine-2", tmp_path / "a"),
+        names("local", "machine-1", tmp_path / "b"),
+    ]
+    for other in others:
+        assert all(mine != theirs for mine, theirs in zip(one, other, strict=True)), other
+
+
+def test_given_names_win_and_children_build_the_same_walls(tmp_path: Path) -> None:
+    settings = Settings(machine_id="m", agent_state_dir=tmp_path, walls_name="3fa9c1d2-m0")
+    assert settings.resolved_slot_user_prefix == "gf3fa9c1d2-m0-s"
+    assert settings.resolved_walls_root == Path("/var/lib/gpufleet/walls/3fa9c1d2-m0")
+    assert settings.host_names.jobs_cgroup == "gpufleet-jobs-3fa9c1d2-m0"
+    derived = Settings(machine_id="m", agent_state_dir=tmp_path)
+    env = derived.child_env({})
+    assert env["GPUFLEET_WALLS_NAME"] == derived.host_names.walls_name
+    explicit = Settings(machine_id="m", walls_root=tmp_path / "w", slot_user_prefix="gfesc-s")
+    assert (explicit.resolved_walls_root, explicit.resolved_slot_user_prefix) == (tmp_path / "w", "gfesc-s")
+
+
+@pytest.mark.parametrize("name", ["Upper", "-lead", "a" * 21, "has space", "dots.no"])
+def test_a_walls_name_that_cannot_name_a_user_is_refused(name: str) -> None:
+    with pytest.raises(ValidationError):
+        Settings(machine_id="m", walls_name=name)

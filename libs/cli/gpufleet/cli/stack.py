@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gpufleet.cli import prometheus_config
 from gpufleet.cli.credentials import OPERATOR, tls_dir, transport_for
-from gpufleet.common import grpcclient
+from gpufleet.common import grpcclient, host_release
 from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.pki import Authority
 from gpufleet.common.trust.transport import Transport
@@ -265,9 +265,12 @@ class Stack:
         return pids
 
     def kill_local_machines(self) -> int:
-        """Ends every local machine's process group (used by the demo's clean-up only)."""
+        """Ends every local machine's process group and gives back the slot users and walls
+        they took on this host (used by the demo's clean-up only)."""
         pids = self.local_machine_pids()
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+        for problem in host_release.release_stack(self.config.state_dir / "machines"):
+            print(f"  (not given back: {problem})", file=sys.stderr)
         return len(pids)

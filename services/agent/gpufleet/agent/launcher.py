@@ -56,6 +56,11 @@ class OpenSlot(Protocol):
         """Signal every process the job started (already gone is fine)."""
         ...
 
+    def out_of_memory(self) -> bool:
+        """Whether the kernel killed a process of the job at its memory limit (False when
+        the slot has no limit of its own to say so)."""
+        ...
+
     def close(self) -> None:
         """Kill what is left and wipe the slot, whatever happened (idempotent)."""
         ...
@@ -108,6 +113,9 @@ class _ProcessGroupSlot:
     def signal(self, job_pid: int, signum: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(job_pid, signum)
+
+    def out_of_memory(self) -> bool:
+        return False
 
     def close(self) -> None:
         remove_tree(self.files.work)

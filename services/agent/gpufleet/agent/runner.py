@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path, PurePosixPath
 
+from gpufleet.agent import platform_kills
 from gpufleet.agent.checkpoints import CheckpointError, Snapshots, restore_file, unpack
 from gpufleet.agent.launcher import OpenSlot, SlotError, SlotLauncher
 from gpufleet.agent.redact import Redactor
@@ -53,12 +54,21 @@ class StopReason(Enum):
 
 
 def decide_outcome(
-    exit_code: int, stopped: StopReason | None, cancel_reason: str = ""
+    exit_code: int,
+    stopped: StopReason | None,
+    cancel_reason: str = "",
+    *,
+    killed_by_platform: str = "",
+    out_of_memory: bool = False,
 ) -> tuple[Outcome, str]:
     """The outcome of an attempt from how its job ended; pure, so it is tested by table.
 
     A runner that was itself told to stop (the machine is stopping) reports INFRA_ERROR
-    even when the job's exit is seen first: the job died of the same signal.
+    even when the job's exit is seen first: the job died of the same signal. So does a job
+    that failed after the platform said it would kill it (``killed_by_platform``, read from
+    :mod:`gpufleet.agent.platform_kills`): ours, never charged nor counted against the
+    job's retry budget. Every other failure — its own signal, its own exit code, the kernel
+    killing it at its memory limit — is the job's.
     """
     if stopped is StopReason.RUNNER_STOPPED:
         return Outcome.INFRA_ERROR, "the runner was stopped (machine stopping or agent shutdown)"
@@ -68,8 +78,12 @@ def decide_outcome(
         return Outcome.TIMED_OUT, "stopped at the attempt's time limit"
     if exit_code == 0:
         return Outcome.SUCCEEDED, ""
+    if killed_by_platform:
+        return Outcome.INFRA_ERROR, f"killed by the platform ({killed_by_platform}), exit {exit_code}"
     if exit_code > 128:
         name = _signal_name(exit_code - 128)
+        if out_of_memory:
+            return Outcome.FAILED, f"the job was killed by {name} at its memory limit (out of memory)"
         return Outcome.FAILED, f"the job was killed by {name}"
     return Outcome.FAILED, f"the job exited with code {exit_code}"
 
@@ -271,7 +285,14 @@ class Runner:
         if self.signalled:
             stopped = StopReason.RUNNER_STOPPED
         exit_code = exit_code_of(returncode)
-        outcome, message = decide_outcome(exit_code, stopped, self._cancel_reason())
+        outcome, message = decide_outcome(
+            exit_code,
+            stopped,
+            self._cancel_reason(),
+            # Read after the job ended: a kill is recorded before it is sent.
+            killed_by_platform=platform_kills.recorded_kill(self.files) if exit_code else "",
+            out_of_memory=bool(exit_code) and slot.out_of_memory(),
+        )
         return self._finish(start, outcome, exit_code, message)
 
     def _stop_reason(self, deadline: datetime | None) -> StopReason | None:

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from gpufleet.common.host_names import HostNames, machine_walls_name
 from gpufleet.common.settings import BaseServiceSettings
 
 AGENT_VERSION = "0.1.0"
@@ -66,12 +67,18 @@ class Settings(BaseServiceSettings):
     # The walls between slots (DESIGN §10). "off" is for a development machine without
     # root only: jobs then run as the agent's own user, and every log line says so.
     walls: Literal["on", "off"] = "on"
+    # What makes this machine's host-wide names its own (gpufleet.common.host_names): slot
+    # users gf<name>-s<n>, walls /var/lib/gpufleet/walls/<name>, job cgroups below
+    # gpufleet-jobs-<name>. Empty: a hash of the deployment, machine id and state folder, so
+    # two agents on one host never share a slot user, a folder or a cgroup (a local
+    # machine is given its stack's and its number's). Pinned for the worker and runners.
+    walls_name: str = Field(default="", pattern=r"^([a-z0-9][a-z0-9-]{0,19})?$")
     # Where slot homes, job folders, run folders and pipeline versions live; every folder
     # above it must be traversable by others (slot users reach their own folder through it).
-    # Empty: /var/lib/gpufleet/walls/<machine_id>.
+    # Empty: /var/lib/gpufleet/walls/<walls name>.
     walls_root: Path | None = None
-    # Slot n runs as user <prefix><n>; a host running several local machines gives each its own.
-    slot_user_prefix: str = Field(default="gpufleet-slot-", pattern=r"^[a-z_][a-z0-9_-]{0,24}$")
+    # Slot n runs as user <prefix><n>. Empty: gf<walls name>-s.
+    slot_user_prefix: str = Field(default="", pattern=r"^([a-z_][a-z0-9_-]{0,24})?$")
     # A Python slot users can run (the in-sandbox egress forwarder).
     slot_python: str = "/usr/bin/python3"
     bwrap_path: str = "bwrap"
@@ -107,8 +114,19 @@ class Settings(BaseServiceSettings):
         return value
 
     @property
+    def host_names(self) -> HostNames:
+        """This machine's host-wide names (see ``walls_name``)."""
+        return HostNames(
+            self.walls_name or machine_walls_name(self.deployment_id, self.machine_id, self.agent_state_dir)
+        )
+
+    @property
     def resolved_walls_root(self) -> Path:
-        return self.walls_root or Path("/var/lib/gpufleet/walls") / self.machine_id
+        return self.walls_root or self.host_names.walls_root
+
+    @property
+    def resolved_slot_user_prefix(self) -> str:
+        return self.slot_user_prefix or self.host_names.slot_user_prefix
 
     @property
     def pipelines_root(self) -> Path:
@@ -137,6 +155,7 @@ class Settings(BaseServiceSettings):
         return env
 
     def child_env(self, base: dict[str, str]) -> dict[str, str]:
-        """``base`` with the clock pinned, for the worker or a runner of this machine."""
+        """``base`` with the clock and the walls name pinned, for the worker or a runner of
+        this machine: each builds the same walls, whatever folder it starts in."""
         self.pin_clock_origin()
-        return {**base, **self.clock_env()}
+        return {**base, **self.clock_env(), "GPUFLEET_WALLS_NAME": self.host_names.walls_name}

@@ -12,9 +12,12 @@ Layout (``<state_dir>/``)::
     worker.log                     the worker's own log
     startup.error                  start-up failed; its text is Probe's startup_error
     walls.error                    the walls between slots cannot be built here (same effect)
+    machine.stopping               the machine is being stopped: its jobs' deaths are ours
     inbox/<attempt>.json           StartJob -> worker: a job to launch
     cancel/<attempt>               CancelJob -> worker: its text is the reason
-    attempts/<attempt>/            one per launched attempt (see ``AttemptFiles``)
+    attempts/<attempt>/            one per launched attempt (see ``AttemptFiles``); its
+                                   ``platform_kill`` says the platform killed its job
+                                   (``gpufleet.agent.platform_kills``)
     finished/<attempt>/            the scheduler acknowledged its completion
     refused/<attempt>/             the scheduler refused its completion for good
 """

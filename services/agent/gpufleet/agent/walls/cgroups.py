@@ -8,13 +8,17 @@ So the layout is detected from ``/proc/self/mounts`` and ``/proc/self/cgroup``, 
 Where a job's cgroup goes:
 
 - **v1**: in each hierarchy, *below the cgroup the agent itself lives in*
-  (``<own>/gpufleet-jobs/<attempt>``). The agent's own cgroup is never written to — no
+  (``<own>/gpufleet-jobs-<walls name>/<attempt>``). The agent's own cgroup is never written to — no
   limit set, no process moved — and, hierarchy being on, a job stays counted in the limits
   of whatever contains the agent (a test run's memory cgroup, say).
 - **v2**: the no-internal-process rule forbids enabling controllers below a cgroup that
   holds processes, so jobs go below a cgroup of their own at the root of the hierarchy
-  (``/gpufleet-jobs/<attempt>``; the root may enable controllers for children), or below
-  ``cgroup_parent`` when set (a systemd ``Delegate=yes`` unit's subtree).
+  (``/gpufleet-jobs-<walls name>/<attempt>``; the root may enable controllers for
+  children), or below ``cgroup_parent`` when set (a systemd ``Delegate=yes`` unit's subtree).
+
+The jobs' group carries the machine's walls name (:mod:`gpufleet.common.host_names`): two
+agents on one host — two stacks, a stack and a test run — never make, empty or remove each
+other's, whatever cgroup they were started in.
 
 A job joins its cgroup before it can fork (the runner's child writes itself into
 ``cgroup.procs`` between fork and exec), so nothing it starts — double fork, ``setsid``,
@@ -56,6 +60,9 @@ class CgroupLayout:
     pids: Path
     kill: Path | None  # a cgroup2 folder below which ``cgroup.kill`` works, if any
     version: int  # 2: memory and pids in one cgroup2 folder; 1: v1 hierarchies
+    # The folders above are the agent's own jobs group (made on first use, removed by the
+    # last job out), not a configured parent it was delegated.
+    own_group: bool = True
 
     def describe(self) -> str:
         kill = f", kill via {self.kill}" if self.kill else ", kill by signalling members"
@@ -89,9 +96,14 @@ def parse_own_cgroups(text: str) -> dict[str, str]:
 
 
 def detect_layout(
-    mounts: Iterable[Mount], own: dict[str, str], read: Callable[[Path], str], parent: str = ""
+    mounts: Iterable[Mount],
+    own: dict[str, str],
+    read: Callable[[Path], str],
+    parent: str = "",
+    group: str = JOBS_GROUP,
 ) -> CgroupLayout:
-    """Where job cgroups go on this machine; pure apart from ``read`` (tested from tables)."""
+    """Where job cgroups go on this machine, below the machine's own ``group``; pure apart
+    from ``read`` (tested from tables)."""
     mounts = list(mounts)
     v2 = [m for m in mounts if m.version == 2]
     v1_memory = next((m for m in mounts if m.version == 1 and "memory" in m.controllers), None)
@@ -102,13 +114,13 @@ def detect_layout(
     for mount in v2:
         available = set(read(mount.path / "cgroup.controllers").split())
         if {"memory", "pids"} <= available:
-            base = mount.path / (parent.strip("/") or JOBS_GROUP)
-            return CgroupLayout(memory=base, pids=base, kill=base, version=2)
+            base = mount.path / (parent.strip("/") or group)
+            return CgroupLayout(memory=base, pids=base, kill=base, version=2, own_group=not parent.strip("/"))
     if v1_memory is None or v1_pids is None:
         raise CgroupError("no cgroup hierarchy offers both the memory and the pids controller")
-    memory = v1_memory.path / own.get("memory", "/").strip("/") / JOBS_GROUP
-    pids = v1_pids.path / own.get("pids", "/").strip("/") / JOBS_GROUP
-    kill = kill_root.path / own.get("", "/").strip("/") / JOBS_GROUP if kill_root else None
+    memory = v1_memory.path / own.get("memory", "/").strip("/") / group
+    pids = v1_pids.path / own.get("pids", "/").strip("/") / group
+    kill = kill_root.path / own.get("", "/").strip("/") / group if kill_root else None
     return CgroupLayout(memory=memory, pids=pids, kill=kill, version=1)
 
 
@@ -116,14 +128,14 @@ def _read(path: Path) -> str:
     return path.read_text()
 
 
-def machine_layout(parent: str = "") -> CgroupLayout:
-    """This machine's layout, from /proc."""
+def machine_layout(parent: str = "", group: str = JOBS_GROUP) -> CgroupLayout:
+    """This machine's layout, from /proc, its jobs below ``group``."""
     try:
         mounts = parse_mounts(Path("/proc/self/mounts").read_text())
         own = parse_own_cgroups(Path("/proc/self/cgroup").read_text())
     except OSError as err:
         raise CgroupError(f"cannot read the cgroup mounts: {err}") from err
-    return detect_layout(mounts, own, _read, parent)
+    return detect_layout(mounts, own, _read, parent, group)
 
 
 @dataclass
@@ -156,7 +168,7 @@ class JobCgroup:
         try:
             for folder in dict.fromkeys(wanted):
                 for tries_left in (2, 1, 0):
-                    if folder.parent.name == JOBS_GROUP:
+                    if self.layout.own_group:
                         self._ensure_parent(folder.parent)
                     try:
                         folder.mkdir(exist_ok=True)
@@ -200,6 +212,20 @@ class JobCgroup:
                 pids.update(int(p) for p in _read(folder / "cgroup.procs").split())
         return sorted(pids)
 
+    def oom_kills(self) -> int:
+        """How many of its processes the kernel killed at its memory limit (0 when the
+        kernel does not say): such a death is the job's own, not the platform's."""
+        for name in ("memory.events", "memory.oom_control"):  # v2, v1 (kernel >= 4.13)
+            try:
+                text = _read(self.memory / name)
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    return int(value)
+        return 0
+
     def signal(self, signum: signal.Signals) -> None:
         for pid in self.members():
             with contextlib.suppress(ProcessLookupError):
@@ -232,7 +258,7 @@ class JobCgroup:
                     break
                 except OSError:
                     time.sleep(0.01)  # members still exiting
-            if folder.parent.name == JOBS_GROUP:
+            if self.layout.own_group:
                 # Leave nothing behind in a hierarchy we share: the last job out removes the
                 # jobs folder (another job's folder inside it makes this fail, harmlessly).
                 with contextlib.suppress(OSError):

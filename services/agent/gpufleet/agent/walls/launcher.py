@@ -3,7 +3,8 @@
 Opening a slot, in order (any failure is a :class:`SlotError`: the job does not run):
 
 1. wipe first — the slot user's processes, SysV IPC objects, files in the shared
-   temporary folders and home are removed, whatever the last job left;
+   temporary folders and home are removed, whatever the last job left (an attempt that
+   still runs there is told first that the platform kills it: :mod:`gpufleet.agent.platform_kills`);
 2. the job's cgroup, with its kind's memory and pids limits;
 3. its folder ``<root>/jobs/<attempt>`` (``0700``, the slot user's; ``jobs/`` is ``0711``
    root's, so no slot can list it) and its read-only run folder with the spec, the
@@ -28,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.agent import platform_kills
 from gpufleet.agent.launcher import OpenSlot, SlotError, expand_pipeline_command
 from gpufleet.agent.specs import JobSpec
 from gpufleet.agent.statedir import AttemptFiles
@@ -61,6 +63,8 @@ class WallsConfig:
     # Host folders shown read-only at the same path (the clock file's folder in tests).
     read_only: tuple[Path, ...] = ()
     gpus: tuple[int, ...] = ()
+    # The machine's attempt folders (statedir), where a wipe records whom it kills.
+    attempts: Path | None = None
 
     @property
     def jobs(self) -> Path:
@@ -104,7 +108,7 @@ class WalledSlot:
 
     def open(self) -> WalledSlot:
         try:
-            clean_slot(self.config, self.user)
+            clean_slot(self.config, self.user, self.spec.attempt_id)
             self.cgroup.create(
                 self.spec.memory_limit_bytes or self.config.default_memory_bytes,
                 self.spec.pids_limit or self.config.default_pids,
@@ -238,6 +242,9 @@ class WalledSlot:
 
         return join_cgroup
 
+    def out_of_memory(self) -> bool:
+        return self.cgroup.oom_kills() > 0
+
     def signal(self, job_pid: int, signum: signal.Signals) -> None:
         if signum == signal.SIGKILL:
             self.cgroup.kill()
@@ -251,8 +258,13 @@ class WalledSlot:
         close_slot(self.config, self.user, self.spec.attempt_id, self.cgroup)
 
 
-def clean_slot(config: WallsConfig, user: SlotUser) -> None:
-    """What every slot's user leaves behind, removed (before and after each job)."""
+def clean_slot(config: WallsConfig, user: SlotUser, acting_for: str) -> None:
+    """What every slot's user leaves behind, removed (before and after each job, for the
+    attempt ``acting_for``). Any other attempt still running on the slot is told first
+    that the platform kills it, so its end is never taken for its job's own."""
+    if config.attempts is not None and wipe.processes_of(user.uid):
+        for files in platform_kills.live_attempts_on_slot(config.attempts, user.slot, sparing=acting_for):
+            platform_kills.record_attempt_kill(files, f"slot {user.slot} wiped for attempt {acting_for}")
     wipe.kill_processes_of(user.uid)
     wipe.remove_ipc_of(user.uid)
     wipe.remove_owned_entries(SHARED_TEMP, user.uid)
@@ -264,7 +276,7 @@ def close_slot(config: WallsConfig, user: SlotUser, attempt_id: str, cgroup: Job
     if not cgroup.kill():
         log.error("attempt %s: processes left in its cgroup after SIGKILL", attempt_id)
     cgroup.remove()
-    clean_slot(config, user)
+    clean_slot(config, user, attempt_id)
     wipe.remove_tree(config.job_dir(attempt_id))
     wipe.remove_tree(config.run_dir(attempt_id))
 

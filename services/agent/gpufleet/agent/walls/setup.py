@@ -11,12 +11,14 @@ same configuration with :func:`walls_config` (the users exist by then).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from gpufleet.agent.launcher import CurrentUserLauncher, SlotLauncher
@@ -27,6 +29,8 @@ from gpufleet.agent.walls.cgroups import CgroupError, JobCgroup, machine_layout
 from gpufleet.agent.walls.launcher import WalledLauncher, WallsConfig, present_system_folders
 from gpufleet.agent.walls.users import SlotUserError, ensure_slot_users
 from gpufleet.agent.walls.wipe import make_private_folder, remove_tree
+from gpufleet.common import host_release
+from gpufleet.common.host_names import HostNames, stable_tag
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +61,11 @@ def walls_config(settings: Settings) -> WallsConfig:
     """The walls of this machine as the settings describe them."""
     root = settings.resolved_walls_root
     try:
-        users = ensure_slot_users(settings.slot_user_prefix, settings.slots, root / "homes")
+        users = ensure_slot_users(settings.resolved_slot_user_prefix, settings.slots, root / "homes")
     except (SlotUserError, OSError) as err:
         raise WallsUnavailable(f"slot users: {err}") from err
     try:
-        layout = machine_layout(settings.cgroup_parent)
+        layout = machine_layout(settings.cgroup_parent, settings.host_names.jobs_cgroup)
     except CgroupError as err:
         raise WallsUnavailable(f"cgroups: {err}") from err
     read_only: list[Path] = []
@@ -81,6 +85,7 @@ def walls_config(settings: Settings) -> WallsConfig:
         default_pids=settings.job_pids_limit,
         read_only=tuple(read_only),
         gpus=tuple(devices.gpu_nodes()),
+        attempts=StateDir(settings.agent_state_dir).attempts,
     )
 
 
@@ -170,16 +175,24 @@ def build_launcher(settings: Settings) -> SlotLauncher:
     return WalledLauncher(walls_config(settings))
 
 
-def scratch_walls(name: str, slots: int) -> tuple[Path, WalledLauncher, StateDir]:
+@contextlib.contextmanager
+def scratch_walls(name: str, slots: int) -> Iterator[tuple[Path, WalledLauncher, StateDir]]:
     """Walls in a throwaway folder under /tmp, for a benchmark or a check script run by hand:
-    ``(root, launcher, state)``; slot users are ``gf<name>-s<n>``. Remove ``root`` after."""
+    ``(root, launcher, state)``; slot users are ``gf<name>-<hash of root>-s<n>``, so runs
+    side by side never share one. The users and the folder are given back at the end."""
     root = Path(tempfile.mkdtemp(prefix=f"gf{name}-", dir="/tmp"))
     root.chmod(0o711)
+    names = HostNames(f"{name}-{stable_tag(str(root), length=6)}")
     settings = Settings(
         machine_id=name,
         agent_state_dir=root / "state",
         walls_root=root / "walls",
-        slot_user_prefix=f"gf{name}-s",
+        walls_name=names.walls_name,
         slots=slots,
     )
-    return root, WalledLauncher(prepare_walls(settings)), StateDir(settings.agent_state_dir).ensure()
+    try:
+        yield root, WalledLauncher(prepare_walls(settings)), StateDir(settings.agent_state_dir).ensure()
+    finally:
+        for problem in host_release.release(names):
+            log.warning("scratch walls not given back: %s", problem)
+        remove_tree(root)

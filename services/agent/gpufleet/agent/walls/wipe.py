@@ -11,12 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import stat
 import subprocess
-import time
 from collections.abc import Iterable
 from pathlib import Path
+
+# The slot's processes are found and killed as the local driver finds a destroyed
+# machine's: one implementation (re-exported here for the walls' callers).
+from gpufleet.common.host_release import kill_processes_of, processes_of
+
+__all__ = [
+    "empty_folder",
+    "kill_processes_of",
+    "make_private_folder",
+    "processes_of",
+    "remove_ipc_of",
+    "remove_owned_entries",
+    "remove_tree",
+]
 
 _IPC_ID_COLUMN = {"shm": "shmid", "sem": "semid", "msg": "msqid"}
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -100,44 +112,6 @@ def remove_owned_entries(folders: Iterable[Path], uid: int) -> int:
         finally:
             os.close(fd)
     return removed
-
-
-def processes_of(uid: int, proc: Path = Path("/proc")) -> list[int]:
-    """Live pids whose real or effective uid is ``uid`` (zombies run nothing: skipped)."""
-    found = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        for line in status.splitlines():
-            if line.startswith("State:") and line.split()[1] in ("Z", "X"):
-                break
-            if line.startswith("Uid:"):
-                real, effective = (int(v) for v in line.split()[1:3])
-                if uid in (real, effective):
-                    found.append(int(entry.name))
-                break
-    return found
-
-
-def kill_processes_of(uid: int, timeout_s: float = 5.0) -> int:
-    """SIGKILL every process of ``uid`` until none is left; how many were killed."""
-    if uid == 0:
-        raise ValueError("refusing to kill root's processes")
-    killed = 0
-    deadline = time.monotonic() + timeout_s
-    while pids := processes_of(uid):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.01)  # real time: let the kernel reap them
-    return killed
 
 
 def remove_ipc_of(uid: int, sysvipc: Path = Path("/proc/sysvipc")) -> int:

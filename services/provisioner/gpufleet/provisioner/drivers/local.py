@@ -9,6 +9,12 @@ giving it a folder and starting its agent. Each machine lives in
     disk/           the agent's state dir (GPUFLEET_AGENT_STATE_DIR); kept across stop/start
     logs/agent.log  the agent's stdout and stderr
 
+A machine's host-wide names — its slot users, walls folder and jobs' cgroup — come from
+its walls name, ``<hash of this root>-m<index>``
+(:mod:`gpufleet.common.host_names`): any number of stacks (other roots) and test runs
+share the host without one wiping another's slots, and the next machine of this stack
+with the same index re-uses them. Destroying a machine gives them back.
+
 Everything is read back from the host, never from memory, so a restarted provisioner
 sees exactly what exists: a machine is RUNNING while its agent's process group has a live
 process and STOPPED otherwise (a crashed agent is a machine that went down). The agent
@@ -35,8 +41,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gpufleet.common import host_release
 from gpufleet.common.clock import Clock, ScaledClock
 from gpufleet.common.errors import AlreadyExists, InvalidArgument
+from gpufleet.common.host_names import HostNames, local_walls_name
 from gpufleet.common.provider_errors import InstanceNotFound, InsufficientCapacity, NotYetDone, Transient
 from gpufleet.common.trust.pki import MachineIssuer
 from gpufleet.provisioner.drivers import local_procs
@@ -58,13 +66,21 @@ RECORD_FILE = "instance.json"
 # The agent's dead-man switch leaves this on its disk (gpufleet.agent.dead_man.MARKER; the
 # provisioner may not import the agent).
 DEAD_MAN_MARKER = "stopped_by_itself"
+# Written on its disk before a machine's processes are ended, so a runner that sees its job
+# killed knows the platform did it (gpufleet.agent.platform_kills.MACHINE_RECORD).
+STOPPING_MARKER = "machine.stopping"
 PORT_FILE = "agent.port"
 PID_FILE = "agent.pid"
 DEFAULT_AGENT_COMMAND = (sys.executable, "-m", "gpufleet.agent")
-# Where local machines keep their walls: a system path every slot user can traverse.
-LOCAL_WALLS = Path("/var/lib/gpufleet/walls/local")
-# Variables of the provisioner's own process that must not leak into an agent's.
-_NOT_INHERITED = ("GPUFLEET_PORT_FILE", "GPUFLEET_HEALTH_LISTEN_ADDRESS")
+# Variables of the provisioner's own process that must not leak into an agent's: its own
+# files, and host-wide names one agent would then share with every other.
+_NOT_INHERITED = (
+    "GPUFLEET_PORT_FILE",
+    "GPUFLEET_HEALTH_LISTEN_ADDRESS",
+    "GPUFLEET_WALLS_NAME",
+    "GPUFLEET_WALLS_ROOT",
+    "GPUFLEET_SLOT_USER_PREFIX",
+)
 # The provisioner's own credential never reaches a machine: a machine gets its own.
 _OWN_PREFIXES = ("GPUFLEET_TLS_",)
 
@@ -182,6 +198,7 @@ class LocalDriver:
                 return False
             self._write(replace(record, status=InstanceStatus.STOPPED.value))
             self._end(record)
+            self._release(record)
             shutil.rmtree(self._folder(record.machine_id))
             return True
 
@@ -197,6 +214,17 @@ class LocalDriver:
 
     def _folder(self, machine_id: str) -> Path:
         return self.root / machine_id
+
+    def host_names(self, index: int) -> HostNames:
+        """The host-wide names of this stack's local machine number ``index``."""
+        return HostNames(local_walls_name(self.root, index))
+
+    def _release(self, record: _Record) -> None:
+        """Give back the machine's slot users and walls folder (its processes are ended). What
+        cannot be removed is said, not raised: the machine is gone either way, and the next
+        machine with its number re-uses what is left."""
+        for problem in host_release.release(self.host_names(record.index)):
+            log.error("local machine %s: not given back: %s", record.machine_id, problem)
 
     @contextlib.contextmanager
     def _host_lock(self) -> Iterator[None]:
@@ -270,11 +298,11 @@ class LocalDriver:
                 "GPUFLEET_AGENT_STATE_DIR": str((self._folder(record.machine_id) / "disk").resolve()),
                 "GPUFLEET_SCHEDULER_ADDRESS": self.scheduler_address,
                 "GPUFLEET_SLOTS": str(record.offering["slots"]),
-                # Several local machines share this host: each gets its own slot users and
-                # walls, keyed by its index so a later machine reuses them (bounded, like
+                # Several local machines, of this stack and others, share this host: each
+                # gets its own slot users, walls and cgroups, named for this stack and its
+                # index so a later machine of the stack re-uses them (bounded, like
                 # re-imaging a machine) instead of adding users without end.
-                "GPUFLEET_SLOT_USER_PREFIX": f"gpufleet-m{record.index}-slot-",
-                "GPUFLEET_WALLS_ROOT": str(LOCAL_WALLS / f"m{record.index}"),
+                "GPUFLEET_WALLS_NAME": self.host_names(record.index).walls_name,
                 # A local machine is a session of processes: its dead-man switch ends them.
                 "GPUFLEET_DEAD_MAN_ACTION": "session",
             }
@@ -298,7 +326,7 @@ class LocalDriver:
     def _spawn(self, record: _Record) -> _Record:
         folder = self._folder(record.machine_id)
         # So we wait for this boot's answer, and a later crash is not taken for a self-stop.
-        for stale in (PORT_FILE, PID_FILE, DEAD_MAN_MARKER):
+        for stale in (PORT_FILE, PID_FILE, DEAD_MAN_MARKER, STOPPING_MARKER):
             (folder / "disk" / stale).unlink(missing_ok=True)
         child = local_procs.spawn_session(
             self.agent_command, self._agent_env(record), folder, folder / "logs" / "agent.log"
@@ -321,6 +349,10 @@ class LocalDriver:
     def _end(self, record: _Record) -> None:
         if record.pgid is None:
             return
+        # Before any signal: a job that dies of it is the platform's doing, not its own.
+        (self._folder(record.machine_id) / "disk" / STOPPING_MARKER).write_text(
+            "the machine was stopped by the provisioner\n"
+        )
         if not local_procs.end_group(record.pgid, self.stop_grace_s, self._reap):
             raise NotYetDone(f"processes of local machine {record.machine_id} survived SIGKILL")
         log.info("ended every process of local machine %s", record.machine_id)
