@@ -3,7 +3,7 @@ started (and how long it had waited) and what could not, the machines it saw, th
 they cost and the work waiting for them.
 
 Everything here is fed from what the tick already read or did, with one exception: the
-queue's depth, one grouped query after the tick's work (:mod:`.queue_depth` says why).
+queue's depth, one grouped query off the tick's path (:mod:`.queue_depth` says why).
 The gauges are read from the last snapshot, and only while that snapshot is fresh (three
 ticks): a replica that lost the lease stops ticking, and so stops reporting within three
 ticks, leaving the leader's figures the only ones. The GPU-seconds counters are booked by

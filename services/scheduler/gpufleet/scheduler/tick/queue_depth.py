@@ -6,8 +6,9 @@ The snapshot reads only what a tick can act on — each workspace's oldest few q
 none still in back-off and none of a paused workspace — so counting its jobs would show an
 operator a queue of a few dozen while thousands wait. The count is one grouped query over
 the QUEUED jobs (the ``state, created_at`` index finds them), cheaper than the snapshot's
-own ranking of the same rows, read after the tick's work in a session of its own: never
-inside one of the tick's transactions, and a failure costs the figure, never the tick.
+own ranking of the same rows, read by a task of the tick's dispatch pool in a session of
+its own: never on the tick's path nor inside one of its transactions, and a failure costs
+the figure, never the tick.
 """
 
 from __future__ import annotations
