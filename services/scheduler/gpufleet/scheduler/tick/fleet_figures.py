@@ -35,6 +35,9 @@ NO_POOL = "none"
 SLOT_STATES = ("free", "busy")
 FILM_STATES = ("earmarked", "draining")
 _HOLDS_FILM = frozenset(s.value for s in HOLDING)
+# As the snapshot spells states (plain strings: a lookup without the enum's comparison).
+_BILLING = frozenset(s.value for s in BILLING_STATES)
+_WARM = frozenset(WARM_LIVE)
 _READY = MachineState.READY.value
 _DRAINING = MachineState.DRAINING.value
 
@@ -71,7 +74,7 @@ def fleet_figures(snapshot: FleetSnapshot) -> FleetFigures:
     warm: Counter[str] = Counter()
     for m in snapshot.machines:
         pool = m.pool_id or NO_POOL
-        if m.state in BILLING_STATES:
+        if m.state in _BILLING:
             place = (m.provider, pool)
             places.add(place)
             spend_micros[place] += m.hourly_price_micros
@@ -80,13 +83,13 @@ def fleet_figures(snapshot: FleetSnapshot) -> FleetFigures:
                 idle[place] += m.gpu_count
         if m.state == _READY:
             pools.add(pool)
-            busy = sum(1 for s in m.busy_slots if s < m.slots)
+            busy = min(len(m.busy_slots), m.slots)
             slots[(pool, "busy")] += busy
             slots[(pool, "free")] += m.slots - busy
         if m.earmarked_for is not None and m.state in _HOLDS_FILM:
             pools.add(pool)
             films[(pool, "draining" if m.state == _DRAINING else "earmarked")] += 1
-        if m.warm_held and m.state in WARM_LIVE:
+        if m.warm_held and m.state in _WARM:
             pools.add(pool)
             warm[pool] += 1
     pools.update(pool for _, pool in places)
