@@ -545,7 +545,9 @@ FLEET_GPU_BILLED = Metric(
     labels=(PROVIDER, POOL),
     description="GPU-seconds the clouds billed: each machine in a billing state (PROVISIONING to "
     "DESTROYING, STOPPED excluded) counts its GPUs times the time between two fleet ticks. "
-    "Divide by 3600 for GPU-hours. Counted by the scheduler leader; a new leader starts from 0.",
+    "Divide by 3600 for GPU-hours. Counted by the scheduler leader; a new leader starts from 0 and "
+    "its first tick books nothing; a gap between ticks is booked up to three tick intervals (a "
+    "paused leader does not book its pause).",
     stability=Stability.ALPHA,
 )
 FLEET_GPU_IDLE = Metric(
@@ -562,8 +564,9 @@ FLEET_SPEND_RATE = Metric(
     instrument=Instrument.OBSERVABLE_GAUGE,
     unit="{USD}/h",
     labels=(PROVIDER, POOL),
-    description="What the machines billing now cost per hour, at their offerings' catalogue prices, "
-    "as the scheduler leader's last fleet tick read them.",
+    description="What the machines billing now cost per hour, at the price each was bought at (its "
+    "offering's catalogue price then; a self-registered box counts 0), as the scheduler leader's "
+    "last fleet tick read them.",
     stability=Stability.ALPHA,
 )
 FLEET_SLOTS = Metric(
@@ -571,7 +574,8 @@ FLEET_SLOTS = Metric(
     instrument=Instrument.OBSERVABLE_GAUGE,
     unit="{slot}",
     labels=(POOL, SLOT_STATE),
-    description="Slots of READY machines, free or busy (holding a live attempt), by pool, as the "
+    description="Slots of READY machines, free or busy (holding a live attempt, or an ended one whose "
+    "process the machine has not yet reported gone: not given out either way), by pool, as the "
     "scheduler leader's last fleet tick read them.",
     stability=Stability.ALPHA,
 )
@@ -600,8 +604,9 @@ SCHEDULER_QUEUE_JOBS = Metric(
     instrument=Instrument.OBSERVABLE_GAUGE,
     unit="{job}",
     labels=(KIND, PLAN_TIER),
-    description="Jobs waiting for a slot (QUEUED), by kind and the workspace's plan tier, from the "
-    "scheduler leader's last fleet tick.",
+    description="Jobs waiting for a slot (QUEUED: those in back-off and those of paused workspaces "
+    "included), by kind and the workspace's plan tier, counted by the scheduler leader after each "
+    "fleet tick.",
     stability=Stability.ALPHA,
 )
 SCHEDULER_QUEUE_WAIT = Metric(
@@ -610,7 +615,8 @@ SCHEDULER_QUEUE_WAIT = Metric(
     unit="s",
     labels=(KIND, PLAN_TIER),
     description="How long each attempt waited in the queue before it started: from the job's "
-    "submission (a retry: from its requeue) to RUNNING, by kind and plan tier.",
+    "submission (a retry: from its requeue) to RUNNING, by kind and plan tier. Not measured for an "
+    "attempt re-dispatched by a new leader.",
     stability=Stability.ALPHA,
     buckets=_WAIT_BUCKETS,
 )
