@@ -111,7 +111,10 @@ def test_prometheus_shows_a_days_figures(up: Up, prometheus: str) -> None:
     )
 
     def value(promql: str) -> float | None:
-        return scalar(prometheus, promql)
+        # Each answer is printed (`pytest -s` shows them): the proof an operator would read.
+        found = scalar(prometheus, promql)
+        print(f"PromQL {promql} => {found}")
+        return found
 
     # The machines gauge follows the fleet: the stopped machine, and no other.
     machines = FLEET_MACHINES.prometheus_name
