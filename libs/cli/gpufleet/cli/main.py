@@ -48,6 +48,11 @@ def run_up(args: argparse.Namespace) -> int:
         log_format="json",
         metrics_ports=metrics_ports,
         scrape_interval_s=args.scrape_interval,
+        # Local machines' agents take any free port (each reports its own): a fixed 50060 + n
+        # would be taken by machine n of another stack on this host, unless asked for.
+        overrides={}
+        if "GPUFLEET_LOCAL_AGENT_BASE_PORT" in os.environ
+        else {"provisioner": {"local_agent_base_port": "0"}},
     )
     stack = Stack(config)
     flag = "" if args.port_offset == 0 else f" --scheduler {config.address('scheduler')}"
