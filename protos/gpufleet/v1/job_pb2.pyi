@@ -32,6 +32,19 @@ class AttemptState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_STATE_TIMED_OUT: _ClassVar[AttemptState]
     ATTEMPT_STATE_CANCELLED: _ClassVar[AttemptState]
     ATTEMPT_STATE_INFRA_ERROR: _ClassVar[AttemptState]
+
+class PendingReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PENDING_REASON_UNSPECIFIED: _ClassVar[PendingReason]
+    PENDING_REASON_WORKSPACE_PAUSED: _ClassVar[PendingReason]
+    PENDING_REASON_PLAN_CONCURRENCY_LIMIT: _ClassVar[PendingReason]
+    PENDING_REASON_WAITING_FOR_CAPACITY: _ClassVar[PendingReason]
+    PENDING_REASON_POOL_AT_CEILING: _ClassVar[PendingReason]
+    PENDING_REASON_OFFERING_QUARANTINED: _ClassVar[PendingReason]
+    PENDING_REASON_FILMS_SHARE_CAP: _ClassVar[PendingReason]
+    PENDING_REASON_WAITING_FOR_DRAIN: _ClassVar[PendingReason]
+    PENDING_REASON_DISPATCH_BACKOFF: _ClassVar[PendingReason]
+    PENDING_REASON_QUEUE_WAIT_DEADLINE_NEAR: _ClassVar[PendingReason]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_QUEUED: JobState
 JOB_STATE_DISPATCHING: JobState
@@ -49,6 +62,16 @@ ATTEMPT_STATE_LOST: AttemptState
 ATTEMPT_STATE_TIMED_OUT: AttemptState
 ATTEMPT_STATE_CANCELLED: AttemptState
 ATTEMPT_STATE_INFRA_ERROR: AttemptState
+PENDING_REASON_UNSPECIFIED: PendingReason
+PENDING_REASON_WORKSPACE_PAUSED: PendingReason
+PENDING_REASON_PLAN_CONCURRENCY_LIMIT: PendingReason
+PENDING_REASON_WAITING_FOR_CAPACITY: PendingReason
+PENDING_REASON_POOL_AT_CEILING: PendingReason
+PENDING_REASON_OFFERING_QUARANTINED: PendingReason
+PENDING_REASON_FILMS_SHARE_CAP: PendingReason
+PENDING_REASON_WAITING_FOR_DRAIN: PendingReason
+PENDING_REASON_DISPATCH_BACKOFF: PendingReason
+PENDING_REASON_QUEUE_WAIT_DEADLINE_NEAR: PendingReason
 
 class Attempt(_message.Message):
     __slots__ = ("name", "attempt_id", "job_id", "machine_id", "slot", "state", "start_time", "end_time", "lease_expire_time", "slot_seconds", "charged", "charge_micros", "exit_code", "status_message", "started_from")
@@ -103,7 +126,7 @@ class Checkpoint(_message.Message):
     def __init__(self, checkpoint_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., sequence: _Optional[int] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "job_id", "workspace", "pool", "kind", "pipeline_version", "tenant_values", "request_id", "state", "create_time", "update_time", "start_time", "end_time", "attempt_count", "failure_retries_used", "lost_retries_used", "status_message", "slot_seconds", "charge_micros", "attempts")
+    __slots__ = ("name", "job_id", "workspace", "pool", "kind", "pipeline_version", "tenant_values", "request_id", "state", "create_time", "update_time", "start_time", "end_time", "attempt_count", "failure_retries_used", "lost_retries_used", "status_message", "slot_seconds", "charge_micros", "attempts", "pending_reason", "pending_message", "expected_ready_time")
     class TenantValuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +154,9 @@ class Job(_message.Message):
     SLOT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CHARGE_MICROS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_REASON_FIELD_NUMBER: _ClassVar[int]
+    PENDING_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_READY_TIME_FIELD_NUMBER: _ClassVar[int]
     name: str
     job_id: str
     workspace: str
@@ -151,7 +177,10 @@ class Job(_message.Message):
     slot_seconds: float
     charge_micros: int
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
-    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., workspace: _Optional[str] = ..., pool: _Optional[str] = ..., kind: _Optional[str] = ..., pipeline_version: _Optional[str] = ..., tenant_values: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt_count: _Optional[int] = ..., failure_retries_used: _Optional[int] = ..., lost_retries_used: _Optional[int] = ..., status_message: _Optional[str] = ..., slot_seconds: _Optional[float] = ..., charge_micros: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+    pending_reason: PendingReason
+    pending_message: str
+    expected_ready_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., workspace: _Optional[str] = ..., pool: _Optional[str] = ..., kind: _Optional[str] = ..., pipeline_version: _Optional[str] = ..., tenant_values: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt_count: _Optional[int] = ..., failure_retries_used: _Optional[int] = ..., lost_retries_used: _Optional[int] = ..., status_message: _Optional[str] = ..., slot_seconds: _Optional[float] = ..., charge_micros: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., pending_reason: _Optional[_Union[PendingReason, str]] = ..., pending_message: _Optional[str] = ..., expected_ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("job", "state", "event_time", "message")
