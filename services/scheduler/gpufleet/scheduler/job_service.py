@@ -31,12 +31,12 @@ from gpufleet.common.errors import (
     NotFound,
     ResourceExhausted,
 )
+from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.metrics.catalog import JOBS_SUBMITTED
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.trust.transport import Transport
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.events import EventHub
-from gpufleet.scheduler.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import job_from_row, job_to_proto
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc

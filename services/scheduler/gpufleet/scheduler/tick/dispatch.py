@@ -44,11 +44,11 @@ from gpufleet.common.db import models
 from gpufleet.common.db.bulk import among, insert_rows
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState, MachineState
 from gpufleet.common.errors import Fenced, GpufleetError
+from gpufleet.common.job_outcomes import OutcomeTally
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
 from gpufleet.scheduler.checkpoints import latest_checkpoints
-from gpufleet.scheduler.job_outcomes import OutcomeTally
 from gpufleet.scheduler.jobstate import end_attempt
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.dispatch_failure import (

@@ -11,10 +11,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpufleet.common.attempts import requeue_after_loss
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState
+from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
-from gpufleet.scheduler.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.dispatch import DispatchController

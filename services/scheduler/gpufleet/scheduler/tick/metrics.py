@@ -20,6 +20,7 @@ from datetime import datetime
 
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import MachineState
+from gpufleet.common.job_outcomes import JobOutcomes
 from gpufleet.common.metrics.catalog import (
     FLEET_FILM_MACHINES,
     FLEET_GPU_BILLED,
@@ -38,7 +39,6 @@ from gpufleet.common.metrics.catalog import (
     SCHEDULER_TICK_PHASE_DURATION,
 )
 from gpufleet.common.metrics.instruments import Instruments, Observing
-from gpufleet.scheduler.job_outcomes import JobOutcomes
 from gpufleet.scheduler.tick.dispatch_failure import DispatchFailure
 from gpufleet.scheduler.tick.fleet_figures import NO_POOL, FleetFigures, GpuMeter, fleet_figures
 from gpufleet.scheduler.tick.model import FleetSnapshot

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.metrics.catalog import ATTEMPTS_LOST, JOBS_FINISHED, JOBS_RETRIED
-from gpufleet.scheduler.job_outcomes import JobOutcomes, OutcomeTally
 from tests.support.metrics import MetricsProbe
 
 CASES = [
