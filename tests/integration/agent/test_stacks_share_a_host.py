@@ -12,8 +12,11 @@ jobs start and end and their wipes run.
 from __future__ import annotations
 
 import itertools
+import os
 import pwd
+import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +24,7 @@ from gpufleet.agent.settings import Settings
 from gpufleet.agent.walls.launcher import clean_slot
 from gpufleet.agent.walls.setup import walls_config
 from gpufleet.agent.walls.wipe import processes_of
+from gpufleet.common import host_release
 from gpufleet.common.host_names import local_walls_name
 from gpufleet.v1 import job_pb2
 from tests.integration.agent.conftest import AgentLauncher, AgentProcess, start_request, wait_running
@@ -122,3 +126,29 @@ def test_each_agent_wipes_only_its_own_slot_users(agents: list[AgentProcess]) ->
     # The agent's default names are its deployment's, machine's and state folder's.
     derived = Settings(machine_id=MACHINE, agent_state_dir=test_run.state_dir).host_names
     assert derived == test_run.names
+
+
+def test_a_machine_killed_mid_job_is_given_back_whole(launcher: AgentLauncher, tmp_path: Path) -> None:
+    """Its slot users, its walls folder and its jobs' cgroups — the one of the job its
+    killed runner never removed included — and nothing of the other agents'."""
+    state = tmp_path / "state"
+    state.mkdir()
+    agent = launcher.start(state, slots=SLOTS, machine_id="killed-0")
+    with agent.client() as client:
+        client.start_job(start_request("killed-mid-job", slot=1, duration_s=600))
+    wait_running(agent, "killed-mid-job")
+    group = agent.names.jobs_cgroup
+    os.killpg(agent.proc.pid, signal.SIGKILL)
+    agent.proc.wait(timeout=10)
+    assert cgroups_named(group), "no cgroup of the machine's group left behind by its killed runner"
+
+    assert host_release.release(agent.names) == []
+    assert not [u.pw_name for u in pwd.getpwall() if u.pw_name.startswith(agent.names.slot_user_prefix)]
+    assert not agent.names.walls_root.exists()
+    assert cgroups_named(group) == []
+
+
+def cgroups_named(name: str) -> list[Path]:
+    """Wherever the agent put it: at a hierarchy's root, or below its own cgroup (v1)."""
+    depths = ("*", "*/*", "*/*/*", "*/*/*/*", "*/*/*/*/*")
+    return [p for d in depths for p in Path("/sys/fs/cgroup").glob(f"{d}/{name}") if p.is_dir()]

@@ -138,6 +138,24 @@ def test_a_v2_machine_uses_one_cgroup_at_the_root_or_the_delegated_parent() -> N
     assert delegated.memory == Path("/sys/fs/cgroup/gpufleet.slice/jobs")
 
 
+def test_each_machine_s_jobs_go_below_a_group_of_its_own() -> None:
+    """Two agents on one host (two stacks, a stack and a test run) never make, empty or
+    remove each other's jobs group; a delegated v2 parent is not the agent's to remove."""
+    own = parse_own_cgroups(HYBRID_OWN)
+    one = detect_layout(parse_mounts(HYBRID_MOUNTS), own, lambda _p: "hugetlb", group="gpufleet-jobs-aa-m0")
+    two = detect_layout(parse_mounts(HYBRID_MOUNTS), own, lambda _p: "hugetlb", group="gpufleet-jobs-bb-m0")
+    assert one.pids == Path("/sys/fs/cgroup/pids/gpufleet-jobs-aa-m0")
+    assert {one.memory, one.pids, one.kill}.isdisjoint({two.memory, two.pids, two.kill})
+    assert one.own_group and two.own_group
+    v2 = parse_mounts("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n")
+    mine = detect_layout(v2, {"": "/"}, lambda _p: "memory pids", group="gpufleet-jobs-aa-m0")
+    assert (mine.memory, mine.own_group) == (Path("/sys/fs/cgroup/gpufleet-jobs-aa-m0"), True)
+    delegated = detect_layout(
+        v2, {"": "/"}, lambda _p: "memory pids", parent="/gpufleet.slice/jobs", group="x"
+    )
+    assert (delegated.memory, delegated.own_group) == (Path("/sys/fs/cgroup/gpufleet.slice/jobs"), False)
+
+
 def test_a_machine_without_memory_and_pids_controllers_cannot_wall_its_slots() -> None:
     with pytest.raises(CgroupError):
         detect_layout(parse_mounts("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n"), {"": "/"}, lambda _p: "cpu io")

@@ -1,4 +1,5 @@
-"""Giving back what a machine took on its host: its slot users and its walls folder.
+"""Giving back what a machine took on its host: its slot users, its walls folder and the
+cgroup group its jobs' cgroups went in (a job whose runner was killed leaves its own).
 
 A local machine's walls name is its stack's and its number's (:mod:`.host_names`), so a
 destroyed machine's users and folder would otherwise stay on the host for good, and each
@@ -79,6 +80,7 @@ def release(names: HostNames) -> list[str]:
     slot_users = re.compile(re.escape(names.slot_user_prefix) + r"[0-9]+")
     problems = [problem for user in users_matching(slot_users) if (problem := remove_user(user))]
     problems += _remove_folder(names.walls_root)
+    problems += remove_cgroups(re.compile(re.escape(names.jobs_cgroup)))
     return problems
 
 
@@ -93,7 +95,71 @@ def release_stack(local_root: Path) -> list[str]:
         for folder in sorted(WALLS_BASE.iterdir()):
             if re.fullmatch(machine, folder.name):
                 problems += _remove_folder(folder)
+    problems += remove_cgroups(re.compile(f"gpufleet-jobs-{machine}"))
     return problems
+
+
+def remove_cgroups(
+    group: re.Pattern[str], mounts: Path = Path("/proc/self/mounts"), depth: int = 6
+) -> list[str]:
+    """Remove every cgroup folder whose name matches ``group`` — in each mounted hierarchy,
+    wherever the agent that made it lived (v1 puts them below the agent's own cgroup) — with
+    the job cgroups inside, killing what still runs in them."""
+    problems: list[str] = []
+    for root in _cgroup_roots(mounts):
+        for folder in _folders_named(root, group, depth):
+            for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()):
+                problems += _remove_cgroup(child)
+            problems += _remove_cgroup(folder)
+    return problems
+
+
+def _cgroup_roots(mounts: Path) -> list[Path]:
+    try:
+        lines = mounts.read_text().splitlines()
+    except OSError:
+        return []
+    return [
+        Path(p[1]) for p in (line.split() for line in lines) if len(p) > 2 and p[2] in ("cgroup", "cgroup2")
+    ]
+
+
+def _folders_named(root: Path, name: re.Pattern[str], depth: int) -> list[Path]:
+    found: list[Path] = []
+    level = [root]
+    for _ in range(depth):
+        below: list[Path] = []
+        for folder in level:
+            try:
+                children = [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()]
+            except OSError:
+                continue
+            for child in children:
+                (found if name.fullmatch(child.name) else below).append(child)
+        level = below
+    return found
+
+
+def _remove_cgroup(folder: Path) -> list[str]:
+    """Kill its members, then remove it (the kernel lets an empty cgroup go)."""
+    for _ in range(100):
+        try:
+            members = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError):
+            members = []
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            folder.rmdir()
+            return []
+        except FileNotFoundError:
+            return []
+        except OSError:
+            time.sleep(0.01)  # real time: members still exiting
+    return [f"{folder}: still has members"]
 
 
 def remove_user(user: pwd.struct_passwd) -> str:
