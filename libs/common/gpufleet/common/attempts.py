@@ -38,12 +38,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class LostAttempt:
-    """One attempt ended by :func:`end_live_attempts_lost`, and where its job went."""
+    """One attempt ended by :func:`end_live_attempts_lost`, and where its job went (from
+    ``job_state_before`` to ``job_state``: what the job outcomes are counted from)."""
 
     attempt_id: str
     job_id: str
     slot_seconds: float
     job_state: str
+    kind_id: str
+    job_state_before: str
 
 
 def set_job_state(
@@ -161,9 +164,10 @@ def end_live_attempts_lost(
             select(models.Job).where(models.Job.id == attempt.job_id).with_for_update()
         ).scalar_one()
         kind = session.get_one(models.JobKind, job.kind_id)
+        before = job.state
         slot_seconds = end_attempt_lost(session, attempt, now, why)
         if job.state not in TERMINAL_JOB_STATES:
             requeue_after_loss(session, job, kind, now, lost_retry_backoff_s, why)
-        lost.append(LostAttempt(attempt.id, job.id, slot_seconds, job.state))
+        lost.append(LostAttempt(attempt.id, job.id, slot_seconds, job.state, job.kind_id, before))
     session.flush()
     return lost

@@ -12,7 +12,8 @@ answer.
   scheduler, which owns jobs, applies these where it records them. Here they change
   nothing, so a class routed to them can never end a job twice.
 - ``REPLACE_MACHINE`` — the machine's live attempts end ``LOST`` and uncharged and their
-  jobs go back to the queue (:func:`gpufleet.common.attempts.end_live_attempts_lost`).
+  jobs go back to the queue (:func:`gpufleet.common.attempts.end_live_attempts_lost`),
+  counted as lost, retried under the row's class, or finished (:mod:`gpufleet.common.job_outcomes`).
   The machine itself is already leaving (destroyed, destroying, or gone at the provider)
   and no longer counts as arriving capacity, so the scheduler's scale step sees the
   requeued jobs as unmet demand and provisions a replacement.
@@ -25,30 +26,31 @@ answer.
 rest only when asked (``apply=True``), because some writers (the scheduler's job
 completions) apply the job-level outcomes themselves and must not have them applied twice.
 
-Each row written is counted in ``gpufleet.ledger.failures`` by class and outcome — when its
-transaction commits, never before: the writers own their transactions, and a count for a
-row that was rolled back (a fenced leader's pass, a failed commit) would be a row that
-does not exist. See :func:`_count_when_committed`.
+Each row written is counted in ``gpufleet.ledger.failures`` by class and outcome, and each
+replacement's attempts and jobs in the job outcomes — when the transaction commits, never
+before: the writers own their transactions, and a count for a row that was rolled back (a
+fenced leader's pass, a failed commit) would be a row that does not exist. See
+:func:`gpufleet.common.db.when_committed.when_committed`.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import event, or_, select
-from sqlalchemy.orm import Session, SessionTransaction
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
 
 from gpufleet.common.attempts import LostAttempt, end_live_attempts_lost
 from gpufleet.common.db.enums import IncidentState, LedgerOutcome, QuarantineKind
 from gpufleet.common.db.models import Failure, Incident, Machine, Quarantine
+from gpufleet.common.db.when_committed import when_committed
+from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.metrics.catalog import LEDGER_FAILURES
-from gpufleet.common.metrics.instruments import PROCESS, Counter, Instruments
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.outcome_policy import OutcomePolicy as OutcomePolicy
-
-_log = logging.getLogger(__name__)
 
 
 class FailureClass(StrEnum):
@@ -237,27 +239,49 @@ def record_and_apply(
     replace = route(failure_class) is LedgerOutcome.REPLACE_MACHINE and machine_id is not None
     if replace:
         assert machine_id is not None
-        lost = _replace(session, now, machine_id, failure_class, detector, policy)
+        lost = _replace(session, now, machine_id, failure_class, detector, policy, instruments)
         ended = ", ".join(f"{a.attempt_id} (job {a.job_id} -> {a.job_state})" for a in lost)
         details = f"{details}; attempts ended lost, uncharged: {ended or 'none'}"
     row = _append(session, now, failure_class, detector, machine_id, job_id, attempt_id, details, instruments)
     applied = apply_outcome(
-        session, now, row, policy=policy, target=target, incident_key=incident_key, replaced=replace
+        session,
+        now,
+        row,
+        policy=policy,
+        target=target,
+        incident_key=incident_key,
+        replaced=replace,
+        instruments=instruments,
     )
     applied.lost_attempts = lost
     return row, applied
 
 
 def _replace(
-    session: Session, now: datetime, machine_id: str, failure_class: str, detector: str, policy: OutcomePolicy
+    session: Session,
+    now: datetime,
+    machine_id: str,
+    failure_class: str,
+    detector: str,
+    policy: OutcomePolicy,
+    instruments: Instruments,
 ) -> list[LostAttempt]:
-    return end_live_attempts_lost(
+    """End the machine's live attempts and count them, and their jobs, once committed: a
+    net that replaces the same machine again finds nothing live, so counts nothing."""
+    lost = end_live_attempts_lost(
         session,
         machine_id,
         now,
         why=f"machine replaced ({failure_class}, by {detector})",
         lost_retry_backoff_s=policy.lost_retry_backoff_s,
     )
+    tally = OutcomeTally()
+    for attempt in lost:
+        tally.attempt_lost(attempt.kind_id)
+        tally.job_moved(attempt.kind_id, attempt.job_state_before, attempt.job_state, failure_class)
+    if tally:
+        when_committed(session, functools.partial(JobOutcomes(instruments).committed, tally))
+    return lost
 
 
 def _append(
@@ -283,71 +307,15 @@ def _append(
     )
     session.add(row)
     session.flush()
-    _count_when_committed(
+    when_committed(
         session,
-        instruments.counter(LEDGER_FAILURES),
-        {"failure_class": failure_class, "outcome": row.outcome},
+        functools.partial(
+            instruments.counter(LEDGER_FAILURES).add,
+            1,
+            {"failure_class": failure_class, "outcome": row.outcome},
+        ),
     )
     return row
-
-
-# -- counting rows that exist ----------------------------------------------------------------
-# The ledger's writers own their transactions (a net's pass, a job completion, an outcome
-# applied beside other writes), so a row is counted from the session's own events: kept
-# pending in ``session.info`` with the transaction it was written in, counted when the
-# outermost transaction commits, dropped when that transaction or a savepoint around the
-# row rolls back, and dropped when the outermost transaction ends any other way (a session
-# closed without committing).
-
-_PENDING = "gpufleet.ledger.uncommitted_failures"
-
-
-@dataclass(frozen=True)
-class _Uncommitted:
-    counter: Counter
-    labels: dict[str, str]
-    transaction: SessionTransaction | None
-
-
-def _count_when_committed(session: Session, counter: Counter, labels: dict[str, str]) -> None:
-    pending: list[_Uncommitted] | None = session.info.get(_PENDING)
-    if pending is None:
-        pending = session.info[_PENDING] = []
-        event.listen(session, "after_commit", _committed)
-        event.listen(session, "after_soft_rollback", _rolled_back)
-        event.listen(session, "after_transaction_end", _ended)
-    transaction = session.get_nested_transaction() or session.get_transaction()
-    pending.append(_Uncommitted(counter, labels, transaction))
-
-
-def _committed(session: Session) -> None:
-    if session.in_nested_transaction():
-        return  # a savepoint released: its rows commit (or not) with the transaction around it
-    pending: list[_Uncommitted] = session.info.get(_PENDING, [])
-    for row in pending:
-        try:
-            row.counter.add(1, row.labels)
-        except Exception:  # a metric never fails the work it measures
-            _log.exception("could not count a ledger row")
-    pending.clear()
-
-
-def _rolled_back(session: Session, previous_transaction: SessionTransaction) -> None:
-    pending: list[_Uncommitted] = session.info.get(_PENDING, [])
-    pending[:] = [row for row in pending if not _within(row.transaction, previous_transaction)]
-
-
-def _ended(session: Session, transaction: SessionTransaction) -> None:
-    if transaction.parent is None:
-        session.info.get(_PENDING, []).clear()
-
-
-def _within(inner: SessionTransaction | None, outer: SessionTransaction) -> bool:
-    while inner is not None:
-        if inner is outer:
-            return True
-        inner = inner.parent
-    return False
 
 
 def apply_outcome(
@@ -359,13 +327,15 @@ def apply_outcome(
     target: OutcomeTarget | None = None,
     incident_key: str | None = None,
     replaced: bool = False,
+    instruments: Instruments = PROCESS,
 ) -> AppliedOutcome:
     """Make ``failure``'s routed outcome take effect, inside the caller's transaction.
 
     Idempotent where it matters: a quarantine already in force for the same offering (or
     provider/region) is reused, an incident with the same ``incident_key`` is not opened
     twice, and only live attempts are ended (``replaced``: they were, just before the row
-    was written).
+    was written). The attempts it ends are counted in ``instruments`` once the caller's
+    transaction commits.
     """
     policy = policy or OutcomePolicy()
     target = target or OutcomeTarget()
@@ -375,7 +345,7 @@ def apply_outcome(
     if outcome is LedgerOutcome.REPLACE_MACHINE and machine is not None:
         if not replaced:
             applied.lost_attempts = _replace(
-                session, now, machine.id, failure.failure_class, failure.detector, policy
+                session, now, machine.id, failure.failure_class, failure.detector, policy, instruments
             )
     elif outcome is LedgerOutcome.STOP_HARDWARE_CONFIG:
         offering_id = target.offering_id or (machine.offering_id if machine is not None else None)
