@@ -178,16 +178,16 @@ def test_a_stream_is_timed_from_its_start_to_its_end(
     assert recorded(client_probe, CLIENT, streamed) == streamed
 
 
+@pytest.mark.parametrize("build", [create_server, create_aio_server], ids=["threaded", "asyncio"])
 def test_a_stream_its_deadline_ends_is_deadline_exceeded_on_both_sides(
-    probes: tuple[MetricsProbe, MetricsProbe],
+    build: Any, probes: tuple[MetricsProbe, MetricsProbe]
 ) -> None:
     """Health's Watch never ends by itself: the caller's deadline ends it. The threaded
-    health service's stream then just stops, so the server reads from its own clock how the
-    call ended instead of counting it OK. (The asyncio skeleton's Watch is left out: its
-    handler is a coroutine writing to its context, which the skeleton's wrappers do not
-    stream yet.)"""
+    health service's stream then just stops, and the asyncio one's coroutine (writing to
+    its context) is cancelled: either way the server reads from its own clock how the call
+    ended, instead of counting it OK or CANCELLED."""
     server_probe, client_probe = probes
-    server = create_server(
+    server = build(
         "127.0.0.1:0", [], transport=tls.transport("sweeper"), instruments=server_probe.instruments
     )
     try:

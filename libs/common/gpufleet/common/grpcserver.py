@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import server_interceptor
 
+from gpufleet.common.aio_handlers import on_lane, responses
 from gpufleet.common.errors import FIELD_METADATA_KEY, GpufleetError
 from gpufleet.common.handler_cache import WrappedHandlers
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
@@ -53,35 +54,44 @@ def _abort(context: grpc.ServicerContext, err: GpufleetError) -> None:
     context.abort(err.code, err.message)
 
 
-def _guard_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+def _guard_unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(request: Any, context: grpc.ServicerContext) -> Any:
         try:
             return behavior(request, context)
-        except GpufleetError as err:
-            _abort(context, err)
-        except Exception:
-            if context.code() is not None:  # type: ignore[attr-defined]  # already aborted on purpose
-                raise
-            log.exception("unexpected error in %s", getattr(behavior, "__qualname__", behavior))
-            context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
+        except Exception as error:
+            _answer(context, method, error)
         return None
 
     return wrapper
 
 
-def _guard_stream(behavior: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+def _guard_stream(method: str, behavior: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
     def wrapper(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         try:
             yield from behavior(request, context)
-        except GpufleetError as err:
-            _abort(context, err)
-        except Exception:
-            if context.code() is not None:  # type: ignore[attr-defined]
-                raise
-            log.exception("unexpected error in stream %s", getattr(behavior, "__qualname__", behavior))
-            context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
+        except Exception as error:
+            _answer(context, method, error)
 
     return wrapper
+
+
+def _answer(context: grpc.ServicerContext, method: str, error: Exception) -> None:
+    """The status a handler's exception ends its call with (each branch aborts, which
+    raises): a GpufleetError's own; the one the handler chose before it raised (an abort of
+    its own, or a generated servicer's method the service does not implement: it sets
+    UNIMPLEMENTED, then raises NotImplementedError); else INTERNAL, the one case logged
+    with its stack."""
+    chosen = context.code()  # type: ignore[attr-defined]
+    if isinstance(error, GpufleetError):
+        _abort(context, error)
+    elif isinstance(chosen, grpc.StatusCode) and chosen is not grpc.StatusCode.OK:
+        given = context.details()  # type: ignore[attr-defined]  # bytes, as the threaded server keeps it
+        details = given.decode("utf-8", "replace") if isinstance(given, bytes) else given
+        log.info("%s answered %s: %s", method, chosen.name, details or chosen.value[1])
+        context.abort(chosen, details or chosen.value[1])
+    else:
+        log.error("unexpected error in %s", method, exc_info=error)
+        context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
 
 
 class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg,misc]
@@ -103,16 +113,16 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg,
         return self._wrapped.get(handler_call_details.method, handler)  # type: ignore[attr-defined]
 
     @staticmethod
-    def _wrap(_method: str, handler: Any) -> Any:
+    def _wrap(method: str, handler: Any) -> Any:
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                _guard_unary(handler.unary_unary),
+                _guard_unary(method, handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                _guard_stream(handler.unary_stream),
+                _guard_stream(method, handler.unary_stream),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -260,36 +270,50 @@ class Lane:
     workers: int
 
 
-def _guard_async_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+def _guard_async_unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
             return await behavior(request, context)
-        except GpufleetError as err:
-            await _abort_async(context, err)
         except grpc.aio.AbortError:
             raise
-        except Exception:
-            log.exception("unexpected error in %s", getattr(behavior, "__qualname__", behavior))
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
+        except Exception as error:
+            await _answer_async(context, method, error)
         return None
 
     return wrapper
 
 
-def _guard_async_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
-    async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+def _guard_async_stream(method: str, behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+    """Any shape of response stream (see :func:`~gpufleet.common.aio_handlers.responses`),
+    as an async generator."""
+
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         try:
-            async for item in behavior(request, context):
+            async for item in responses(behavior(request, context)):
                 yield item
-        except GpufleetError as err:
-            await _abort_async(context, err)
         except grpc.aio.AbortError:
             raise
-        except Exception:
-            log.exception("unexpected error in stream %s", getattr(behavior, "__qualname__", behavior))
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
+        except Exception as error:
+            await _answer_async(context, method, error)
 
     return wrapper
+
+
+async def _answer_async(context: grpc.aio.ServicerContext[Any, Any], method: str, error: Exception) -> None:
+    """The status a handler's exception ends its call with (each branch aborts, which
+    raises): a GpufleetError's own; the one the handler chose before it raised (a generated
+    servicer's method the service does not implement sets UNIMPLEMENTED, then raises
+    NotImplementedError); else INTERNAL, the one case logged with its stack."""
+    chosen = context.code()
+    if isinstance(error, GpufleetError):
+        await _abort_async(context, error)
+    elif isinstance(chosen, grpc.StatusCode) and chosen is not grpc.StatusCode.OK:
+        details = context.details() or chosen.value[1]
+        log.info("%s answered %s: %s", method, chosen.name, details)
+        await context.abort(chosen, details)
+    else:
+        log.error("unexpected error in %s", method, exc_info=error)
+        await context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
 
 
 async def _abort_async(context: grpc.aio.ServicerContext[Any, Any], err: GpufleetError) -> None:
@@ -300,21 +324,11 @@ async def _abort_async(context: grpc.aio.ServicerContext[Any, Any], err: Gpuflee
     await context.abort(err.code, err.message)
 
 
-def _on_lane(behavior: Callable[..., Any], executor: futures.ThreadPoolExecutor) -> Callable[..., Any]:
-    """A synchronous handler run on its lane's executor, awaited by the event loop."""
-
-    async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, behavior, request, context)
-
-    return call
-
-
 class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc,type-arg]
     """The asyncio twin of :class:`ErrorMappingInterceptor`; it also puts each lane's
-    service on its own executor, and every other synchronous handler on the default one.
-    Only synchronous streaming handlers (none in the scheduler) would run in grpc's own
-    migration pool, holding a thread."""
+    service on its own executor, and every other synchronous unary handler on the default
+    one. A response stream of any shape is made an async generator on the loop (see
+    :mod:`gpufleet.common.aio_handlers`)."""
 
     def __init__(
         self, lanes: dict[str, futures.ThreadPoolExecutor], default: futures.ThreadPoolExecutor
@@ -341,54 +355,19 @@ class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mi
             if not inspect.iscoroutinefunction(behavior):
                 # Every handler the loop sees is a coroutine (the tracing interceptor
                 # awaits it); a synchronous one runs on its lane's executor.
-                behavior = _on_lane(_lane_guard(behavior), lane)
+                behavior = on_lane(behavior, lane)
             return grpc.unary_unary_rpc_method_handler(
-                _guard_async_unary(behavior),
+                _guard_async_unary(method, behavior),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
-            behavior = handler.unary_stream
-            guard = _guard_async_stream if inspect.isasyncgenfunction(behavior) else _guard_stream
             return grpc.unary_stream_rpc_method_handler(
-                guard(behavior),
+                _guard_async_stream(method, handler.unary_stream),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         return handler
-
-
-def _lane_guard(behavior: Callable[..., Any]) -> Callable[..., Any]:
-    """On a lane the handler gets the asyncio context, which a thread must not touch: the
-    handler's GpufleetError is carried back to the loop, which aborts."""
-
-    def call(request: Any, context: Any) -> Any:
-        return behavior(request, _NoContext(context))
-
-    return call
-
-
-class _NoContext:
-    """What a lane's handler may read of its call's context from a thread."""
-
-    def __init__(self, context: Any) -> None:
-        self._peer = context.peer()
-        self._metadata = tuple(context.invocation_metadata() or ())
-        self._auth = context.auth_context()
-
-    def peer(self) -> str:
-        return str(self._peer)
-
-    def invocation_metadata(self) -> tuple[Any, ...]:
-        return self._metadata
-
-    def is_active(self) -> bool:
-        return True
-
-    def auth_context(self) -> Any:
-        """Who called (the verified certificate's properties), for a check only the
-        handler can make: a machine reporting for itself."""
-        return self._auth
 
 
 class AioServiceServer:

@@ -91,7 +91,11 @@ class _Durations:
         try:
             code = context.code() if context is not None else None
             if not isinstance(code, grpc.StatusCode):
-                code = _cut_short(context) if otherwise is not grpc.StatusCode.UNKNOWN else None
+                code = (
+                    _cut_short(context, ended=otherwise is grpc.StatusCode.CANCELLED)
+                    if otherwise is not grpc.StatusCode.UNKNOWN
+                    else None
+                )
             self._record(method, elapsed, code or otherwise, None)
         except Exception:
             self._failed(method)
@@ -127,14 +131,16 @@ class _Durations:
 # -- the server -------------------------------------------------------------------------------
 
 
-def _cut_short(context: Any) -> grpc.StatusCode | None:
-    """How the call ended while its handler still ran, if it did: its deadline passed, or
-    the caller cancelled it (a server cannot tell a deadline the caller's library enforced
-    apart from a cancel, but it knows its own clock)."""
+def _cut_short(context: Any, ended: bool = False) -> grpc.StatusCode | None:
+    """How the call ended while its handler still ran, if it did (``ended``: known to have,
+    as when an asyncio handler was cancelled under it): its deadline passed, or the caller
+    cancelled it (a server cannot tell a deadline the caller's library enforced apart from
+    a cancel, but it knows its own clock)."""
     if context is None:
         return None
-    threaded = hasattr(context, "is_active")  # an asyncio context says cancelled() instead
-    ended = not context.is_active() if threaded else bool(context.cancelled())
+    if not ended:
+        threaded = hasattr(context, "is_active")  # an asyncio context says cancelled() instead
+        ended = not context.is_active() if threaded else bool(context.cancelled())
     if not ended:
         return None
     remaining = context.time_remaining()

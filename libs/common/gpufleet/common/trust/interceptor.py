@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from gpufleet.common.aio_handlers import responses
 from gpufleet.common.handler_cache import WrappedHandlers
 from gpufleet.common.metrics.catalog import AUTH_REFUSALS
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
@@ -214,13 +215,10 @@ class AioAuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[m
 
             async def stream(request_or_requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 await allowed(context)
-                produced = streaming(request_or_requests, context)
-                if inspect.isasyncgen(produced):
-                    async for item in produced:
-                        yield item
-                else:  # a synchronous generator (none in the services: it would hold the loop)
-                    for item in produced:
-                        yield item
+                # Any shape of stream handler: an async generator, a coroutine writing to
+                # its context (health's Watch), a function returning an iterator.
+                async for item in responses(streaming(request_or_requests, context)):
+                    yield item
 
             return make(stream, handler.request_deserializer, handler.response_serializer)
         return _refuse_unknown_shape(method)
