@@ -6,15 +6,26 @@ parameter would be. An ``executemany`` of the same rows is a statement per row o
 server (pipelined), and the fleet tick's burst writes ~30,000 of them (attempts, their job
 tokens, events): COPY took a third of the time here. Elsewhere (SQLite) it is an
 ``executemany``. Either way nothing is committed: the caller's transaction decides.
+
+The COPY goes around the engine's events, so it is timed here, as the operation ``COPY``
+(``db.client.operation.duration``, through the engine's instruments: see
+:func:`~gpufleet.common.db.operation_durations.durations_of`), from its start to the
+server's answer; the ``executemany`` is timed by the engine as any statement.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, String, Table, any_, bindparam, insert
 from sqlalchemy.dialects.postgresql import ARRAY
+
+from gpufleet.common.db.operation_durations import durations_of
+
+# The operation's name: PostgreSQL's own for the command (its command tag), known here.
+COPY = "COPY"
 
 
 def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -42,10 +53,17 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
     quoted = ", ".join(conn.dialect.identifier_preparer.quote(c) for c in columns)
     raw = conn.connection.driver_connection
     assert raw is not None
-    with raw.cursor() as cursor, cursor.copy(f"COPY {table.name} ({quoted}) FROM STDIN") as copy:
-        for row in rows:
-            values = [row[c] for c in given] + list(defaults.values())
-            copy.write_row([p(v) if p is not None else v for p, v in zip(processors, values, strict=True)])
+    durations = durations_of(conn.engine)
+    started = time.perf_counter()
+    try:
+        with raw.cursor() as cursor, cursor.copy(f"COPY {table.name} ({quoted}) FROM STDIN") as copy:
+            for row in rows:
+                values = [row[c] for c in given] + list(defaults.values())
+                copy.write_row([p(v) if p else v for p, v in zip(processors, values, strict=True)])
+    except Exception as err:
+        durations.failed(started, COPY, err)
+        raise
+    durations.done(started, COPY)
 
 
 def among(column: Any, values: Sequence[str], dialect: str) -> ColumnElement[bool]:

@@ -29,12 +29,21 @@ SQLAlchemy hands the statement to the driver's cursor and stops when the cursor 
 
 Never the statement's text (which would also be a series per distinct statement), nor the
 server's address.
+
+The statements that go around the engine's events (SubmitJob's, on
+:class:`~gpufleet.common.db.statements.StatementPool` and
+:class:`~gpufleet.common.db.statements.SqliteWriter`, and the COPY of
+:func:`~gpufleet.common.db.bulk.insert_rows`) are timed by the same
+:class:`OperationDurations` as the engine's, found by :func:`durations_of`: through the
+instruments the engine was made with, under the same labels, the operation's name given
+by the code that runs it (never read from its text).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,7 +63,7 @@ from gpufleet.common.metrics.catalog import (
 )
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 
-__all__ = ["operation_name", "record_operation_durations"]
+__all__ = ["OperationDurations", "durations_of", "operation_name", "record_operation_durations"]
 
 log = logging.getLogger(__name__)
 
@@ -94,25 +103,71 @@ def _failure_labels(error: BaseException | None) -> dict[str, str]:
     return {ERROR_TYPE.key: f"{kind.__module__}.{kind.__qualname__}"}
 
 
-def record_operation_durations(engine: Engine, instruments: Instruments = PROCESS) -> None:
-    """Record ``db.client.operation.duration`` for every statement ``engine`` runs. A
-    recording that fails never fails the statement (strict instruments, in tests, raise)."""
-    durations = instruments.histogram(DB_CLIENT_OPERATION_DURATION)
-    system = _SYSTEM_NAMES.get(engine.dialect.name, engine.dialect.name)
+class OperationDurations:
+    """``db.client.operation.duration`` of one database system, through one set of
+    instruments. A statement is timed from a ``time.perf_counter()`` its runner took just
+    before handing it to the driver: :meth:`done` when the driver returned, :meth:`failed`
+    when it raised. A recording that fails never fails the statement (strict instruments,
+    in tests, raise)."""
 
-    def record(pending: tuple[float, str | None], failed: bool, error: BaseException | None) -> None:
-        started, operation = pending
+    __slots__ = ("_histogram", "_ok", "_strict", "_system")
+
+    def __init__(self, dialect: str, instruments: Instruments = PROCESS) -> None:
+        self._histogram = instruments.histogram(DB_CLIENT_OPERATION_DURATION)
+        self._strict = instruments.strict
+        self._system = _SYSTEM_NAMES.get(dialect, dialect)
+        # A succeeded operation's labels, made once per operation name (a handful).
+        self._ok: dict[str | None, dict[str, str]] = {}
+
+    def done(self, started: float, operation: str | None) -> None:
+        elapsed = time.perf_counter() - started
         try:
-            labels = {DB_SYSTEM_NAME.key: system}
-            if operation is not None:
-                labels[DB_OPERATION_NAME.key] = operation
-            if failed:
-                labels.update(_failure_labels(error))
-            durations.record(time.perf_counter() - started, labels)
+            labels = self._ok.get(operation)
+            if labels is None:
+                labels = self._ok[operation] = self._labels(operation)
+            self._histogram.record(elapsed, labels)
         except Exception:
-            if instruments.strict:
-                raise
-            log.exception("database operation duration not recorded")
+            self._not_recorded()
+
+    def failed(self, started: float, operation: str | None, error: BaseException | None) -> None:
+        elapsed = time.perf_counter() - started
+        try:
+            self._histogram.record(elapsed, self._labels(operation) | _failure_labels(error))
+        except Exception:
+            self._not_recorded()
+
+    def _labels(self, operation: str | None) -> dict[str, str]:
+        labels = {DB_SYSTEM_NAME.key: self._system}
+        if operation is not None:
+            labels[DB_OPERATION_NAME.key] = operation
+        return labels
+
+    def _not_recorded(self) -> None:
+        """Called while the recording's exception is handled."""
+        if self._strict:
+            raise
+        log.exception("database operation duration not recorded")
+
+
+# Each engine's durations, for the statements that run around its events.
+_BY_ENGINE: weakref.WeakKeyDictionary[Engine, OperationDurations] = weakref.WeakKeyDictionary()
+
+
+def durations_of(engine: Engine) -> OperationDurations:
+    """The durations ``engine``'s statements are recorded through (see
+    :func:`record_operation_durations`); for an engine not made by
+    :func:`~gpufleet.common.db.engine.make_engine`, the process's instruments."""
+    found = _BY_ENGINE.get(engine)
+    if found is None:
+        found = _BY_ENGINE[engine] = OperationDurations(engine.dialect.name)
+    return found
+
+
+def record_operation_durations(engine: Engine, instruments: Instruments = PROCESS) -> None:
+    """Record ``db.client.operation.duration`` for every statement ``engine`` runs, and
+    through the same instruments for the statements run around it (:func:`durations_of`).
+    A recording that fails never fails the statement (strict instruments, in tests, raise)."""
+    durations = _BY_ENGINE[engine] = OperationDurations(engine.dialect.name, instruments)
 
     @event.listens_for(engine, "before_cursor_execute")
     def _handed_to_driver(
@@ -132,7 +187,7 @@ def record_operation_durations(engine: Engine, instruments: Instruments = PROCES
     ) -> None:
         pending = conn.info.get(_PENDING)
         if pending:
-            record(pending.pop(), False, None)
+            durations.done(*pending.pop())
 
     @event.listens_for(engine, "handle_error")
     def _failed(failure: ExceptionContext) -> None:
@@ -141,4 +196,5 @@ def record_operation_durations(engine: Engine, instruments: Instruments = PROCES
         conn = failure.connection
         pending = conn.info.get(_PENDING) if conn is not None else None
         if pending:
-            record(pending.pop(), True, failure.original_exception)
+            started, operation = pending.pop()
+            durations.failed(started, operation, failure.original_exception)

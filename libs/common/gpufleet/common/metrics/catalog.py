@@ -645,7 +645,11 @@ JOBS_FINISHED = Metric(
     unit="{job}",
     labels=(KIND, OUTCOME),
     description="Jobs that reached a final state, by kind and outcome: SUCCEEDED, FAILED, "
-    "CANCELLED, TIMED_OUT.",
+    "CANCELLED, TIMED_OUT; counted once, when the write that ended the job committed, by whichever "
+    "service wrote it: the scheduler (a worker's report, a cancel, a time limit, a lease run out "
+    "that spent the lost-retry budget, the queue-wait timeout and no-consumer watchdogs), the "
+    "reaper or the sweeper (a machine replaced whose loss spent a job's lost-retry budget, or "
+    "whose job had been asked to cancel).",
     stability=Stability.ALPHA,
 )
 JOBS_RETRIED = Metric(
@@ -654,7 +658,10 @@ JOBS_RETRIED = Metric(
     unit="{attempt}",
     labels=(KIND, FAILURE_CLASS),
     description="Attempts whose job went back to the queue for another one, by kind and the failure "
-    "that ended the attempt (lease_expired for a lost attempt, job_infra_error, ...).",
+    "that ended the attempt: job_failed or job_infra_error (the worker's report, a dispatch taken "
+    "back), lease_expired (the scheduler lost the attempt's lease), or the ledger class that "
+    "replaced its machine (went_silent, boot_failed, preempted, instance_gone, ...: a reaper net "
+    "or the sweeper). A stuck dispatch sent back to the queue ended no attempt and is not counted.",
     stability=Stability.ALPHA,
 )
 ATTEMPTS_LOST = Metric(
@@ -662,8 +669,10 @@ ATTEMPTS_LOST = Metric(
     instrument=Instrument.COUNTER,
     unit="{attempt}",
     labels=(KIND,),
-    description="Attempts ended LOST: their lease ran out (nothing heard from the worker) or their "
-    "machine was lost. Our failure, never charged.",
+    description="Attempts ended LOST, by kind: their lease ran out (nothing heard from the worker: "
+    "the scheduler) or their machine was replaced (went silent, failed its boot, pre-empted, gone "
+    "at the provider: a reaper net or the sweeper), counted once that write committed. Our "
+    "failure, never charged.",
     stability=Stability.ALPHA,
 )
 
@@ -686,8 +695,13 @@ REAPER_IDLE_TIMERS = Metric(
     instrument=Instrument.COUNTER,
     unit="{timer}",
     labels=(ACTION,),
-    description="The idle chain's timers: `armed` when a machine is first seen idle, `cleared` when it "
-    "is busy again (or leaves READY) before a stop.",
+    description="The idle chain's timers, one per machine for its stop and destroy timers together: "
+    "`armed` when the reaper's idle scanner first sees the machine idle; `cleared` when timers that "
+    "were set are taken off — traffic the scanner sees, work the scheduler assigns to the machine, "
+    "or the scheduler starting it again after a stop (its destroy timer). An armed machine's chain "
+    "ends `cleared` or in auto_destroy's destroy (gpufleet.reaper.actions), so armed - cleared - "
+    "those destroys is the chains still running, less any ended by another net's destroy or a "
+    "machine lost at the provider, which are not counted here.",
     stability=Stability.ALPHA,
 )
 SWEEPER_ORPHANS = Metric(

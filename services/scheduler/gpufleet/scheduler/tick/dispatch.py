@@ -4,12 +4,13 @@ One tick's assignments are committed in one transaction, fenced by the epoch onc
 attempts inserted in ``STARTING``, the jobs moved to ``DISPATCHING`` with their events,
 the machines' idle timers cleared — a fixed number of statements whatever the number of
 assignments (each checked against the rows read in the same transaction: the job still
-queued, the machine still ready, its slots still free). The agent StartJob calls then run
-in a :class:`~gpufleet.common.calls.CallPool` of their own — never the pool of the
-provider calls, so any number of slow or hung cloud creates leaves dispatch unaffected —
-each on the machine's reused channel; the tick does not wait for them. The attempt's job
-tokens are minted in the same commit (their hashes inserted beside the attempts), so a
-dispatch is one agent call and nothing else.
+queued, the machine still ready, its slots still free); the machines whose timers were set
+are counted ``cleared`` once the commit is done (:mod:`~gpufleet.scheduler.tick.idle_timers`).
+The agent StartJob calls then run in a :class:`~gpufleet.common.calls.CallPool` of their
+own — never the pool of the provider calls, so any number of slow or hung cloud creates
+leaves dispatch unaffected — each on the machine's reused channel; the tick does not wait
+for them. The attempt's job tokens are minted in the same commit (their hashes inserted
+beside the attempts), so a dispatch is one agent call and nothing else.
 
 An attempt whose StartJob was sent and not answered within ``dispatch_deadline_s`` is
 taken back: it ends ``INFRA_ERROR``, uncharged, the job is requeued and the agent is told to
@@ -58,6 +59,7 @@ from gpufleet.scheduler.tick.dispatch_failure import (
     overdue,
 )
 from gpufleet.scheduler.tick.earmarks import clear_for_started_films
+from gpufleet.scheduler.tick.idle_timers import clear_for_work
 from gpufleet.scheduler.tick.metrics import Assigned, TickMetrics
 from gpufleet.scheduler.tick.model import Assignment
 from gpufleet.scheduler.token_service import JOB_TOKENS, TokenMinter
@@ -200,7 +202,8 @@ class DispatchController:
             part = assignments[i : i + COMMIT_CHUNK]
             with self.sessions() as session, session.begin():
                 self.lease.fence(session)
-                dispatches = self._write(session, part, now, tiers or {})
+                dispatches, timers_cleared = self._write(session, part, now, tiers or {})
+            self.metrics.idle_timers.committed(timers_cleared)
             report.actions["assign"] += len(dispatches)
             if len(dispatches) < len(part):
                 report.refusals["assignment_stale"] += len(part) - len(dispatches)
@@ -210,7 +213,9 @@ class DispatchController:
 
     def _write(
         self, session: Session, assignments: list[Assignment], now: datetime, tiers: Mapping[str, int]
-    ) -> list[Dispatch]:
+    ) -> tuple[list[Dispatch], int]:
+        """The assignments still valid, written; and how many of their machines had idle
+        timers set (cleared here)."""
         dialect = session.get_bind().dialect.name
         job_ids = [a.job_id for a in assignments]
         machine_ids = sorted({a.machine_id for a in assignments})
@@ -333,7 +338,7 @@ class DispatchController:
                 )
             )
         if not dispatches:
-            return []
+            return [], 0
         conn = session.connection()
         insert_rows(conn, _ATTEMPTS, attempts)
         # Every assigned job moves alike (its attempt's machine and slot are in its event).
@@ -352,13 +357,8 @@ class DispatchController:
         insert_rows(conn, JOB_TOKENS, token_rows)
         clear_for_started_films(session, films, now)
         # The scheduler never races the money chain: work assigned clears both timers.
-        for part in chunks(sorted({d.machine_id for d in dispatches})):
-            conn.execute(
-                update(_MACHINES)
-                .where(among(_MACHINES.c.id, part, dialect))
-                .values(stop_due_at=None, destroy_due_at=None)
-            )
-        return dispatches
+        timers_cleared = clear_for_work(conn, [d.machine_id for d in dispatches])
+        return dispatches, timers_cleared
 
     # -- the dispatch (in the pool) -------------------------------------------------------
     def _submit_all(self, dispatches: list[Dispatch]) -> int:

@@ -105,7 +105,14 @@ class FleetTick:
         # The machines gauge goes quiet three ticks after the last one (a deposed leader).
         self.metrics = TickMetrics(instruments, clock, fresh_s=3 * settings.tick_s)
         self.scale = ScaleController(
-            sessions, clock, lease, provisioner, settings, self.provider_calls, outcomes
+            sessions,
+            clock,
+            lease,
+            provisioner,
+            settings,
+            self.provider_calls,
+            outcomes,
+            self.metrics.idle_timers,
         )
         self.dispatch = DispatchController(
             sessions, clock, lease, settings, self.dispatch_calls, self.agents, outcomes, self.metrics

@@ -41,6 +41,7 @@ from gpufleet.common.metrics.catalog import (
 from gpufleet.common.metrics.instruments import Instruments, Observing
 from gpufleet.scheduler.tick.dispatch_failure import DispatchFailure
 from gpufleet.scheduler.tick.fleet_figures import NO_POOL, FleetFigures, GpuMeter, fleet_figures
+from gpufleet.scheduler.tick.idle_timers import IdleTimerClears
 from gpufleet.scheduler.tick.model import FleetSnapshot
 from gpufleet.scheduler.tick.queue_depth import QueueKey
 
@@ -97,6 +98,8 @@ class TickMetrics:
         self._idle = instruments.counter(FLEET_GPU_IDLE)
         # Jobs finished, retried and attempts lost by the tick's own writes.
         self.jobs = JobOutcomes(instruments)
+        # Idle timers taken off by the tick's assignments and starts.
+        self.idle_timers = IdleTimerClears(instruments)
         # A gap between two ticks is booked up to the same three ticks the gauges stay
         # fresh for (see GpuMeter).
         self.gpu_meter = GpuMeter(max_gap_s=fresh_s)

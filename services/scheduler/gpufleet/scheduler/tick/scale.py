@@ -37,6 +37,7 @@ from gpufleet.common.lifecycle import Actor, record, transition
 from gpufleet.common.loops import TickReport
 from gpufleet.common.provider_errors import AuthFailed, InsufficientCapacity, QuotaExceeded
 from gpufleet.scheduler.settings import Settings
+from gpufleet.scheduler.tick.idle_timers import IdleTimerClears
 from gpufleet.scheduler.tick.model import CreateMachine, StartMachine
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class ScaleController:
         settings: Settings,
         calls: CallPool,
         outcomes: Outcomes,
+        idle_timers: IdleTimerClears,
     ) -> None:
         self.sessions = sessions
         self.clock = clock
@@ -86,13 +88,17 @@ class ScaleController:
         self.settings = settings
         self.calls = calls
         self.outcomes = outcomes
+        self.idle_timers = idle_timers
         self.policy: OutcomePolicy = settings.outcome_policy()
 
     def record(self, actions: list[StartMachine | CreateMachine], now: datetime, report: TickReport) -> None:
-        """One fenced transaction for every create and start of this tick, then the calls."""
+        """One fenced transaction for every create and start of this tick, then the calls.
+        The started machines whose idle timers were set are counted ``cleared`` once it
+        has committed."""
         if not actions:
             return
         submitted: list[tuple[str, str]] = []
+        timers_cleared = 0
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
             for action in actions:
@@ -100,9 +106,11 @@ class ScaleController:
                     machine_id = self._record_create(session, action, now)
                     submitted.append((CREATE, machine_id))
                     report.actions["create"] += 1
-                elif self._record_start(session, action, now):
+                elif (started := self._record_start(session, action, now)) is not None:
                     submitted.append((START, action.machine_id))
                     report.actions["start"] += 1
+                    timers_cleared += started
+        self.idle_timers.committed(timers_cleared)
         for call, machine_id in submitted:
             self._submit(call, machine_id)
 
@@ -175,11 +183,15 @@ class ScaleController:
         )
         return machine_id
 
-    def _record_start(self, session: Session, action: StartMachine, now: datetime) -> bool:
+    def _record_start(self, session: Session, action: StartMachine, now: datetime) -> int | None:
+        """Record the start of a stopped machine; None when it is no longer one to start,
+        else how many machines had idle timers set (1 or 0: its clear took them off)."""
         machine_id = action.machine_id
-        machine = session.get_one(models.Machine, machine_id)
+        # Locked: the state checked and the timers counted are the ones this start replaces.
+        machine = session.get_one(models.Machine, machine_id, with_for_update=True)
         if machine.state != MachineState.STOPPED.value or machine.intent == MachineIntent.DESTROYED.value:
-            return False
+            return None
+        had_timers = machine.stop_due_at is not None or machine.destroy_due_at is not None
         machine.intent = MachineIntent.RUNNING.value
         why = f"started for film {action.for_job}" if action.for_job else "work is waiting"
         record(machine, MachineState.STARTING, by=Actor.FLEET_TICK, why=why, now=now)
@@ -191,7 +203,7 @@ class ScaleController:
         machine.stop_due_at = None
         machine.destroy_due_at = None
         log.info("starting stopped machine %s", machine_id, extra={"fields": {"machine_id": machine_id}})
-        return True
+        return int(had_timers)
 
     # -- the calls (in the pool) ---------------------------------------------------------
     def _create(self, machine_id: str) -> None:

@@ -9,7 +9,8 @@ TTL — so it counts as a consumer. The detector refreshes, each run and outside
 transaction, which offerings the provisioner serves (``ListOfferings``); the fleet tick
 reads the same set and never creates from an offering no driver serves. Until the set
 has been read once, it refuses (``PROVIDERS_UNKNOWN``): a provisioner that is down is not
-evidence that nothing can serve.
+evidence that nothing can serve. Each job failed is counted finished (FAILED) once its
+transaction has committed.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from gpufleet.common.attempts import set_job_state
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import JobState, MachineState
 from gpufleet.common.errors import GpufleetError
+from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.scheduler.tick.served import ServedOfferings
 from gpufleet.scheduler.tick.snapshot import active_quarantines
 from gpufleet.scheduler.watchdogs.common import MAX_PER_RUN, batches
@@ -135,12 +138,15 @@ class NoConsumerDetector:
         provisioner: OfferingLister,
         served: ServedOfferings,
         max_running_machines: int,
+        *,
+        instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.lease = lease
         self.provisioner = provisioner
         self.served = served
         self.max_running_machines = max_running_machines
+        self.outcomes = JobOutcomes(instruments)
 
     def refresh(self, report: TickReport) -> None:
         """Read what the provisioner serves (a network call: no transaction is open)."""
@@ -186,21 +192,24 @@ class NoConsumerDetector:
         report.refusals.update(decision.refusals)
         failing = list(decision.fail.items())[:MAX_PER_RUN]
         for batch in batches(failing):
+            tally = OutcomeTally()
             with self.sessions() as session, session.begin():
                 self.lease.fence(session)
                 for job_id, why in batch:
-                    if self._fail(session, now, job_id, why):
+                    if self._fail(session, now, job_id, why, tally):
                         report.actions["failed"] += 1
                     else:
                         report.refusals["CHANGED_SINCE_SCAN"] += 1
+            self.outcomes.committed(tally)
         return report
 
     @staticmethod
-    def _fail(session: Session, now: datetime, job_id: str, why: str) -> bool:
+    def _fail(session: Session, now: datetime, job_id: str, why: str, tally: OutcomeTally) -> bool:
         job = session.get(models.Job, job_id, with_for_update=True)
         if job is None or job.state != JobState.QUEUED.value:
             return False
         message = f"failed: nothing can serve pool {job.pool_id} ({why}); not charged"
         set_job_state(session, job, JobState.FAILED, now, message)
+        tally.job_moved(job.kind_id, JobState.QUEUED.value, job.state)
         record_failure(session, now, FailureClass.NO_CONSUMER.value, NAME, job_id=job.id, details=message)
         return True

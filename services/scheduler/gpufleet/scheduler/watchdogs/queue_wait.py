@@ -4,7 +4,8 @@ fails, uncharged, with a message saying so (DESIGN §4).
 A job waits for a GPU from its submission, or from the moment it went back to the queue
 after an attempt. The deadline is the kind's: a film may wait longer than a clip. Failing
 it charges nothing — a queued job holds no attempt — and the ledger says why
-(``queue_wait_timeout``, routed to ``FAIL_JOB``).
+(``queue_wait_timeout``, routed to ``FAIL_JOB``). Each job failed is counted finished
+(FAILED) once its transaction has committed.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpufleet.common.attempts import set_job_state
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import JobState
+from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.scheduler.watchdogs.common import MAX_PER_RUN, batches, queued_since, waiting_since
 
 NAME = "queue_wait_timeout"
@@ -62,9 +65,12 @@ def decide(now: datetime, jobs: Sequence[QueuedJob]) -> list[Expire]:
 class QueueWaitTimeout:
     name = NAME
 
-    def __init__(self, sessions: sessionmaker[Session], lease: LeaderLease) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], lease: LeaderLease, *, instruments: Instruments = PROCESS
+    ) -> None:
         self.sessions = sessions
         self.lease = lease
+        self.outcomes = JobOutcomes(instruments)
 
     def scan(self, now: datetime) -> list[QueuedJob]:
         """Every queued job with its kind's deadline, oldest wait first: one read of the
@@ -83,23 +89,26 @@ class QueueWaitTimeout:
         report = TickReport()
         expired = decide(now, self.scan(now))[:MAX_PER_RUN]
         for batch in batches(expired):
+            tally = OutcomeTally()
             with self.sessions() as session, session.begin():
                 self.lease.fence(session)
                 for expire in batch:
-                    if self._fail(session, now, expire):
+                    if self._fail(session, now, expire, tally):
                         report.actions["failed"] += 1
                     else:
                         report.refusals["CHANGED_SINCE_SCAN"] += 1
+            self.outcomes.committed(tally)
         return report
 
     @staticmethod
-    def _fail(session: Session, now: datetime, expire: Expire) -> bool:
+    def _fail(session: Session, now: datetime, expire: Expire, tally: OutcomeTally) -> bool:
         job = session.get(models.Job, expire.job.job_id, with_for_update=True)
         if job is None or job.state != JobState.QUEUED.value:
             return False  # dispatched, cancelled or ended since the scan
         if waiting_since(job) != expire.job.waiting_since:
             return False  # its wait began again since the scan
         set_job_state(session, job, JobState.FAILED, now, expire.message)
+        tally.job_moved(job.kind_id, JobState.QUEUED.value, job.state)
         record_failure(
             session, now, FailureClass.QUEUE_WAIT_TIMEOUT.value, NAME, job_id=job.id, details=expire.message
         )
