@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from gpufleet.cli.commands import machine_detail
+from gpufleet.cli.machines import machine_detail
 from gpufleet.v1 import machine_pb2
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -1,4 +1,5 @@
-"""`gpufleet up --speed N` restarted on the same state dir keeps the clock it started with."""
+"""`gpufleet up --speed N` restarted on the same state dir keeps the clock it started with;
+another speed there is refused, real time included."""
 
 from __future__ import annotations
 
@@ -33,7 +34,22 @@ def test_another_speed_on_the_same_state_dir_is_refused(tmp_path: Path, speed: f
         stack(tmp_path, speed).keep_clock()
 
 
-def test_real_time_leaves_no_clock_file(tmp_path: Path) -> None:
+def test_real_time_is_written_down_and_another_speed_then_refused(tmp_path: Path) -> None:
     s = stack(tmp_path, 1.0)
     s.keep_clock()
-    assert s.config.clock_origin is None and not (tmp_path / "clock.json").exists()
+    assert s.config.clock_origin is None and (tmp_path / "clock.json").exists()
+    stack(tmp_path, 1.0).keep_clock()  # the same speed again is fine
+    with pytest.raises(ClockMismatch, match="--speed 1;"):
+        stack(tmp_path, 10.0).keep_clock()
+
+
+def test_a_folder_that_ran_before_clock_json_was_written_at_speed_1_is_taken_as_real_time(
+    tmp_path: Path,
+) -> None:
+    """Before real time was written down, such a folder had a database and no clock.json:
+    `up --speed 10` on it was accepted though README said it was refused."""
+    (tmp_path / "gpufleet.sqlite").write_bytes(b"")
+    with pytest.raises(ClockMismatch, match="--speed 1;"):
+        stack(tmp_path, 10.0).keep_clock()
+    stack(tmp_path, 1.0).keep_clock()
+    assert (tmp_path / "clock.json").exists()

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.cli import ops, output
-from gpufleet.cli.stack import SERVICES, Stack, StackConfig, free_port
+from gpufleet.cli.stack import SERVICES, PortsInUse, Stack, StackConfig, free_port
+from gpufleet.cli.state_lock import StateDirInUse
 from gpufleet.common import grpcclient
 from gpufleet.common.clock import ScaledClock
 from gpufleet.common.trust.identity import Role
@@ -180,12 +181,14 @@ def run_demo(args: argparse.Namespace) -> int:
         stack.start(on_started=lambda name, addr: print(f"  - {name:<12} {addr}"))
         clock = Clock(start=config.clock_origin or time.time(), speed=args.speed)
         return _scenario(stack, clock, args)
+    except (StateDirInUse, PortsInUse) as exc:
+        print(f"gpufleet demo: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("\ninterrupted")
         return 130
     finally:
-        stack.stop()
-        leftover = stack.kill_local_machines()
+        leftover = stack.shutdown()
         if leftover:
             print(f"  (cleaned up {leftover} local machine process group(s) still running)")
 

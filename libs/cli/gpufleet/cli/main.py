@@ -1,13 +1,19 @@
 """The ``gpufleet`` command.
 
-gpufleet up                 run the whole system (embedded default) until interrupted
-gpufleet demo               run it on a sped-up clock with a scripted scenario
-gpufleet submit ...         submit a GPU job to a running system
-gpufleet jobs [--json]      list jobs
-gpufleet machines [--json]  list machines with their liveness channels and idle timers
-gpufleet machines ID        one machine: who changed its state last, and why
-gpufleet logs JOB           a job's log, its tokens redacted on the machine
-gpufleet certs issue ...    a client certificate of the deployment's CA (backend, machine)
+gpufleet up / down            run the whole system (embedded default) on a state folder / stop it
+gpufleet demo                 run it on a sped-up clock with a scripted scenario
+gpufleet submit [--wait] ...  submit a GPU job; --wait follows it and exits with its outcome
+gpufleet jobs [JOB] [--watch] list jobs (why a queued one waits), or one with its attempts
+gpufleet cancel JOB...        cancel jobs
+gpufleet logs JOB [--follow]  a job's log, its tokens redacted on the machine
+gpufleet machines [ID]        machines with their liveness channels and idle timers, or one
+gpufleet machines cordon | uncordon | drain | deregister ID
+gpufleet pools                the pools, their limits and offerings, and their machines now
+gpufleet workspaces [create | pause | resume | set-plan ...]
+gpufleet certs issue ...      a client certificate of the deployment's CA (backend, machine)
+
+Jobs and machines are named by their id or any unique prefix of it. Every listing takes
+--json (numbers as numbers, every field present).
 """
 
 from __future__ import annotations
@@ -18,10 +24,18 @@ import sys
 import threading
 from pathlib import Path
 
-from gpufleet.cli import certs, commands, ops, workspaces
+from gpufleet.cli import catalogue, certs, down, jobs, logs, machines, ops, workspaces
 from gpufleet.cli.credentials import DEFAULT_STATE_DIR
 from gpufleet.cli.demo import run_demo
-from gpufleet.cli.stack import DEFAULT_METRICS_PORTS, DEFAULT_PORTS, ClockMismatch, Stack, StackConfig
+from gpufleet.cli.stack import (
+    DEFAULT_METRICS_PORTS,
+    DEFAULT_PORTS,
+    ClockMismatch,
+    PortsInUse,
+    Stack,
+    StackConfig,
+)
+from gpufleet.cli.state_lock import StateDirInUse
 from gpufleet.common.signals import stop_on_signals
 
 
@@ -58,14 +72,22 @@ def run_up(args: argparse.Namespace) -> int:
     flag = "" if args.port_offset == 0 else f" --scheduler {config.address('scheduler')}"
     if args.state_dir != DEFAULT_STATE_DIR:
         flag += f" --state-dir {args.state_dir}"
-    print(
-        f"gpufleet up — state in {config.state_dir} (SQLite + local machines), logs in "
-        f"{config.state_dir / 'logs'}"
-    )
     stop = threading.Event()
     # Both stop it, even when started in the background where SIGINT starts out ignored.
     stop_on_signals(stop)
     try:
+        try:
+            lock = stack.claim()
+        except (StateDirInUse, PortsInUse) as exc:
+            print(f"gpufleet: {exc}", file=sys.stderr)
+            return 1
+        if lock.stale_pid:
+            print(f"  (the `gpufleet up` of pid {lock.stale_pid} ended without letting go of the folder)")
+        print(
+            f"gpufleet up — state in {config.state_dir} (SQLite + local machines), logs in "
+            f"{config.state_dir / 'logs'}",
+            flush=True,
+        )
         try:
             stack.start(
                 on_started=lambda n, a: print(
@@ -75,15 +97,19 @@ def run_up(args: argparse.Namespace) -> int:
         except ClockMismatch as exc:
             print(f"gpufleet: {exc}", file=sys.stderr)
             return 2
+        except (PortsInUse, RuntimeError, TimeoutError) as exc:
+            print(f"gpufleet: {exc}", file=sys.stderr)
+            return 1
         print(
             "ready. Try, in another terminal:\n"
-            f"  gpufleet submit{flag} --workspace acme-studio --kind short_episode --set duration_s=60\n"
-            f"  gpufleet jobs{flag}\n  gpufleet machines{flag}\n"
+            f"  gpufleet submit{flag} --workspace acme-studio --kind short_episode --set duration_s=60 "
+            "--wait\n"
+            f"  gpufleet jobs{flag} --watch\n  gpufleet machines{flag}\n  gpufleet pools{flag}\n"
             f'Metrics (each service\'s /metrics, mutual TLS; README "Metrics"):\n'
             f"  prometheus --config.file={config.prometheus_config_path} "
             f"--storage.tsdb.path={config.state_dir / 'prometheus'}\n"
-            "Ctrl-C stops the control plane; running local machines keep running and are "
-            "adopted by the next `gpufleet up` in the same state directory.",
+            f"Ctrl-C (or `gpufleet down --state-dir {args.state_dir}`) stops the control plane and "
+            "its local machines.",
             flush=True,
         )
         while not stop.wait(0.5):
@@ -97,8 +123,12 @@ def run_up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        print("stopping the control plane ...", flush=True)
-        stack.stop()
+        if stack.processes:
+            print("stopping the control plane and its local machines ...", flush=True)
+            ended = stack.shutdown()
+            print(f"stopped ({ended} local machine(s) ended).", flush=True)
+        else:  # refused at its start: nothing of the folder is touched
+            stack.shutdown()
     return 0
 
 
@@ -140,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--timeout", type=float, default=110.0, help="give up after this many real seconds")
     demo.set_defaults(func=run_demo)
 
+    down.add_parser(sub)
+
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--scheduler", default=scheduler_default, help="scheduler address (host:port)")
@@ -152,38 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="machine-readable output")
         return p
 
-    submit = client("submit", "submit a GPU job")
-    submit.add_argument("--workspace", required=True)
-    submit.add_argument("--pool", default="l4")
-    submit.add_argument("--kind", default="short_episode")
-    submit.add_argument("--pipeline-version", default="2026.12.0")
-    submit.add_argument("--request-id", default=None, help="idempotency key (default: a new one)")
-    submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a tenant value")
-    submit.set_defaults(func=lambda a: commands.run_client(commands.submit, a))
-
-    jobs = client("jobs", "list jobs, or show one with its attempts")
-    jobs.add_argument("job", nargs="?", default=None, help="a job id (or a unique prefix)")
-    jobs.add_argument("--workspace", default=None)
-    jobs.add_argument("--state", default=None, help="e.g. queued, running, succeeded")
-    jobs.set_defaults(func=lambda a: commands.run_client(commands.jobs, a))
-
-    job_log = client("logs", "a job's log (its tokens redacted on the machine)")
-    job_log.add_argument("job", help="the job's id")
-    job_log.add_argument("--attempt", default=None, help="one attempt (default: the newest)")
-    job_log.add_argument("--follow", action="store_true", help="keep printing until the attempt ends")
-    job_log.set_defaults(func=lambda a: commands.run_client(commands.logs, a))
-
-    machines = client("machines", "list machines, or show one")
-    machines.add_argument(
-        "machine", nargs="?", default=None, help="a machine id (or a unique prefix), or `deregister`"
-    )
-    machines.add_argument("target", nargs="?", default=None, help="with deregister: the box's machine id")
-    machines.add_argument("--all", action="store_true", help="include destroyed machines")
-    machines.set_defaults(func=lambda a: commands.run_client(commands.machines, a))
-
+    jobs.add_parsers(client)
+    logs.add_parsers(client)
+    machines.add_parsers(client)
+    catalogue.add_parsers(client)
+    workspaces.add_parsers(client)
     ops.add_parsers(sub, client)
     certs.add_parsers(sub)
-    workspaces.add_parsers(client)
 
     # The simulator is its own package (gpufleet-sim) over the services' pure decisions, which
     # the CLI may not import: the command hands its arguments to it in a process of its own.
@@ -219,7 +226,18 @@ def main(argv: list[str] | None = None) -> None:
         # Every argument after the command is the simulator's own (its --help included).
         sys.exit(run_simulate(argparse.Namespace(rest=argv[1:])))
     args = build_parser().parse_args(argv)
-    sys.exit(args.func(args))
+    if getattr(args, "interval", 1.0) <= 0:
+        sys.exit("gpufleet: --interval is a positive number of seconds")
+    try:
+        status = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`gpufleet jobs --json | head`): no traceback. Whatever is
+        # still buffered goes nowhere, and the status is a pipe's (128 + SIGPIPE).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(141)
+    sys.exit(status)
 
 
 if __name__ == "__main__":

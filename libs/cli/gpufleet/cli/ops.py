@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.cli import credentials, output
-from gpufleet.cli.commands import pages, run_client, system_now
+from gpufleet.cli.client import pages, run_client, system_now
 from gpufleet.common import grpcclient
 from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import (
@@ -41,8 +41,7 @@ def _sweeper(args: argparse.Namespace) -> sweeper_service_pb2_grpc.SweeperServic
 def _now(args: argparse.Namespace) -> datetime:
     """The time ages are shown against: the system's clock — the caller's (the demo's) or
     the scheduler's own (FleetService.GetSystemTime)."""
-    now = getattr(args, "now", None)
-    return now if isinstance(now, datetime) else system_now(args)
+    return system_now(args)
 
 
 def _counts(counts: Any) -> str:
@@ -255,28 +254,28 @@ def add_parsers(sub: Any, client: Any) -> None:
         return p
 
     w = with_reaper(client("watchdogs", "every watchdog with its cadence, last run and counts"))
-    w.set_defaults(func=lambda a: run_client(watchdogs, a, a.reaper))
+    w.set_defaults(func=lambda a: run_client(watchdogs, a, "reaper"))
 
     led = with_reaper(client("ledger", "the failure ledger, newest first"))
     led.add_argument("--machine", default=None)
     led.add_argument("--class", dest="failure_class", default=None)
     led.add_argument("--detector", default=None)
     led.add_argument("--limit", type=int, default=50)
-    led.set_defaults(func=lambda a: run_client(ledger, a, a.reaper))
+    led.set_defaults(func=lambda a: run_client(ledger, a, "reaper"))
 
     inc = with_reaper(client("incidents", "incidents; `incidents ack ID` acknowledges one"))
     inc.add_argument("action", nargs="?", choices=["list", "ack"], default="list")
     inc.add_argument("id", nargs="?", type=int, default=None)
     inc.add_argument("--open", action="store_true", help="only open incidents")
     inc.add_argument("--by", default=os.environ.get("USER", "operator"), help="who acknowledges")
-    inc.set_defaults(func=lambda a: run_client(incidents, a, a.reaper))
+    inc.set_defaults(func=lambda a: run_client(incidents, a, "reaper"))
 
     q = with_reaper(client("quarantines", "quarantined offerings and halted regions; `clear ID`"))
     q.add_argument("action", nargs="?", choices=["list", "clear"], default="list")
     q.add_argument("id", nargs="?", type=int, default=None)
-    q.set_defaults(func=lambda a: run_client(quarantines, a, a.reaper))
+    q.set_defaults(func=lambda a: run_client(quarantines, a, "reaper"))
 
     o = client("orphans", "what the orphan sweeps saw and did")
     o.add_argument("--sweeper", default=sweeper_default, help="sweeper address (host:port)")
     o.add_argument("--sweep-now", action="store_true", help="run an orphan sweep now, then list")
-    o.set_defaults(func=lambda a: run_client(orphans, a, a.sweeper))
+    o.set_defaults(func=lambda a: run_client(orphans, a, "sweeper"))

@@ -7,7 +7,6 @@ its settings in the environment, exactly as a deployment would.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -22,9 +21,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gpufleet.cli import prometheus_config
+from gpufleet.cli import local_machines, prometheus_config
 from gpufleet.cli.credentials import OPERATOR, tls_dir, transport_for
-from gpufleet.common import grpcclient, host_release
+from gpufleet.cli.state_lock import StateLock
+from gpufleet.common import grpcclient
 from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.pki import Authority
 from gpufleet.common.trust.transport import Transport
@@ -46,6 +46,22 @@ def free_port() -> int:
 
 class ClockMismatch(RuntimeError):
     """The state dir's clock runs at another speed than the one asked for."""
+
+
+class PortsInUse(RuntimeError):
+    """A port the stack would listen on is taken (another stack, or anything else)."""
+
+
+def taken(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:``port`` (a port left in TIME_WAIT by a
+    stack that just stopped is free: the services bind with SO_REUSEADDR too)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 @dataclass
@@ -83,6 +99,24 @@ class StackConfig:
 class Stack:
     config: StackConfig
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    lock: StateLock | None = None
+
+    def claim(self) -> StateLock:
+        """The state folder's lock, and every port free: refused (StateDirInUse,
+        PortsInUse) before anything is started or written, so a second stack never
+        answers for the first."""
+        if self.lock is None:
+            self.lock = StateLock.take(self.config.state_dir)
+        wanted = [(f"{n} gRPC", p) for n, p in self.config.ports.items()] + [
+            (f"{n} metrics", p) for n, p in self.config.metrics_ports.items()
+        ]
+        busy = [f"{port} ({what})" for what, port in wanted if taken(port)]
+        if busy:
+            raise PortsInUse(
+                f"port(s) {', '.join(busy)} already in use on 127.0.0.1 (another stack?): "
+                "pass --port-offset and --metrics-port-offset, or stop it with `gpufleet down`"
+            )
+        return self.lock
 
     def common_env(self) -> dict[str, str]:
         cfg = self.config
@@ -154,31 +188,42 @@ class Stack:
         )
 
     def keep_clock(self) -> None:
-        """A scaled clock's origin is kept in the state dir (``clock.json``): restarted on
-        the same state dir, the control plane goes on from the time it had, so it agrees
-        with the local machines still running from before. Another speed on the same state
-        dir would put them out of step, so it is refused."""
+        """The clock's speed (and a scaled clock's origin) is kept in the state dir
+        (``clock.json``): restarted on the same state dir, the control plane goes on from
+        the time it had, so it agrees with the times in its database. Another speed on the
+        same state dir would put them out of step, so it is refused — real time included:
+        a folder that ran at speed 1 is refused at speed 10 and the other way round. A
+        folder with a database and no clock.json ran at speed 1 (before real time was
+        written down too). Call it before the database is made."""
         path = self.config.state_dir / "clock.json"
         if path.exists():
             stored = json.loads(path.read_text())
+        elif Path(self.config.database_url.removeprefix("sqlite:///")).exists():
+            stored = {"speed": 1.0, "origin": None}
+        else:
+            stored = None
+        if stored is not None:
             if float(stored["speed"]) != self.config.clock_speed:
                 raise ClockMismatch(
-                    f"{self.config.state_dir} was started with --speed {stored['speed']:g}; "
+                    f"{self.config.state_dir} was started with --speed {float(stored['speed']):g}; "
                     f"start it with that speed, or use a fresh --state-dir"
                 )
-            if self.config.clock_origin is None:
+            if self.config.clock_origin is None and stored.get("origin") is not None:
                 self.config.clock_origin = float(stored["origin"])
-            return
-        if self.config.clock_speed == 1.0:
-            return
-        if self.config.clock_origin is None:
+            if path.exists():
+                return
+        if self.config.clock_speed != 1.0 and self.config.clock_origin is None:
             self.config.clock_origin = time.time()
-        path.write_text(json.dumps({"speed": self.config.clock_speed, "origin": self.config.clock_origin}))
+        origin = self.config.clock_origin if self.config.clock_speed != 1.0 else None
+        path.write_text(json.dumps({"speed": self.config.clock_speed, "origin": origin}))
 
     def start(self, on_started: Callable[[str, str], None] | None = None) -> None:
-        """Migrate, then start every service and wait until each answers its health check."""
-        self.migrate()
+        """Claim the state folder and the ports, migrate, then start every service and wait
+        until each answers its health check. Whatever happens, :meth:`shutdown` after it
+        stops what it started."""
+        self.claim()
         self.keep_clock()
+        self.migrate()
         authority = self.ensure_credentials()
         self.write_prometheus_config(authority)
         # Not inherited: the operator's certificate, and an agent's metrics address (local
@@ -216,6 +261,9 @@ class Stack:
             self.wait_healthy(name)
             if on_started:
                 on_started(name, self.config.address(name))
+        exited = self.failed()
+        if exited:  # a health answer that was not its own: say so before anything says ready
+            raise RuntimeError(f"service(s) {', '.join(exited)} exited; see {logs}")
 
     def wait_healthy(self, name: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -239,6 +287,20 @@ class Stack:
     def failed(self) -> list[str]:
         return [n for n, p in self.processes.items() if p.poll() is not None]
 
+    def shutdown(self, grace: float = 10.0) -> int:
+        """Stop the services, then the local machines (only when this stack started
+        services: a stack refused at its start touches nothing of the folder), then let go
+        of the state folder. How many local machines were running."""
+        if self.lock is None:
+            return 0
+        ended = 0
+        if self.processes:
+            self.stop(grace)
+            ended = self.stop_local_machines()
+        self.lock.release()
+        self.lock = None
+        return ended
+
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM every service (each stops gracefully), then SIGKILL stragglers."""
         for proc in self.processes.values():
@@ -252,25 +314,7 @@ class Stack:
                 proc.kill()
                 proc.wait()
 
-    def local_machine_pids(self) -> list[int]:
-        """Process groups of local machines still running under this state dir."""
-        pids = []
-        for pid_file in (self.config.state_dir / "machines").glob("*/disk/agent.pid"):
-            try:
-                pid = int(pid_file.read_text().strip())
-                os.kill(pid, 0)
-                pids.append(pid)
-            except (ValueError, ProcessLookupError, PermissionError):
-                continue
-        return pids
-
-    def kill_local_machines(self) -> int:
-        """Ends every local machine's process group and gives back the slot users and walls
-        they took on this host (used by the demo's clean-up only)."""
-        pids = self.local_machine_pids()
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        for problem in host_release.release_stack(self.config.state_dir / "machines"):
-            print(f"  (not given back: {problem})", file=sys.stderr)
-        return len(pids)
+    def stop_local_machines(self) -> int:
+        """End every local machine of this state dir as its provisioner would stop it, and
+        give back the slot users and walls they took on this host; how many ran."""
+        return local_machines.stop_all(self.config.state_dir)
