@@ -258,8 +258,10 @@ DB_SYSTEM_NAME = Label(db_attributes.DB_SYSTEM_NAME, "`postgresql` or `sqlite`")
 DB_OPERATION_NAME = Label(
     db_attributes.DB_OPERATION_NAME,
     "the SQL verb of a statement SQLAlchemy built: `SELECT`, `INSERT`, `UPDATE`, `DELETE`, with "
-    "`BATCH ` before it for one run with several parameter sets (executemany). Not set for DDL or "
-    "text SQL, whose verb would have to be read from the text; never the statement's text",
+    "`BATCH ` before it for one run with several parameter sets (executemany); `COPY` for a bulk "
+    "insert's COPY; for a statement run around SQLAlchemy, the verb its code gives it. Not set for "
+    "DDL or text SQL given none, whose verb would have to be read from the text; never the "
+    "statement's text",
 )
 DB_RESPONSE_STATUS_CODE = Label(
     db_attributes.DB_RESPONSE_STATUS_CODE,
@@ -840,10 +842,12 @@ DB_CLIENT_OPERATION_DURATION = Metric(
     instrument=Instrument.HISTOGRAM,
     unit="s",
     labels=(DB_SYSTEM_NAME, DB_OPERATION_NAME, DB_RESPONSE_STATUS_CODE, ERROR_TYPE),
-    description="How long each SQL statement gpufleet ran through SQLAlchemy took at the driver, until "
-    "the driver had its result, by database and operation; a failed one carries its error. The "
-    "statements that go around SQLAlchemy are not counted: SubmitJob's single-statement writes "
-    "(db.statements: StatementPool, SqliteWriter) and the COPY of bulk inserts.",
+    description="How long each SQL statement gpufleet ran took at the driver, until the driver had its "
+    "result, by database and operation; a failed one carries its error. Those run through "
+    "SQLAlchemy are timed from its engine's events; those that go around it are timed where they "
+    "run, the same way: SubmitJob's writes (db.statements: StatementPool, SqliteWriter; not their "
+    "transaction's BEGIN and COMMIT on SQLite) and the COPY of bulk inserts (from its start to the "
+    "server's answer).",
     stability=Stability.STABLE,
     buckets=_DB_BUCKETS,
     origin=Origin.SEMCONV,
