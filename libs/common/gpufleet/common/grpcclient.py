@@ -14,6 +14,7 @@ from opentelemetry.instrumentation.grpc import client_interceptor, grpcext
 
 from gpufleet.common import errors
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
+from gpufleet.common.rich_status import details_of
 from gpufleet.common.rpc_durations import ClientCallDurations
 from gpufleet.common.trust.identity import Role
 from gpufleet.common.trust.transport import Transport
@@ -65,12 +66,22 @@ def metadata_value(err: grpc.RpcError, key: str) -> str | None:
 
 
 def wrap_rpc_error(err: grpc.RpcError) -> errors.GpufleetError:
-    """Translate a transport error into gpufleet's error type (field kept when named)."""
+    """Translate a transport error into gpufleet's error type, with what its rich status
+    says: every bad field, the reason, the retry delay (a server from before the rich
+    status: the field from its ``gpufleet-field`` trailer)."""
     code = err.code()  # type: ignore[attr-defined]
     details = err.details() or code.name  # type: ignore[attr-defined]
     cls = _CODE_TO_ERROR.get(code, errors.GpufleetError)
-    wrapped = cls(details)
-    wrapped.field = metadata_value(err, errors.FIELD_METADATA_KEY)
+    rich = details_of(err)
+    wrapped = cls(
+        details,
+        violations=rich.violations,
+        reason=rich.reason or None,
+        retry_after_s=rich.retry_after_s,
+        metadata=rich.metadata,
+    )
+    wrapped.message = details
+    wrapped.field = rich.field or metadata_value(err, errors.FIELD_METADATA_KEY)
     wrapped.grpc_code = code  # type: ignore[attr-defined]
     wrapped.rpc_error = err  # type: ignore[attr-defined]
     return wrapped

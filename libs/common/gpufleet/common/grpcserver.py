@@ -24,9 +24,10 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import server_interceptor
 
 from gpufleet.common.aio_handlers import on_lane, responses
-from gpufleet.common.errors import FIELD_METADATA_KEY, GpufleetError
+from gpufleet.common.errors import GpufleetError
 from gpufleet.common.handler_cache import WrappedHandlers
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
+from gpufleet.common.rich_status import status_of
 from gpufleet.common.rpc_durations import AioServerCallDurations, ServerCallDurations
 from gpufleet.common.signals import stop_on_signals
 from gpufleet.common.trust.interceptor import AioAuthorizationInterceptor, AuthorizationInterceptor, Gate
@@ -45,13 +46,15 @@ class ServiceBinding:
 
 
 def _abort(context: grpc.ServicerContext, err: GpufleetError) -> None:
-    if err.field:
-        # Metadata values must be printable ASCII; a field name can carry a client's own
-        # text (a map key), so anything else is escaped rather than failing the answer.
-        field = err.field.encode("ascii", "backslashreplace").decode("ascii")
-        field = "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in field)
-        context.set_trailing_metadata(((FIELD_METADATA_KEY, field),))
-    context.abort(err.code, err.message)
+    """End the call with the error's rich status (gpufleet.common.rich_status), after any
+    trailer the handler set itself (a provider error's kind)."""
+    status = status_of(err)
+    context.set_trailing_metadata((*_set_already(context), *status.trailing_metadata))
+    context.abort(status.code, status.details)
+
+
+def _set_already(context: Any) -> tuple[tuple[str, str | bytes], ...]:
+    return tuple(context.trailing_metadata() or ())
 
 
 def _guard_unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
@@ -317,11 +320,8 @@ async def _answer_async(context: grpc.aio.ServicerContext[Any, Any], method: str
 
 
 async def _abort_async(context: grpc.aio.ServicerContext[Any, Any], err: GpufleetError) -> None:
-    if err.field:
-        field = err.field.encode("ascii", "backslashreplace").decode("ascii")
-        field = "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in field)
-        context.set_trailing_metadata(((FIELD_METADATA_KEY, field),))
-    await context.abort(err.code, err.message)
+    status = status_of(err)
+    await context.abort(status.code, status.details, (*_set_already(context), *status.trailing_metadata))
 
 
 class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc,type-arg]

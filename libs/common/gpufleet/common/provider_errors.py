@@ -7,6 +7,8 @@ metadata key :data:`METADATA_KEY`, so a caller never parses a message.
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from gpufleet.common.errors import GpufleetError
@@ -15,10 +17,16 @@ METADATA_KEY = "gpufleet-provider-error"
 
 
 class ProviderError(GpufleetError):
-    """A provider call failed; ``kind`` is the ProviderErrorKind name without prefix."""
+    """A provider call failed; ``kind`` is the ProviderErrorKind name without prefix, and
+    its ErrorInfo reason."""
 
     kind = "UNSPECIFIED"
     code = grpc.StatusCode.UNAVAILABLE
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        if kwargs.get("reason") is None:
+            self.reason = self.kind
 
 
 class InstanceNotFound(ProviderError):
