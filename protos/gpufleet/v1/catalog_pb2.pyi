@@ -60,7 +60,7 @@ class Workspace(_message.Message):
     def __init__(self, name: _Optional[str] = ..., workspace_id: _Optional[str] = ..., plan: _Optional[str] = ..., active: _Optional[bool] = ...) -> None: ...
 
 class JobKind(_message.Message):
-    __slots__ = ("name", "kind_id", "slots", "time_limit", "runs_writer_code", "queue_wait_deadline", "retry_budget", "lost_retry_budget", "resumes_from_checkpoint", "memory_limit_bytes", "pids_limit")
+    __slots__ = ("name", "kind_id", "slots", "time_limit", "runs_writer_code", "queue_wait_deadline", "retry_budget", "lost_retry_budget", "resumes_from_checkpoint", "memory_limit_bytes", "pids_limit", "default_pool", "default_pipeline_version", "expected_duration")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_ID_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +72,9 @@ class JobKind(_message.Message):
     RESUMES_FROM_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     MEMORY_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
     PIDS_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_POOL_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_PIPELINE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_DURATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind_id: str
     slots: int
@@ -83,7 +86,10 @@ class JobKind(_message.Message):
     resumes_from_checkpoint: bool
     memory_limit_bytes: int
     pids_limit: int
-    def __init__(self, name: _Optional[str] = ..., kind_id: _Optional[str] = ..., slots: _Optional[int] = ..., time_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., runs_writer_code: _Optional[bool] = ..., queue_wait_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_budget: _Optional[int] = ..., lost_retry_budget: _Optional[int] = ..., resumes_from_checkpoint: _Optional[bool] = ..., memory_limit_bytes: _Optional[int] = ..., pids_limit: _Optional[int] = ...) -> None: ...
+    default_pool: str
+    default_pipeline_version: str
+    expected_duration: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., kind_id: _Optional[str] = ..., slots: _Optional[int] = ..., time_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., runs_writer_code: _Optional[bool] = ..., queue_wait_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_budget: _Optional[int] = ..., lost_retry_budget: _Optional[int] = ..., resumes_from_checkpoint: _Optional[bool] = ..., memory_limit_bytes: _Optional[int] = ..., pids_limit: _Optional[int] = ..., default_pool: _Optional[str] = ..., default_pipeline_version: _Optional[str] = ..., expected_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ListWorkspacesRequest(_message.Message):
     __slots__ = ("page_size", "page_token")

@@ -109,7 +109,7 @@ BAD_SUBMITS = [
     (submit_request(workspace="nobody"), grpc.StatusCode.NOT_FOUND, "job.workspace"),
     (submit_request(pool="h100"), grpc.StatusCode.NOT_FOUND, "job.pool"),
     (submit_request(kind="opera"), grpc.StatusCode.NOT_FOUND, "job.kind"),
-    (submit_request(pipeline_version=""), grpc.StatusCode.INVALID_ARGUMENT, "job.pipeline_version"),
+    (submit_request(kind=""), grpc.StatusCode.INVALID_ARGUMENT, "job.kind"),
     (
         submit_request(pipeline_version="1.0; rm -rf /"),
         grpc.StatusCode.INVALID_ARGUMENT,

@@ -16,6 +16,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 ProviderName = Literal["GCP", "AWS", "LOCAL", "SIM"]
+# A pipeline version as SubmitJob accepts it (gpufleet.scheduler.validation.VERSION).
+PIPELINE_VERSION = r"^[A-Za-z0-9][A-Za-z0-9._+\-]{0,63}$"
 
 
 class OfferingSpec(BaseModel):
@@ -74,6 +76,12 @@ class KindSpec(BaseModel):
     # The job's cgroup on the machine: memory (MiB) and processes it may use.
     memory_limit_mb: int = Field(default=8192, ge=16)
     pids_limit: int = Field(default=1024, ge=8)
+    # What SubmitJob fills in when a job of this kind leaves them out, so a backend need
+    # not know the fleet's layout or the current pipeline. Unset pool: the first pool of
+    # the catalogue whose machines have the slots the kind needs (resolved at load).
+    # Unset pipeline version: a job of this kind must name its own.
+    default_pool: str | None = Field(default=None, min_length=1, max_length=64)
+    default_pipeline_version: str | None = Field(default=None, pattern=PIPELINE_VERSION)
 
 
 class Catalog(BaseModel):
@@ -94,11 +102,31 @@ class Catalog(BaseModel):
                 if off.id in seen:
                     raise ValueError(f"offering id {off.id!r} is used twice")
                 seen.add(off.id)
+        for kind in self.kinds:
+            kind.default_pool = self._default_pool(kind)
         return self
+
+    def _default_pool(self, kind: KindSpec) -> str | None:
+        """The kind's named default pool, checked; else the first pool that fits it."""
+        if kind.default_pool is None:
+            return next((p.id for p in self.pools if kind.slots <= p.slots_per_machine), None)
+        pool = self.pool(kind.default_pool)
+        if pool is None:
+            raise ValueError(f"kind {kind.id!r} names unknown default_pool {kind.default_pool!r}")
+        if kind.slots > pool.slots_per_machine:
+            raise ValueError(
+                f"kind {kind.id!r} needs {kind.slots} slots; its default_pool {pool.id!r} has "
+                f"{pool.slots_per_machine} a machine"
+            )
+        return pool.id
 
     def pool(self, pool_id: str) -> PoolSpec | None:
         return next((p for p in self.pools if p.id == pool_id), None)
 
+
+# The pipeline version the embedded catalogue's kinds run when a job names none (the bundled
+# sample pipeline installs under any version name).
+SAMPLE_PIPELINE_VERSION = "2026.12.0"
 
 DEFAULT_CATALOG = Catalog(
     plans=[
@@ -116,6 +144,7 @@ DEFAULT_CATALOG = Catalog(
             time_limit_s=3.5 * 3600,
             expected_duration_s=20 * 60,
             runs_writer_code=True,
+            default_pipeline_version=SAMPLE_PIPELINE_VERSION,
         ),
         KindSpec(
             id="film",
@@ -126,6 +155,7 @@ DEFAULT_CATALOG = Catalog(
             resumes_from_checkpoint=True,
             memory_limit_mb=32768,
             pids_limit=4096,
+            default_pipeline_version=SAMPLE_PIPELINE_VERSION,
         ),
         KindSpec(
             id="clip",
@@ -134,6 +164,7 @@ DEFAULT_CATALOG = Catalog(
             expected_duration_s=5 * 60,
             runs_writer_code=False,
             memory_limit_mb=4096,
+            default_pipeline_version=SAMPLE_PIPELINE_VERSION,
         ),
     ],
     pools=[

@@ -44,6 +44,8 @@ def sync_catalog(session: Session, catalog: Catalog) -> None:
                 expected_duration_s=kind.expected_duration_s,
                 memory_limit_mb=kind.memory_limit_mb,
                 pids_limit=kind.pids_limit,
+                default_pool=kind.default_pool,
+                default_pipeline_version=kind.default_pipeline_version,
             )
         )
     for pool in catalog.pools:

@@ -161,9 +161,19 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         transaction, on a thread of its own (SQLite's writer lock must not hold the
         loop). No ORM object graph: profiled, the old path spent its milliseconds in six
         statements and the ORM's flush. A repeated ``request_id`` reads the stored job and
-        answers as the first call did (or refuses other content)."""
-        content_hash = validation.submission(request.request_id, request.job, request.HasField("job"))
+        answers as the first call did (or refuses other content).
+
+        A job that leaves out its pool or pipeline version gets its kind's defaults from
+        the catalogue (one more read, only then); every bad field is answered at once."""
+        found = validation.submission(request.request_id, request.job, request.HasField("job"))
         spec = request.job
+        loop = asyncio.get_running_loop()
+        if (not spec.pool or not spec.pipeline_version) and validation.IDENT.match(spec.kind):
+            defaults = await loop.run_in_executor(self._store, self._kind_defaults, spec.kind)
+            if defaults is not None:  # an unknown kind: the catalogue check names it below
+                spec = validation.with_defaults(spec, *defaults, found)
+        found.raise_if_any()
+        content_hash = validation.content_hash(request.job)
         now = self.clock.now()
         job_id = str(uuid.uuid4())
         row = {
@@ -187,7 +197,6 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             "cancel_requested": False,
             "paid_wait_incident": False,
         }
-        loop = asyncio.get_running_loop()
         if self._statements is not None:
             inserted = await self._submit_postgres(row)
         else:
@@ -242,24 +251,41 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             conn.execute(_INSERT_EVENT_SQLITE, event)
             return True
 
+    def _kind_defaults(self, kind_id: str) -> tuple[str | None, str | None] | None:
+        """The kind's default pool and pipeline version, or None for an unknown kind."""
+        with self.sessions() as session:
+            row = session.execute(
+                select(_K.default_pool, _K.default_pipeline_version).where(_K.id == kind_id)
+            ).one_or_none()
+        return None if row is None else (row.default_pool, row.default_pipeline_version)
+
     @staticmethod
     def _check_catalogue(conn: Connection, spec: job_pb2.Job) -> None:
         """Workspace, pool and kind in one query; on a miss, say which is wrong."""
         found = conn.execute(_CATALOGUE, {"w": spec.workspace, "p": spec.pool, "k": spec.kind}).one()
         active, slots_per_machine, kind_slots = found
         if active is None:
-            raise NotFound(f"unknown workspace {spec.workspace!r}", field="job.workspace")
+            raise NotFound(
+                f"unknown workspace {spec.workspace!r}", field="job.workspace", reason="UNKNOWN_WORKSPACE"
+            )
         if not active:
-            raise FailedPrecondition(f"workspace {spec.workspace!r} is not active", field="job.workspace")
-        if slots_per_machine is None:
-            raise NotFound(f"unknown pool {spec.pool!r}", field="job.pool")
+            raise FailedPrecondition(
+                f"workspace {spec.workspace!r} is not active",
+                field="job.workspace",
+                reason="WORKSPACE_PAUSED",
+            )
+        # The kind before the pool: a job that left its pool out for an unknown kind's
+        # default has no pool to name.
         if kind_slots is None:
-            raise NotFound(f"unknown job kind {spec.kind!r}", field="job.kind")
+            raise NotFound(f"unknown job kind {spec.kind!r}", field="job.kind", reason="UNKNOWN_KIND")
+        if slots_per_machine is None:
+            raise NotFound(f"unknown pool {spec.pool!r}", field="job.pool", reason="UNKNOWN_POOL")
         if kind_slots > slots_per_machine:
             raise InvalidArgument(
                 f"kind {spec.kind!r} needs {kind_slots} slots; pool {spec.pool!r} machines have "
                 f"{slots_per_machine}",
                 field="job.kind",
+                reason="KIND_DOES_NOT_FIT_POOL",
             )
 
     @staticmethod
@@ -271,7 +297,9 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             return None
         if job.request_hash != content_hash:
             raise AlreadyExists(
-                f"request_id {request_id!r} was used for a different job ({job.id})", field="request_id"
+                f"request_id {request_id!r} was used for a different job ({job.id})",
+                field="request_id",
+                reason="REQUEST_ID_REUSED",
             )
         return job_to_proto(job)
 
@@ -466,10 +494,13 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         job_id = validation.job_id(request.job_id)
         peer = context.peer()
         if self._streams_total >= MAX_WATCH_STREAMS:
-            raise ResourceExhausted(f"{MAX_WATCH_STREAMS} WatchJob streams are open; try again later")
+            raise ResourceExhausted(
+                f"{MAX_WATCH_STREAMS} WatchJob streams are open; try again later", reason="TOO_MANY_WATCHES"
+            )
         if self._streams[peer] >= MAX_WATCH_STREAMS_PER_CONNECTION:
             raise ResourceExhausted(
-                f"this connection already has {MAX_WATCH_STREAMS_PER_CONNECTION} WatchJob streams open"
+                f"this connection already has {MAX_WATCH_STREAMS_PER_CONNECTION} WatchJob streams open",
+                reason="TOO_MANY_WATCHES",
             )
         self._streams[peer] += 1
         self._streams_total += 1

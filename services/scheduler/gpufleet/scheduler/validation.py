@@ -1,5 +1,5 @@
-"""Validation of what the product backend sends. Every refusal names the field, and
-nothing is stored until the whole request is valid."""
+"""Validation of what the product backend sends. Every refusal names the field — SubmitJob's
+names every bad field at once — and nothing is stored until the whole request is valid."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import hashlib
 import json
 import re
 
-from gpufleet.common.errors import InvalidArgument
+from gpufleet.common.errors import InvalidArgument, Violation
+from gpufleet.common.idempotency import REQUEST_ID
+from gpufleet.common.idempotency import WHAT as REQUEST_ID_WHAT
 from gpufleet.common.idempotency import optional_request_id as optional_request_id
-from gpufleet.common.idempotency import required_request_id
 from gpufleet.v1 import job_pb2
 
 IDENT = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
@@ -62,36 +63,111 @@ def machine_id(value: str, field: str = "machine_id") -> str:
     return require(value.removeprefix("machines/"), field, JOB_ID, "machine id or machines/<id> name")
 
 
-def submission(request_id: str, job: job_pb2.Job | None, has_job: bool) -> str:
-    """Checks a SubmitJob request's shape; returns the content hash for idempotency."""
-    required_request_id(request_id)
+class Violations:
+    """A request's violations, collected so that one answer lists every bad field: a
+    backend fixes its request once, not one refusal at a time."""
+
+    def __init__(self) -> None:
+        self.found: list[Violation] = []
+
+    def add(self, field: str, description: str, reason: str = "INVALID") -> None:
+        self.found.append(Violation(field, description, reason))
+
+    def check(
+        self, value: str, field: str, pattern: re.Pattern[str], what: str, *, required: bool = True
+    ) -> None:
+        """``require``'s rule, collected: empty (when required) or not matching ``pattern``."""
+        if not value:
+            if required:
+                self.add(field, "is required", "REQUIRED")
+            return
+        if not pattern.match(value):
+            self.add(field, f"is not a valid {what}", "INVALID_FORMAT")
+
+    def raise_if_any(self) -> None:
+        if self.found:
+            raise InvalidArgument.of(self.found)
+
+
+# At most this many of a map's entries are named one by one; the rest are counted.
+MAX_ENTRY_VIOLATIONS = 20
+
+
+def submission(request_id: str, job: job_pb2.Job | None, has_job: bool) -> Violations:
+    """Every violation of a SubmitJob request's shape (none for a good one). ``pool`` and
+    ``pipeline_version`` may be left out — the kind's catalogue entry fills them in
+    (:func:`with_defaults`) — but when given they must be well formed. A request with no
+    ``job`` at all is refused at once: nothing else can be checked."""
+    found = Violations()
+    found.check(request_id, "request_id", REQUEST_ID, REQUEST_ID_WHAT)
     if not has_job or job is None:
-        raise InvalidArgument("is required", field="job")
-    require(job.workspace, "job.workspace", IDENT, "workspace id")
-    require(job.pool, "job.pool", IDENT, "pool id")
-    require(job.kind, "job.kind", IDENT, "job kind")
-    require(job.pipeline_version, "job.pipeline_version", VERSION, "pipeline version")
+        found.add("job", "is required", "REQUIRED")
+        raise InvalidArgument.of(found.found)
+    found.check(job.workspace, "job.workspace", IDENT, "workspace id")
+    found.check(job.pool, "job.pool", IDENT, "pool id", required=False)
+    found.check(job.kind, "job.kind", IDENT, "job kind")
+    found.check(job.pipeline_version, "job.pipeline_version", VERSION, "pipeline version", required=False)
+    _tenant_values(job, found)
+    return found
+
+
+def _tenant_values(job: job_pb2.Job, found: Violations) -> None:
     if len(job.tenant_values) > MAX_TENANT_VALUES:
-        raise InvalidArgument(f"at most {MAX_TENANT_VALUES} entries", field="job.tenant_values")
+        found.add("job.tenant_values", f"at most {MAX_TENANT_VALUES} entries", "TOO_MANY")
     total = 0
-    for key, value in job.tenant_values.items():
-        if not TENANT_KEY.match(key):
-            raise InvalidArgument(
-                "keys are identifiers of at most 64 characters", field=f"job.tenant_values[{key[:64]!a}]"
-            )
+    named = 0
+    for key, value in sorted(job.tenant_values.items()):
         size = len(value.encode())
-        if size > MAX_TENANT_VALUE_BYTES:
-            raise InvalidArgument(
-                f"value is {size} bytes; at most {MAX_TENANT_VALUE_BYTES}",
-                field=f"job.tenant_values[{key!r}]",
-            )
-        if "\x00" in value:
-            raise InvalidArgument("value contains a NUL byte", field=f"job.tenant_values[{key!r}]")
         total += size + len(key)
-    if total > MAX_TENANT_TOTAL_BYTES:
-        raise InvalidArgument(
-            f"{total} bytes in all; at most {MAX_TENANT_TOTAL_BYTES}", field="job.tenant_values"
+        problem: tuple[str, str] | None = None
+        if not TENANT_KEY.match(key):
+            problem = ("keys are identifiers of at most 64 characters", "INVALID_FORMAT")
+        elif size > MAX_TENANT_VALUE_BYTES:
+            problem = (f"value is {size} bytes; at most {MAX_TENANT_VALUE_BYTES}", "TOO_LARGE")
+        elif "\x00" in value:
+            problem = ("value contains a NUL byte", "INVALID_FORMAT")
+        if problem is None:
+            continue
+        named += 1
+        if named <= MAX_ENTRY_VIOLATIONS:
+            found.add(f"job.tenant_values[{key[:64]!a}]", *problem)
+    if named > MAX_ENTRY_VIOLATIONS:
+        found.add(
+            "job.tenant_values", f"{named - MAX_ENTRY_VIOLATIONS} more bad entries not listed", "INVALID"
         )
+    if total > MAX_TENANT_TOTAL_BYTES:
+        found.add("job.tenant_values", f"{total} bytes in all; at most {MAX_TENANT_TOTAL_BYTES}", "TOO_LARGE")
+
+
+def with_defaults(
+    job: job_pb2.Job, default_pool: str | None, default_pipeline_version: str | None, found: Violations
+) -> job_pb2.Job:
+    """``job`` with the pool and pipeline version it left out taken from its kind's
+    catalogue entry; what is still missing (the kind has no default) is added to
+    ``found``, saying so."""
+    filled = job_pb2.Job()
+    filled.CopyFrom(job)
+    if not filled.pool:
+        if default_pool:
+            filled.pool = default_pool
+        else:
+            found.add("job.pool", f"is required: kind {job.kind!r} has no default pool", "REQUIRED")
+    if not filled.pipeline_version:
+        if default_pipeline_version:
+            filled.pipeline_version = default_pipeline_version
+        else:
+            found.add(
+                "job.pipeline_version",
+                f"is required: kind {job.kind!r} has no default pipeline version",
+                "REQUIRED",
+            )
+    return filled
+
+
+def content_hash(job: job_pb2.Job) -> str:
+    """The SubmitJob content a request_id stands for, as the client sent it (before any
+    default is filled in: a retry of the same request matches even if the catalogue's
+    defaults changed between the two)."""
     content = {
         "workspace": job.workspace,
         "pool": job.pool,

@@ -125,6 +125,9 @@ class JobKind(Base):
     # The job's cgroup limits on the machine (the walls, DESIGN §10).
     memory_limit_mb: Mapped[int] = mapped_column(Integer, default=8192)
     pids_limit: Mapped[int] = mapped_column(Integer, default=1024)
+    # What SubmitJob fills in when a job of this kind leaves them out (None: it must name it).
+    default_pool: Mapped[str | None] = mapped_column(String(64))
+    default_pipeline_version: Mapped[str | None] = mapped_column(String(64))
 
 
 class Machine(Base):
