@@ -11,12 +11,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import paging
 from gpufleet.common.clock import Clock
-from gpufleet.common.convert import enum_name, machine_to_proto, offering_to_proto
+from gpufleet.common.convert import enum_name, machine_to_proto
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, MachineIntent, MachineOrigin, MachineState
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.common.lifecycle import Actor, record
 from gpufleet.scheduler import validation
+from gpufleet.scheduler.catalog_service import list_pools
 from gpufleet.scheduler.validation import IDENT, require
 from gpufleet.scheduler.workspace_service import list_workspaces
 from gpufleet.v1 import catalog_pb2, fleet_service_pb2, fleet_service_pb2_grpc, machine_pb2
@@ -154,40 +155,7 @@ class FleetService(fleet_service_pb2_grpc.FleetServiceServicer):
     def ListPools(
         self, request: fleet_service_pb2.ListPoolsRequest, context: grpc.ServicerContext
     ) -> fleet_service_pb2.ListPoolsResponse:
-        size = paging.page_size(request.page_size)
-        after = paging.decode("pools", request.page_token) or ""
-        with self.sessions() as session:
-            pools = list(
-                session.execute(
-                    select(models.Pool)
-                    .where(models.Pool.id > str(after))
-                    .order_by(models.Pool.id)
-                    .limit(size + 1)
-                ).scalars()
-            )
-            more = len(pools) > size
-            pools = pools[:size]
-            out = []
-            for pool in pools:
-                offerings = session.execute(
-                    select(models.Offering)
-                    .where(models.Offering.pool_id == pool.id)
-                    .order_by(models.Offering.rank)
-                ).scalars()
-                out.append(
-                    catalog_pb2.Pool(
-                        name=f"pools/{pool.id}",
-                        pool_id=pool.id,
-                        gpu_model=pool.gpu_model,
-                        slots_per_machine=pool.slots_per_machine,
-                        warm_target=pool.warm_target,
-                        max_machines=pool.max_machines,
-                        offerings=[offering_to_proto(o) for o in offerings],
-                    )
-                )
-        return fleet_service_pb2.ListPoolsResponse(
-            pools=out, next_page_token=paging.encode("pools", pools[-1].id) if more else ""
-        )
+        return list_pools(self.sessions, request)
 
     def GetSystemTime(
         self, request: fleet_service_pb2.GetSystemTimeRequest, context: grpc.ServicerContext

@@ -1,5 +1,5 @@
-"""``python -m gpufleet.scheduler``: JobService, WorkspaceService, FleetService and
-WorkerService, plus the leader's fleet tick and the request-level watchdogs."""
+"""``python -m gpufleet.scheduler``: JobService, WorkspaceService, CatalogService,
+FleetService and WorkerService, plus the leader's fleet tick and the request-level watchdogs."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from gpufleet.common.loops import PeriodicTask, Ticker
 from gpufleet.common.runtime import Closable, TimerService, serve
 from gpufleet.common.trust.transport import Transport
 from gpufleet.scheduler.api_processes import API_ONLY_FLAG, ApiProcesses, die_with_parent
+from gpufleet.scheduler.catalog_service import CatalogService
 from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.fleet_service import FleetService
 from gpufleet.scheduler.job_service import JobService
@@ -49,6 +50,8 @@ from gpufleet.scheduler.watchdogs.stuck_dispatch import StuckDispatchReset
 from gpufleet.scheduler.worker_service import WorkerService
 from gpufleet.scheduler.workspace_service import WorkspaceService
 from gpufleet.v1 import (
+    catalog_service_pb2,
+    catalog_service_pb2_grpc,
     fleet_service_pb2,
     fleet_service_pb2_grpc,
     job_service_pb2,
@@ -84,6 +87,11 @@ def _server(
                 fleet_service_pb2_grpc.add_FleetServiceServicer_to_server,
                 FleetService(sessions, clock),
                 fleet_service_pb2.DESCRIPTOR.services_by_name["FleetService"].full_name,
+            ),
+            ServiceBinding(
+                catalog_service_pb2_grpc.add_CatalogServiceServicer_to_server,
+                CatalogService(sessions),
+                catalog_service_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name,
             ),
             ServiceBinding(
                 workspace_service_pb2_grpc.add_WorkspaceServiceServicer_to_server,

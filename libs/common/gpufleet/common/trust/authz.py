@@ -40,6 +40,9 @@ RULES: Mapping[str, frozenset[Role]] = {
         _FRONT_DOOR,
         ("CreateWorkspace", "GetWorkspace", "ListWorkspaces", "UpdateWorkspace", "GetUsage"),
     ),
+    # The catalogue, read-only: a backend must know the pools, kinds and plans to build a
+    # valid request.
+    **_service("CatalogService", _FRONT_DOOR, ("ListPools", "ListJobKinds", "ListPlans")),
     # Operators only: the fleet's machines, the watchdogs, the ledger, the sweeps.
     **_service(
         "FleetService",
