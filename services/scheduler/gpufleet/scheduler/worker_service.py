@@ -32,6 +32,7 @@ from gpufleet.common.db.enums import (
     WorkloadClass,
 )
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.lifecycle import Actor, transition
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
@@ -40,7 +41,6 @@ from gpufleet.common.trust.identity import Identity
 from gpufleet.common.trust.peer import identity_of
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.checkpoints import CheckpointService, CheckpointStore
-from gpufleet.scheduler.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import attempt_to_proto
 from gpufleet.scheduler.settings import Settings

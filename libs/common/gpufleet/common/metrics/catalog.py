@@ -695,7 +695,7 @@ REAPER_DETECTION_LATENCY = Metric(
 REAPER_IDLE_TIMERS = Metric(
     name="gpufleet.reaper.idle.timers",
     instrument=Instrument.COUNTER,
-    unit="{timer}",
+    unit="{machine}",
     labels=(ACTION,),
     description="The idle chain's timers, one per machine for its stop and destroy timers together: "
     "`armed` when the reaper's idle scanner first sees the machine idle; `cleared` when timers that "
