@@ -1,16 +1,22 @@
 """The contracts (DESIGN.md §8): the committed generated code matches the .proto files, and the
-.proto files pass buf's STANDARD lint. Each gate is also shown to fail on a broken copy."""
+.proto files pass buf's STANDARD and COMMENTS lint (every service, method, message, field,
+enum and enum value commented). Each gate is also shown to fail on a broken copy."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.quality._repo import REPO, copy_tree, run, tool
 
 # Valid proto3 that changes the generated code of machine.proto but breaks no lint rule.
 NEW_ENUM = """
+// A probe of the drift check.
 enum DriftProbe {
+  // Not set.
   DRIFT_PROBE_UNSPECIFIED = 0;
+  // Changed.
   DRIFT_PROBE_CHANGED = 1;
 }
 """
@@ -85,3 +91,52 @@ def test_buf_lint_fails_on_an_enum_without_an_unspecified_zero_value(tmp_path: P
     assert code != 0, output
     assert "gpufleet/v1/machine.proto" in output
     assert "RED" in output
+
+
+@pytest.mark.parametrize(
+    ("proto", "anchor", "addition", "complaint"),
+    [
+        # A field with no comment in a commented message.
+        (
+            "job.proto",
+            "  repeated Attempt attempts = 20;\n",
+            "  string uncommented_probe = 99;\n",
+            'Field "uncommented_probe" should have a non-empty comment',
+        ),
+        # A method with no comment in a commented service.
+        (
+            "job_service.proto",
+            "  rpc GetJob(GetJobRequest) returns (Job);\n",
+            "  rpc GetJobAgain(GetJobRequest) returns (Job);\n",
+            'RPC "GetJobAgain" should have a non-empty comment',
+        ),
+        # An enum value with no comment.
+        (
+            "machine.proto",
+            "  MACHINE_STATE_DESTROYED = 10;\n",
+            "  MACHINE_STATE_UNCOMMENTED_PROBE = 11;\n",
+            'Enum value "MACHINE_STATE_UNCOMMENTED_PROBE" should have a non-empty comment',
+        ),
+        # A message with no comment at all.
+        ("catalog.proto", "", "\nmessage UncommentedProbe {}\n", 'Message "UncommentedProbe" should have'),
+    ],
+    ids=["field", "method", "enum value", "message"],
+)
+def test_buf_lint_fails_on_an_uncommented_element(
+    tmp_path: Path, proto: str, anchor: str, addition: str, complaint: str
+) -> None:
+    copy_tree(tmp_path, "protos")
+    path = tmp_path / "protos" / "gpufleet" / "v1" / proto
+    text = path.read_text()
+    if anchor:
+        assert anchor in text
+        text = text.replace(anchor, anchor + addition, 1)
+    else:
+        text += addition
+    path.write_text(text)
+
+    code, output = buf_lint(tmp_path / "protos")
+
+    assert code != 0, output
+    assert f"gpufleet/v1/{proto}" in output
+    assert complaint in output

@@ -27,6 +27,7 @@ if _version_not_supported:
 
 class AgentServiceStub:
     """The agent on one machine: probes, live utilisation samples, starting and cancelling jobs.
+    Called only by the control plane that drives the machine (scheduler and reaper).
     """
 
     def __init__(self, channel):
@@ -74,10 +75,13 @@ class AgentServiceStub:
 
 class AgentServiceServicer:
     """The agent on one machine: probes, live utilisation samples, starting and cancelling jobs.
+    Called only by the control plane that drives the machine (scheduler and reaper).
     """
 
     def Probe(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Whether the machine's agent and worker are up and its start-up finished; the reaper's
+        probe channel and boot-failure net read it.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -114,7 +118,8 @@ class AgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListRunners(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The job runners alive on this machine now, ordered by attempt id.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -174,6 +179,7 @@ def add_AgentServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class AgentService:
     """The agent on one machine: probes, live utilisation samples, starting and cancelling jobs.
+    Called only by the control plane that drives the machine (scheduler and reaper).
     """
 
     @staticmethod

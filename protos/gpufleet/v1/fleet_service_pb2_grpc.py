@@ -29,6 +29,7 @@ if _version_not_supported:
 
 class FleetServiceStub:
     """The operators' API: machines with their three liveness channels, pools, workspaces.
+    Served by the scheduler to operators.
     """
 
     def __init__(self, channel):
@@ -81,16 +82,19 @@ class FleetServiceStub:
 
 class FleetServiceServicer:
     """The operators' API: machines with their three liveness channels, pools, workspaces.
+    Served by the scheduler to operators.
     """
 
     def ListMachines(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Machines ordered by id, optionally of one pool or state; destroyed ones only when asked.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetMachine(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One machine.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -103,7 +107,8 @@ class FleetServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UncordonMachine(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The machine takes new jobs again.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -119,13 +124,16 @@ class FleetServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListPools(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every pool with its offerings, ordered by id (the same answer as
+        CatalogService.ListPools).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListWorkspaces(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every workspace, ordered by id (the same answer as WorkspaceService.ListWorkspaces).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -191,6 +199,7 @@ def add_FleetServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class FleetService:
     """The operators' API: machines with their three liveness channels, pools, workspaces.
+    Served by the scheduler to operators.
     """
 
     @staticmethod

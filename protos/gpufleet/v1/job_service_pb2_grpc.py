@@ -27,7 +27,14 @@ if _version_not_supported:
 
 
 class JobServiceStub:
-    """The product backend's API: submit GPU jobs, watch and cancel them.
+    """The product backend's API: submit GPU jobs, watch and cancel them. Served by the
+    scheduler to the backend and operators.
+
+    Errors follow the standard rich error model: the status carries a google.rpc.Status
+    whose details hold an ErrorInfo (domain "gpufleet.dev", a stable reason such as
+    UNKNOWN_WORKSPACE, and the first bad field as metadata "field"), a BadRequest naming
+    every bad field of an INVALID_ARGUMENT request at once, and a RetryInfo where waiting
+    and calling again may help (UNAVAILABLE, RESOURCE_EXHAUSTED).
     """
 
     def __init__(self, channel):
@@ -69,31 +76,47 @@ class JobServiceStub:
 
 
 class JobServiceServicer:
-    """The product backend's API: submit GPU jobs, watch and cancel them.
+    """The product backend's API: submit GPU jobs, watch and cancel them. Served by the
+    scheduler to the backend and operators.
+
+    Errors follow the standard rich error model: the status carries a google.rpc.Status
+    whose details hold an ErrorInfo (domain "gpufleet.dev", a stable reason such as
+    UNKNOWN_WORKSPACE, and the first bad field as metadata "field"), a BadRequest naming
+    every bad field of an INVALID_ARGUMENT request at once, and a RetryInfo where waiting
+    and calling again may help (UNAVAILABLE, RESOURCE_EXHAUSTED).
     """
 
     def SubmitJob(self, request, context):
         """Idempotent by request_id: the same request_id with the same content returns the
-        same job; with different content it is refused with ALREADY_EXISTS.
+        same job; with different content it is refused with ALREADY_EXISTS. A job that
+        leaves out pool or pipeline_version gets its kind's defaults from the catalogue
+        (CatalogService.ListJobKinds shows them). Every bad field is named at once
+        (INVALID_ARGUMENT with a BadRequest); then an unknown workspace, kind or pool is
+        NOT_FOUND and a paused workspace FAILED_PRECONDITION, each naming its field.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One job with its attempts.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Jobs oldest first, optionally of one workspace, pool or state (without attempts).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CancelJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Cancel a job: a queued one ends at once, a running one's attempt is stopped on its
+        machine. Idempotent: cancelling a cancelled job returns it; a job that ended
+        otherwise is FAILED_PRECONDITION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -155,7 +178,14 @@ def add_JobServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class JobService:
-    """The product backend's API: submit GPU jobs, watch and cancel them.
+    """The product backend's API: submit GPU jobs, watch and cancel them. Served by the
+    scheduler to the backend and operators.
+
+    Errors follow the standard rich error model: the status carries a google.rpc.Status
+    whose details hold an ErrorInfo (domain "gpufleet.dev", a stable reason such as
+    UNKNOWN_WORKSPACE, and the first bad field as metadata "field"), a BadRequest naming
+    every bad field of an INVALID_ARGUMENT request at once, and a RetryInfo where waiting
+    and calling again may help (UNAVAILABLE, RESOURCE_EXHAUSTED).
     """
 
     @staticmethod

@@ -27,7 +27,8 @@ if _version_not_supported:
 
 class ProvisionerServiceStub:
     """Every call to a cloud goes through here. Errors carry a ProviderErrorKind in the
-    trailing metadata key "gpufleet-provider-error" beside the gRPC code.
+    trailing metadata key "gpufleet-provider-error" beside the gRPC code (and as the
+    ErrorInfo reason of the rich status). Called by the scheduler, reaper and sweeper.
     """
 
     def __init__(self, channel):
@@ -75,7 +76,8 @@ class ProvisionerServiceStub:
 
 class ProvisionerServiceServicer:
     """Every call to a cloud goes through here. Errors carry a ProviderErrorKind in the
-    trailing metadata key "gpufleet-provider-error" beside the gRPC code.
+    trailing metadata key "gpufleet-provider-error" beside the gRPC code (and as the
+    ErrorInfo reason of the rich status). Called by the scheduler, reaper and sweeper.
     """
 
     def CreateInstance(self, request, context):
@@ -87,7 +89,8 @@ class ProvisionerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StartInstance(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Start a stopped instance again (its disk is where it was left).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -107,7 +110,8 @@ class ProvisionerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetInstance(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """What the provider says of one instance now.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -120,7 +124,9 @@ class ProvisionerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListOfferings(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The catalogue's offerings this provisioner can buy from (its configured providers),
+        optionally of one pool.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -173,7 +179,8 @@ def add_ProvisionerServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ProvisionerService:
     """Every call to a cloud goes through here. Errors carry a ProviderErrorKind in the
-    trailing metadata key "gpufleet-provider-error" beside the gRPC code.
+    trailing metadata key "gpufleet-provider-error" beside the gRPC code (and as the
+    ErrorInfo reason of the rich status). Called by the scheduler, reaper and sweeper.
     """
 
     @staticmethod

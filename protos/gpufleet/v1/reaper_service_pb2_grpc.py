@@ -27,7 +27,8 @@ if _version_not_supported:
 
 
 class ReaperServiceStub:
-    """Watchdog status, the failure ledger, incidents and quarantines.
+    """Watchdog status, the failure ledger, incidents and quarantines. Served by the reaper to
+    operators.
     """
 
     def __init__(self, channel):
@@ -69,41 +70,49 @@ class ReaperServiceStub:
 
 
 class ReaperServiceServicer:
-    """Watchdog status, the failure ledger, incidents and quarantines.
+    """Watchdog status, the failure ledger, incidents and quarantines. Served by the reaper to
+    operators.
     """
 
     def ListWatchdogs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every watchdog of the deployment with its cadence, last run and counts, by name.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListLedgerEntries(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The failure ledger, newest first; the request's filters combine with AND.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListIncidents(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Incidents, newest first, optionally of one state.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AcknowledgeIncident(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A person takes an incident. Idempotent: acknowledging an acknowledged (or resolved)
+        incident returns it unchanged.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListQuarantines(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The quarantines in force now (not cleared, not expired), newest first.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ClearQuarantine(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A person ends a quarantine now; clearing a cleared one succeeds.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -150,7 +159,8 @@ def add_ReaperServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ReaperService:
-    """Watchdog status, the failure ledger, incidents and quarantines.
+    """Watchdog status, the failure ledger, incidents and quarantines. Served by the reaper to
+    operators.
     """
 
     @staticmethod

@@ -27,6 +27,7 @@ if _version_not_supported:
 
 class SweeperServiceStub:
     """Everything that reads the provider's own list: inventory reconcile and the orphan sweep.
+    Served by the sweeper to operators.
     """
 
     def __init__(self, channel):
@@ -54,22 +55,27 @@ class SweeperServiceStub:
 
 class SweeperServiceServicer:
     """Everything that reads the provider's own list: inventory reconcile and the orphan sweep.
+    Served by the sweeper to operators.
     """
 
     def ListSweeps(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Past passes, newest first, optionally of one kind.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListOrphans(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Instances the providers list that no machine record accounts for, newest first.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RunSweep(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Run one pass now and return it; the same request_id returns the same pass. The orphan
+        sweep runs only on the sweeper that leads (FAILED_PRECONDITION elsewhere: try again).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -102,6 +108,7 @@ def add_SweeperServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class SweeperService:
     """Everything that reads the provider's own list: inventory reconcile and the orphan sweep.
+    Served by the sweeper to operators.
     """
 
     @staticmethod

@@ -28,7 +28,8 @@ if _version_not_supported:
 
 class WorkspaceServiceStub:
     """The product backend's workspaces and what they used. Plans and job kinds stay in the
-    catalogue; a workspace is created, changed and paused here.
+    catalogue (CatalogService reads them); a workspace is created, changed and paused here.
+    Served by the scheduler to the backend and operators.
     """
 
     def __init__(self, channel):
@@ -66,7 +67,8 @@ class WorkspaceServiceStub:
 
 class WorkspaceServiceServicer:
     """The product backend's workspaces and what they used. Plans and job kinds stay in the
-    catalogue; a workspace is created, changed and paused here.
+    catalogue (CatalogService reads them); a workspace is created, changed and paused here.
+    Served by the scheduler to the backend and operators.
     """
 
     def CreateWorkspace(self, request, context):
@@ -78,13 +80,15 @@ class WorkspaceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetWorkspace(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One workspace.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListWorkspaces(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every workspace, ordered by id.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -143,7 +147,8 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class WorkspaceService:
     """The product backend's workspaces and what they used. Plans and job kinds stay in the
-    catalogue; a workspace is created, changed and paused here.
+    catalogue (CatalogService reads them); a workspace is created, changed and paused here.
+    Served by the scheduler to the backend and operators.
     """
 
     @staticmethod
