@@ -1,0 +1,236 @@
+"""Renders docs/api.md — the gpufleet.v1 API reference — from the .proto files' own comments.
+
+The .proto files are compiled with grpcio-tools' protoc into a descriptor set that keeps
+their source info; every service, method, message, field, enum and enum value is written
+with its comment (buf lint's COMMENTS rules make sure there is one), and every method with
+the roles the authorization table lets call it. The reference is never edited by hand:
+``--check`` fails when the committed file is not what the protos render to (the drift test).
+
+    python scripts/gen_api_doc.py [--protos DIR] OUT          write OUT
+    python scripts/gen_api_doc.py [--protos DIR] --check OUT  fail when OUT differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+
+from google.protobuf import descriptor_pb2
+from grpc_tools import protoc  # type: ignore[import-untyped]
+
+from gpufleet.common.trust.authz import RULES
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = "gpufleet.v1"
+
+# Paths into a FileDescriptorProto (descriptor.proto's field numbers).
+MESSAGE, ENUM, SERVICE = 4, 5, 6
+FIELD, NESTED, NESTED_ENUM = 2, 3, 4
+VALUE, METHOD = 2, 2
+
+SCALARS = {
+    getattr(descriptor_pb2.FieldDescriptorProto, name): name.removeprefix("TYPE_").lower()
+    for name in descriptor_pb2.FieldDescriptorProto.Type.keys()  # noqa: SIM118 (an enum wrapper, not a dict)
+}
+
+
+def descriptors(protos: Path) -> list[descriptor_pb2.FileDescriptorProto]:
+    """Our .proto files, compiled with their comments (source info)."""
+    files = sorted(str(p.relative_to(protos)) for p in (protos / "gpufleet" / "v1").glob("*.proto"))
+    include = str(resources.files("grpc_tools") / "_proto")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "set.pb"
+        code = protoc.main(
+            [
+                "protoc",
+                f"-I{protos}",
+                f"-I{include}",
+                "--include_source_info",
+                f"--descriptor_set_out={out}",
+                *files,
+            ]
+        )
+        if code != 0:
+            raise SystemExit(f"protoc failed ({code}) on {protos}")
+        found = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+    return sorted(found.file, key=lambda f: f.name)
+
+
+class Comments:
+    """One file's comments, by descriptor path."""
+
+    def __init__(self, file: descriptor_pb2.FileDescriptorProto) -> None:
+        self.by_path = {
+            tuple(loc.path): loc.leading_comments.strip() for loc in file.source_code_info.location
+        }
+
+    def __call__(self, *path: int) -> str:
+        return self.by_path.get(path, "")
+
+
+def one_line(comment: str) -> str:
+    """A comment for a table cell: its lines joined, pipes escaped."""
+    return " ".join(line.strip() for line in comment.splitlines() if line.strip()).replace("|", "\\|")
+
+
+def paragraph(comment: str) -> str:
+    """A comment as Markdown text: its lines, re-flowed as written."""
+    return "\n".join(line.strip() for line in comment.splitlines()).strip()
+
+
+def anchor(name: str) -> str:
+    return name.lower().replace(".", "")
+
+
+def type_name(field: descriptor_pb2.FieldDescriptorProto, maps: dict[str, tuple[str, str]]) -> str:
+    """The field's type as a reader writes it, linked when it is one of ours."""
+    if field.type_name:
+        full = field.type_name.lstrip(".")
+        if full in maps:
+            key, value = maps[full]
+            return f"map<{key}, {value}>"
+        short = full.removeprefix(PACKAGE + ".")
+        shown = f"[{short}](#{anchor(short)})" if full.startswith(PACKAGE + ".") else f"`{full}`"
+    else:
+        shown = SCALARS[field.type]
+    if field.label == descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED:
+        return f"repeated {shown}"
+    return shown
+
+
+def map_entries(files: Iterable[descriptor_pb2.FileDescriptorProto]) -> dict[str, tuple[str, str]]:
+    """Every map field's generated entry type -> (key type, value type)."""
+    out: dict[str, tuple[str, str]] = {}
+
+    def visit(prefix: str, message: descriptor_pb2.DescriptorProto) -> None:
+        for nested in message.nested_type:
+            name = f"{prefix}.{nested.name}"
+            if nested.options.map_entry:
+                key, value = nested.field
+                out[name] = (type_name(key, {}), type_name(value, {}))
+            visit(name, nested)
+
+    for file in files:
+        for message in file.message_type:
+            visit(f"{file.package}.{message.name}", message)
+    return out
+
+
+def callers(service: str, method: str) -> str:
+    roles = RULES.get(f"/{PACKAGE}.{service}/{method}")
+    return ", ".join(sorted(r.value for r in roles)) if roles else "nobody (no rule)"
+
+
+def render(files: list[descriptor_pb2.FileDescriptorProto]) -> str:
+    maps = map_entries(files)
+    lines = [
+        "# gpufleet.v1 API reference",
+        "",
+        "<!-- Generated by scripts/gen-api-doc from protos/gpufleet/v1/*.proto: edit the protos' "
+        "comments, never this file. -->",
+        "",
+        "Every service, method, message, field and enum of `gpufleet.v1`, with the comments the "
+        "protos carry (buf lint's COMMENTS rules keep one on each). *Callers* are the roles the "
+        "authorization table lets call a method; a client proves its role with its certificate.",
+        "",
+        "Errors carry the standard rich error model (`google.rpc.Status` in the "
+        "`grpc-status-details-bin` trailer, decoded by any gRPC client's status library): an "
+        "`ErrorInfo` with domain `gpufleet.dev`, a stable `reason` and the first bad field as "
+        "metadata `field`; a `BadRequest` naming every bad field of an INVALID_ARGUMENT request; "
+        "a `RetryInfo` where calling again later may help (UNAVAILABLE, RESOURCE_EXHAUSTED). The "
+        "`gpufleet-field` trailer of earlier releases is still sent and is deprecated.",
+        "",
+        "## Services",
+        "",
+    ]
+    for file in files:
+        comment = Comments(file)
+        for s, service in enumerate(file.service):
+            lines += [f"### {service.name}", "", f"`{file.name}`", "", paragraph(comment(SERVICE, s)), ""]
+            lines += ["| Method | Request | Response | Callers | Description |", "|---|---|---|---|---|"]
+            for m, method in enumerate(service.method):
+                request = method.input_type.lstrip(".").removeprefix(PACKAGE + ".")
+                response = method.output_type.lstrip(".").removeprefix(PACKAGE + ".")
+                stream = "stream " if method.server_streaming else ""
+                lines.append(
+                    f"| {method.name} | [{request}](#{anchor(request)}) "
+                    f"| {stream}[{response}](#{anchor(response)}) "
+                    f"| {callers(service.name, method.name)} | {one_line(comment(SERVICE, s, METHOD, m))} |"
+                )
+            lines.append("")
+    lines += ["## Messages", ""]
+    for file in files:
+        comment = Comments(file)
+        for i, message in enumerate(file.message_type):
+            lines += message_section(message, comment, (MESSAGE, i), message.name, file.name, maps)
+    lines += ["## Enums", ""]
+    for file in files:
+        comment = Comments(file)
+        for i, enum in enumerate(file.enum_type):
+            lines += enum_section(enum, comment, (ENUM, i), enum.name, file.name)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def message_section(
+    message: descriptor_pb2.DescriptorProto,
+    comment: Comments,
+    path: tuple[int, ...],
+    name: str,
+    file: str,
+    maps: dict[str, tuple[str, str]],
+) -> list[str]:
+    lines = [f"### {name}", "", f"`{file}`", "", paragraph(comment(*path)), ""]
+    if message.field:
+        lines += ["| Field | Number | Type | Description |", "|---|---|---|---|"]
+        for f, field in enumerate(message.field):
+            lines.append(
+                f"| `{field.name}` | {field.number} | {type_name(field, maps)} "
+                f"| {one_line(comment(*path, FIELD, f))} |"
+            )
+    else:
+        lines.append("No fields.")
+    lines.append("")
+    for n, nested in enumerate(message.nested_type):
+        if not nested.options.map_entry:
+            lines += message_section(nested, comment, (*path, NESTED, n), f"{name}.{nested.name}", file, maps)
+    for e, enum in enumerate(message.enum_type):
+        lines += enum_section(enum, comment, (*path, NESTED_ENUM, e), f"{name}.{enum.name}", file)
+    return lines
+
+
+def enum_section(
+    enum: descriptor_pb2.EnumDescriptorProto, comment: Comments, path: tuple[int, ...], name: str, file: str
+) -> list[str]:
+    lines = [f"### {name}", "", f"`{file}`", "", paragraph(comment(*path)), ""]
+    lines += ["| Value | Number | Description |", "|---|---|---|"]
+    for v, value in enumerate(enum.value):
+        lines.append(f"| `{value.name}` | {value.number} | {one_line(comment(*path, VALUE, v))} |")
+    return [*lines, ""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--protos", type=Path, default=REPO / "protos", help="the protos/ folder to render")
+    parser.add_argument("--check", action="store_true", help="fail when OUT differs from the rendering")
+    parser.add_argument("out", type=Path, help="the reference file (docs/api.md)")
+    args = parser.parse_args(argv)
+    text = render(descriptors(args.protos.resolve()))
+    if args.check:
+        current = args.out.read_text() if args.out.exists() else ""
+        if current != text:
+            print(
+                f"{args.out} is out of date with the protos; run scripts/gen-api-doc and commit",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
