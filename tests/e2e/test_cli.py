@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gpufleet.cli import local_machines
 from tests.e2e.fleet import Fleet
 from tests.support import tls
 from tests.support.ports import free_block
@@ -212,6 +213,11 @@ def test_up_serves_until_interrupted(tmp_path: Path) -> None:
         assert (tmp_path / "var" / "tls" / "ca.crt").exists() and (
             tmp_path / "var" / "tls" / "operator.crt"
         ).exists()
+        # The job's machine is started (a local machine: an agent's process session).
+        deadline = time.monotonic() + 90
+        while not list((tmp_path / "var" / "machines").glob("*/disk/agent.pid")):
+            assert time.monotonic() < deadline, "no local machine was started for the job"
+            time.sleep(0.5)
         refused = subprocess.run(
             [
                 *GPUFLEET,
@@ -230,8 +236,12 @@ def test_up_serves_until_interrupted(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         rest = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, rest
-    assert "stopping the control plane" in rest
-    # Local machines it started are left running on purpose (adopted by the next `up`); end them here.
-    for pid_file in (tmp_path / "var" / "machines").glob("*/disk/agent.pid"):
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+    assert "stopping the control plane and its local machines" in rest
+    # Ctrl-C stops the local machines it started too (the job's machine), as `gpufleet down` does.
+    machines = list((tmp_path / "var" / "machines").glob("*/disk/agent.pid"))
+    left = local_machines.running(tmp_path / "var")
+    for session in left.values():  # only if the test fails: leave nothing running on the host
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(session, signal.SIGKILL)
+    assert machines and left == {}, rest
+    assert "local machine(s) ended" in rest

@@ -319,9 +319,13 @@ def add_parsers(client: Any) -> None:
     submit_ = client("submit", "submit a GPU job (--wait: follow it to its end)")
     submit_.epilog = f"With --wait, {outcomes.EXIT_CODES_HELP}."
     submit_.add_argument("--workspace", required=True)
-    submit_.add_argument("--pool", default="l4")
-    submit_.add_argument("--kind", default="short_episode")
-    submit_.add_argument("--pipeline-version", default="2026.12.0")
+    submit_.add_argument(
+        "--kind", default="short_episode", help="see `gpufleet kinds` (default short_episode)"
+    )
+    submit_.add_argument("--pool", default="", help="default: the kind's default pool (`gpufleet kinds`)")
+    submit_.add_argument(
+        "--pipeline-version", default="", help="default: the kind's default version (`gpufleet kinds`)"
+    )
     submit_.add_argument("--request-id", default=None, help="idempotency key (default: a new one)")
     submit_.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a tenant value")
     submit_.add_argument(

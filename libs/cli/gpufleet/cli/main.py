@@ -8,7 +8,7 @@ gpufleet cancel JOB...        cancel jobs
 gpufleet logs JOB [--follow]  a job's log, its tokens redacted on the machine
 gpufleet machines [ID]        machines with their liveness channels and idle timers, or one
 gpufleet machines cordon | uncordon | drain | deregister ID
-gpufleet pools                the pools, their limits and offerings, and their machines now
+gpufleet pools | kinds | plans  the catalogue: pools (and their machines now), job kinds, plans
 gpufleet workspaces [create | pause | resume | set-plan ...]
 gpufleet certs issue ...      a client certificate of the deployment's CA (backend, machine)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpufleet.cli import credentials, output
 from gpufleet.cli.client import pages, run_client, system_now
+from gpufleet.cli.output import Col
 from gpufleet.common import grpcclient
 from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import (
@@ -58,7 +59,15 @@ def watchdogs(args: argparse.Namespace) -> int:
     now = _now(args)
     print(
         output.table(
-            ["WATCHDOG", "SERVICE", "EVERY", "LAST RUN", "RUNS", "ACTIONS", "REFUSALS"],
+            [
+                "WATCHDOG",
+                "SERVICE",
+                "EVERY",
+                "LAST RUN",
+                "RUNS",
+                Col("ACTIONS", flexible=True),
+                Col("REFUSALS", flexible=True),
+            ],
             [
                 [
                     w.watchdog_id,
@@ -93,7 +102,16 @@ def ledger(args: argparse.Namespace) -> int:
     now = _now(args)
     print(
         output.table(
-            ["ID", "WHEN", "CLASS", "DETECTOR", "OUTCOME", "MACHINE", "JOB", "DETAILS"],
+            [
+                "ID",
+                "WHEN",
+                "CLASS",
+                "DETECTOR",
+                "OUTCOME",
+                "MACHINE",
+                "JOB",
+                Col("DETAILS", flexible=True, min_width=12),
+            ],
             [
                 [
                     str(e.entry_id),
@@ -103,7 +121,7 @@ def ledger(args: argparse.Namespace) -> int:
                     output.enum_short(ledger_pb2.LedgerOutcome, e.outcome, "LEDGER_OUTCOME_"),
                     e.machine_id[:8] or "-",
                     e.job_id[:8] or "-",
-                    e.details[:60],
+                    e.details,
                 ]
                 for e in rows
             ],
@@ -140,7 +158,7 @@ def incidents(args: argparse.Namespace) -> int:
     now = _now(args)
     print(
         output.table(
-            ["ID", "WHEN", "STATE", "CLASS", "MACHINE", "SUMMARY"],
+            ["ID", "WHEN", "STATE", "CLASS", "MACHINE", Col("SUMMARY", flexible=True, min_width=12)],
             [
                 [
                     str(i.incident_id),
@@ -148,7 +166,7 @@ def incidents(args: argparse.Namespace) -> int:
                     output.enum_short(ledger_pb2.IncidentState, i.state, "INCIDENT_STATE_"),
                     i.failure_class,
                     i.machine_id[:8] or "-",
-                    i.summary[:70],
+                    i.summary,
                 ]
                 for i in rows
             ],
@@ -179,7 +197,16 @@ def quarantines(args: argparse.Namespace) -> int:
     now = _now(args)
     print(
         output.table(
-            ["ID", "KIND", "OFFERING", "PROVIDER", "REGION", "SINCE", "UNTIL", "REASON"],
+            [
+                "ID",
+                "KIND",
+                "OFFERING",
+                "PROVIDER",
+                "REGION",
+                "SINCE",
+                "UNTIL",
+                Col("REASON", flexible=True, min_width=12),
+            ],
             [
                 [
                     str(q.quarantine_id),
@@ -189,7 +216,7 @@ def quarantines(args: argparse.Namespace) -> int:
                     q.region or "-",
                     output.when(q.create_time, now),
                     output.when(q.expire_time, now) if q.HasField("expire_time") else "cleared by a human",
-                    q.reason[:50],
+                    q.reason,
                 ]
                 for q in rows
             ],
