@@ -100,6 +100,8 @@ def run_up(args: argparse.Namespace) -> int:
         except (PortsInUse, RuntimeError, TimeoutError) as exc:
             print(f"gpufleet: {exc}", file=sys.stderr)
             return 1
+        if stop.is_set():  # Ctrl-C or `gpufleet down` while it started: never say ready
+            return 0
         print(
             "ready. Try, in another terminal:\n"
             f"  gpufleet submit{flag} --workspace acme-studio --kind short_episode --set duration_s=60 "
