@@ -121,8 +121,8 @@ def gpufleet_up(tmp_path: Path, *, speed: float = 1.0, env: dict[str, str] | Non
             proc.communicate(timeout=60)
         if proc.poll() is None:
             proc.kill()
-        # Local machines outlive `up` on purpose (the next one adopts them); end them here,
-        # and give back the slot users and walls they took on the host.
+        # Ctrl-C on `up` ends its local machines; a machine left by an `up` that was killed
+        # instead is ended here, and the slot users and walls they took on the host given back.
         for pid_file in (state_dir / "machines").glob("*/disk/agent.pid"):
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)

@@ -143,7 +143,14 @@ def test_prometheus_shows_a_days_figures(up: Up, prometheus: str) -> None:
 
     # The auto-stop net acted once, and its detection latency (from idle since to the stop)
     # is at least the idle threshold.
-    assert value(f'sum({REAPER_ACTIONS.prometheus_name}{{net="auto_stop"}})') == 1
+    # (Waited for: the machine reads STOPPED as soon as the stop is committed, and the reaper
+    # counts the act then; the next scrape brings it.)
+    wait_for(
+        lambda: value(f'sum({REAPER_ACTIONS.prometheus_name}{{net="auto_stop"}})') == 1,
+        30,
+        "the auto-stop net's act to be scraped",
+        lambda: query(prometheus, f"{REAPER_ACTIONS.prometheus_name} or gpufleet_reaper_refusals_total"),
+    )
     latency = REAPER_DETECTION_LATENCY.prometheus_name
     assert value(f'sum({latency}_count{{net="auto_stop"}})') == 1
     stop_latency = value(f'sum({latency}_sum{{net="auto_stop"}})')
