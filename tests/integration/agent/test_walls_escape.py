@@ -176,8 +176,10 @@ def test_a_fork_bomb_and_a_memory_balloon_stay_in_their_slot(
 ) -> None:
     with walled.client() as client:
         client.start_job(job("forkbomb-1", "forkbomb", slot=0, pids_limit=64))
-        completed(fake_scheduler, "forkbomb-1")
-        assert_held(checks(log_of(walled, "forkbomb-1")), at_least=1)
+        bomb = completed(fake_scheduler, "forkbomb-1")
+        log = log_of(walled, "forkbomb-1")
+        assert checks(log), f"the fork bomb reported nothing: {bomb}\n{log[-2000:]}"
+        assert_held(checks(log), at_least=1)
         assert processes_of(uid(1)), "slot B died of slot A's fork bomb"
         client.start_job(job("balloon-1", "balloon", slot=0, memory_limit_bytes=128 << 20))
         result = completed(fake_scheduler, "balloon-1")
