@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC
 from typing import Any
 
 from gpufleet.common.convert import enum_value, ts
@@ -70,7 +71,15 @@ _JOB_FIELDS = (
     "status_message",
     "slot_seconds",
     "charge_micros",
+    "pending_reason",
+    "pending_message",
+    "pending_ready_at",
 )
+
+
+# The reasons this build knows (a row written by a newer scheduler may name another: it
+# is shown as no reason rather than failing the read).
+_REASONS = frozenset(job_pb2.PendingReason.keys())
 
 
 def job_to_proto(
@@ -88,7 +97,7 @@ def job_from_row(
 ) -> job_pb2.Job:
     """A Job message from the job's column values (SubmitJob answers from the row it just
     wrote: building an ORM object for it cost about 5 % of the call)."""
-    return job_pb2.Job(
+    job = job_pb2.Job(
         name=f"jobs/{row['id']}",
         job_id=row["id"],
         workspace=row["workspace_id"],
@@ -110,3 +119,13 @@ def job_from_row(
         charge_micros=row["charge_micros"],
         attempts=[attempt_to_proto(a, checkpoints) for a in (attempts or [])],
     )
+    # Why it waits, only while it waits: a job that left the queue another way (cancelled,
+    # failed at its deadline) keeps its last reason in the row, unshown.
+    reason = row.get("pending_reason")
+    if reason and row["state"] == "QUEUED" and f"PENDING_REASON_{reason}" in _REASONS:
+        job.pending_reason = enum_value(job_pb2.PendingReason, "PENDING_REASON_", reason)
+        job.pending_message = row.get("pending_message") or ""
+        ready = row.get("pending_ready_at")
+        if ready is not None:
+            job.expected_ready_time.FromDatetime(ready.astimezone(UTC))
+    return job

@@ -248,6 +248,12 @@ class Job(Base):
     charge_micros: Mapped[int] = mapped_column(BigInteger, default=0)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     paid_wait_incident: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Why it waits while QUEUED, as the fleet tick last decided it (a PendingReason name,
+    # its words, and for a machine on its way when it is expected to take work); written
+    # only when it changes, cleared when the job is assigned (migration 0014).
+    pending_reason: Mapped[str | None] = mapped_column(String(32))
+    pending_message: Mapped[str | None] = mapped_column(Text)
+    pending_ready_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         Index("ix_jobs_state_created", "state", "created_at"),
