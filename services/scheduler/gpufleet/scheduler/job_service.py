@@ -490,7 +490,11 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     ) -> AsyncIterator[job_pb2.JobEvent]:
         """A stream holds no thread: it waits on the event loop for the hub to hand it its
         job's events (one query a poll for every stream), and a client that stops reading
-        only stops its own stream. Streams are capped per connection and in all."""
+        only stops its own stream. Streams are capped per connection and in all.
+
+        A queued job's reason for waiting changing (``Job.pending_reason``, decided by the
+        fleet tick) is an event of its own: state QUEUED, message ``waiting: ...``, the job
+        as it is then."""
         job_id = validation.job_id(request.job_id)
         peer = context.peer()
         if self._streams_total >= MAX_WATCH_STREAMS:

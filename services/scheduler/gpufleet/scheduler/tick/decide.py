@@ -29,10 +29,28 @@ from gpufleet.scheduler.tick.model import (
     JobView,
     MachineView,
     OfferingView,
+    Pending,
     Policy,
+    PoolView,
     ScaleCandidate,
     StartMachine,
     TickPlan,
+)
+from gpufleet.scheduler.tick.pending import (
+    Why,
+    boot_s,
+    changes,
+    expected_ready,
+    films_share_cap,
+    fleet_at_ceiling,
+    held_back,
+    held_for_it,
+    no_usable_offering,
+    plan_limit,
+    pool_at_ceiling,
+    ready_after,
+    waiting_for_capacity,
+    waiting_for_drain,
 )
 from gpufleet.scheduler.tick.warm import busy_pools, pool_clocks, warm_missing, warm_pins
 
@@ -40,8 +58,10 @@ ARRIVING = frozenset({MachineState.PROVISIONING, MachineState.BOOTING, MachineSt
 
 
 def decide(snapshot: FleetSnapshot, policy: Policy) -> TickPlan:
-    """The whole tick's plan from one snapshot."""
-    demand = eligible_demand(snapshot)
+    """The whole tick's plan from one snapshot. Each step that leaves a queued job waiting
+    says why as it decides it (``why``); the plan carries the reasons that changed."""
+    why: Why = {}
+    demand = eligible_demand(snapshot, why)
     releases = stale_earmarks(snapshot, demand)
     book = film_book(snapshot, policy, demand, releases)
     assignments = assign(snapshot, policy, demand, book)
@@ -49,8 +69,11 @@ def decide(snapshot: FleetSnapshot, policy: Policy) -> TickPlan:
     unmet = [j for j in demand if j.id not in assigned]
     busy = busy_pools(snapshot)
     expired, over_limit = _attempts_to_end(snapshot.live_attempts, snapshot.now)
+    actions = scale(snapshot, policy, unmet, book, warm_missing(snapshot, busy), why)
+    for job in snapshot.held_back:
+        why[job.id] = held_back(job, snapshot, policy)
     return TickPlan(
-        scale=scale(snapshot, policy, unmet, book, warm_missing(snapshot, busy)),
+        scale=actions,
         assignments=assignments,
         expired_leases=expired,
         over_limit=over_limit,
@@ -59,23 +82,30 @@ def decide(snapshot: FleetSnapshot, policy: Policy) -> TickPlan:
         film_waits=book.waits,
         pool_clocks=pool_clocks(snapshot, busy),
         warm_pins=warm_pins(snapshot, busy),
+        pending=changes([*snapshot.queued, *snapshot.held_back], why, assigned, snapshot, policy),
     )
 
 
-def eligible_demand(snapshot: FleetSnapshot) -> list[JobView]:
+def eligible_demand(snapshot: FleetSnapshot, why: Why | None = None) -> list[JobView]:
     """Queued jobs that may run now, in the order free slots go to them: plan tier (higher
     first), then fair share (slot-seconds over the window / plan weight, least first), then
-    age — each workspace capped at its plan's number of GPU jobs at once."""
+    age — each workspace capped at its plan's number of GPU jobs at once (a job left out
+    for it waits for PLAN_CONCURRENCY_LIMIT, in ``why``)."""
     ordered = sorted(snapshot.queued, key=lambda j: (-j.tier, j.usage / j.weight, j.created_at, j.id))
     running, limits = snapshot.running_per_workspace, snapshot.workspace_limits
     # Jobs taken here per workspace: the snapshot's own count (every workspace with a live
     # attempt) is read, not copied.
     taken: dict[str, int] = {}
     out: list[JobView] = []
+    capped: dict[str, Pending] = {}  # one reason per workspace, shared by its jobs
     for job in ordered:
         ws = job.workspace_id
         now_taken = taken.get(ws, 0)
         if running.get(ws, 0) + now_taken >= limits.get(ws, 0):
+            if why is not None:
+                if (reason := capped.get(ws)) is None:
+                    reason = capped[ws] = plan_limit(ws, limits.get(ws, 0))
+                why[job.id] = reason
             continue
         taken[ws] = now_taken + 1
         out.append(job)
@@ -206,6 +236,7 @@ def scale(
     unmet: list[JobView],
     book: FilmBook | None = None,
     warm: dict[str, int] | None = None,
+    why: Why | None = None,
 ) -> list[StartMachine | CreateMachine]:
     """Start stopped machines or create new ones from the pool's offerings until arriving
     slots cover the unmet demand — within every ceiling.
@@ -222,11 +253,16 @@ def scale(
     drains the ready machine whose jobs end soonest (``book.drains``) — within the share
     cap while shorts wait. Shorts then scale on what is left; a machine earmarked for a
     film is not counted as arriving for them. Last, a pool short of its warm target
-    (``warm``: machines missing) is topped up to it."""
+    (``warm``: machines missing) is topped up to it.
+
+    Each unmet job's reason goes in ``why`` as the step decides it: the machine on its way
+    for it (with when it is expected to take work), the drain, or what stopped the step
+    adding one — the fleet's or the pool's ceiling, no usable offering, the films' cap."""
     if not unmet and not warm:
         return []  # nothing waits and no pool is short of its warm machines
     if book is None:
         book = film_book(snapshot, policy, unmet, [])
+    why = why if why is not None else {}
     earmarked = book.earmarked
     actions: list[StartMachine | CreateMachine] = []
     running = sum(1 for m in snapshot.machines if holds_room(m, snapshot, policy))
@@ -272,10 +308,11 @@ def scale(
             for o in snapshot.offerings
             if o.pool_id == pool_id and _usable(o, snapshot)
         )
-
         for film in (j for j in unmet_by_pool.get(pool_id, []) if j.whole_machine):
-            if film.id in book.earmark_of:
+            mine = book.earmark_of.get(film.id)
+            if mine is not None:
                 book.waits[WAIT_EARMARK] += 1
+                why[film.id] = _earmark_wait(mine, pool_id, book, snapshot, policy)
                 continue
             room = running < policy.max_running_machines and in_pool < pool.max_machines
             best = _cheapest(stopped, fresh) if room else None
@@ -284,47 +321,69 @@ def scale(
                 book.hold(pool_id, adds_machine=True)
                 running += 1
                 in_pool += 1
+                why[film.id] = waiting_for_capacity(
+                    pool_id, _added_ready(best.action, machines, snapshot, policy)
+                )
                 continue
             if not book.may_hold_one_more(pool_id, adds_machine=False):
                 book.waits[WAIT_SHARE_CAP] += 1
+                why[film.id] = films_share_cap(pool_id, book.share)
                 continue
             ready = [m for m in machines if healthy(m, snapshot, policy)]
             drain = choose_drain(ready, book, snapshot.now)
             if drain is None:
                 book.waits[WAIT_NO_MACHINE] += 1
-                continue
-            book.drains.append(
-                Drain(
-                    machine_id=drain.id,
-                    job_id=film.id,
-                    ends_at=book.ends_at(drain.id),
+                # No room to add one, or nothing to add it from (a refused cap with room
+                # would have refused the drain too).
+                why[film.id] = (
+                    _ceiling(pool, running, policy) if not room else no_usable_offering(pool_id, snapshot)
                 )
-            )
+                continue
+            ends_at = book.ends_at(drain.id)
+            book.drains.append(Drain(machine_id=drain.id, job_id=film.id, ends_at=ends_at))
             book.hold(pool_id, adds_machine=False)
+            why[film.id] = waiting_for_drain(drain.id, ends_at)
         earmarked = book.earmarked
 
         shorts = [j for j in unmet_by_pool.get(pool_id, []) if not j.whole_machine]
         needed_machines = _machines_needed(shorts, pool.slots_per_machine)
-        arriving_slots = sum(
-            m.slots
+        arriving = [
+            m
             for m in machines
             if m.state in ARRIVING
             and m.intent == MachineIntent.RUNNING
             and not _backing_off(m, snapshot)
             and m.id not in earmarked
-        )
-        needed_machines -= arriving_slots // max(pool.slots_per_machine, 1)
-        added = 0
+        ]
+        needed_machines -= sum(m.slots for m in arriving) // max(pool.slots_per_machine, 1)
+        added: list[StartMachine | CreateMachine] = []
         while needed_machines > 0 and running < policy.max_running_machines and in_pool < pool.max_machines:
             best = _cheapest(stopped, fresh)
             if best is None:
                 break
             actions.append(best.action)
+            added.append(best.action)
             needed_machines -= 1
             running += 1
             in_pool += 1
-            added += 1
-        missing = warm.get(pool_id, 0) - added - sum(1 for a in actions if _adds_to(a, pool_id, machines))
+        if shorts:
+            blocked = None
+            if needed_machines > 0:
+                at_ceiling = running >= policy.max_running_machines or in_pool >= pool.max_machines
+                blocked = (
+                    _ceiling(pool, running, policy) if at_ceiling else no_usable_offering(pool_id, snapshot)
+                )
+            soonest = sorted(
+                ((m.slots, expected_ready(m, snapshot, policy)) for m in arriving),
+                key=lambda s: (s[1] is None, s[1] or snapshot.now),
+            )
+            soonest += [(pool.slots_per_machine, _added_ready(a, machines, snapshot, policy)) for a in added]
+            # One reason per machine on its way, shared by the jobs it takes.
+            on_the_way = [(slots, waiting_for_capacity(pool_id, ready)) for slots, ready in soonest]
+            _shorts_wait(shorts, on_the_way, blocked, why)
+        missing = (
+            warm.get(pool_id, 0) - len(added) - sum(1 for a in actions if _adds_to(a, pool_id, machines))
+        )
         while missing > 0 and running < policy.max_running_machines and in_pool < pool.max_machines:
             best = _cheapest(stopped, fresh)
             if best is None:
@@ -334,6 +393,60 @@ def scale(
             running += 1
             in_pool += 1
     return actions
+
+
+def _added_ready(
+    action: StartMachine | CreateMachine, machines: list[MachineView], snapshot: FleetSnapshot, policy: Policy
+) -> datetime:
+    """When a machine this step adds is expected to take work: now plus its offering's
+    typical boot (the machine's recorded start is this tick's now, so the next tick
+    reads the same time from it)."""
+    offering: str | None = None
+    if isinstance(action, CreateMachine):
+        offering = action.offering_id
+    else:
+        offering = next((m.offering_id for m in machines if m.id == action.machine_id), None)
+    return ready_after(snapshot.now, boot_s(offering, snapshot, policy), snapshot.now)
+
+
+def _ceiling(pool: PoolView, running: int, policy: Policy) -> Pending:
+    """Which ceiling holds: the fleet's running machines, else the pool's."""
+    if running >= policy.max_running_machines:
+        return fleet_at_ceiling(policy.max_running_machines)
+    return pool_at_ceiling(pool.id, pool.max_machines)
+
+
+def _earmark_wait(
+    machine: MachineView, pool_id: str, book: FilmBook, snapshot: FleetSnapshot, policy: Policy
+) -> Pending:
+    """A film whose machine is held for it: on its way, draining, or ready and not yet
+    taking work."""
+    if machine.state in ARRIVING:
+        return waiting_for_capacity(pool_id, expected_ready(machine, snapshot, policy))
+    if machine.state == MachineState.DRAINING or machine.busy_slots:
+        return waiting_for_drain(machine.id, book.ends_at(machine.id))
+    return held_for_it(machine.id)
+
+
+def _shorts_wait(
+    shorts: list[JobView], on_the_way: list[tuple[int, Pending]], blocked: Pending | None, why: Why
+) -> None:
+    """Short jobs in the order slots go to them take the slots on their way, soonest
+    machine first (a job takes its slots on one machine); the jobs no such slot covers
+    wait for what stopped the scale step (``blocked``), else — the step counts slots, not
+    machines — for the last machine on its way."""
+    i, left = 0, on_the_way[0][0] if on_the_way else 0
+    for job in shorts:
+        while i < len(on_the_way) and left < job.slots_needed:
+            i += 1
+            left = on_the_way[i][0] if i < len(on_the_way) else 0
+        if i < len(on_the_way):
+            left -= job.slots_needed
+            why[job.id] = on_the_way[i][1]
+        elif blocked is not None:
+            why[job.id] = blocked
+        elif on_the_way:
+            why[job.id] = on_the_way[-1][1]
 
 
 def _adds_to(action: StartMachine | CreateMachine, pool_id: str, machines: list[MachineView]) -> bool:

@@ -61,7 +61,8 @@ from gpufleet.scheduler.tick.dispatch_failure import (
 from gpufleet.scheduler.tick.earmarks import clear_for_started_films
 from gpufleet.scheduler.tick.idle_timers import clear_for_work
 from gpufleet.scheduler.tick.metrics import Assigned, TickMetrics
-from gpufleet.scheduler.tick.model import Assignment
+from gpufleet.scheduler.tick.model import Assignment, PendingChange
+from gpufleet.scheduler.tick.pending_writes import Written, write_pending
 from gpufleet.scheduler.token_service import JOB_TOKENS, TokenMinter
 from gpufleet.scheduler.watchdogs.common import queued_since
 from gpufleet.v1 import agent_service_pb2
@@ -85,6 +86,16 @@ COMMIT_CHUNK = 1000
 def chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
     for i in range(0, len(items), CHUNK):
         yield items[i : i + CHUNK]
+
+
+def _count(written: Written, report: TickReport) -> None:
+    for what, n in (
+        ("pending_reason_set", written.set),
+        ("pending_reason_cleared", written.cleared),
+        ("pending_reason_events", written.events),
+    ):
+        if n:
+            report.actions[what] += n
 
 
 @dataclass(frozen=True)
@@ -191,18 +202,30 @@ class DispatchController:
         now: datetime,
         report: TickReport,
         tiers: Mapping[str, int] | None = None,
+        pending: Sequence[PendingChange] = (),
     ) -> list[str]:
         """Commit the assignments ``COMMIT_CHUNK`` at a time, each part fenced and handed to
         the dispatch pool as soon as it is committed: the first StartJob calls go out while
         the rest of a burst is still being written. Returns the machine of each assignment
         committed (for the assignments counted by pool). ``tiers``: each job's plan tier
-        (from the snapshot), for its queue wait's label."""
+        (from the snapshot), for its queue wait's label. ``pending``: the waiting jobs'
+        reasons that changed, written in the first part's transaction (one statement; a
+        fenced transaction of their own on a tick that assigns nothing)."""
         committed: list[str] = []
-        for i in range(0, len(assignments), COMMIT_CHUNK):
-            part = assignments[i : i + COMMIT_CHUNK]
+        if pending and not assignments:
             with self.sessions() as session, session.begin():
                 self.lease.fence(session)
+                written = write_pending(session.connection(), pending, now)
+            _count(written, report)
+        for i in range(0, len(assignments), COMMIT_CHUNK):
+            part = assignments[i : i + COMMIT_CHUNK]
+            written = Written()
+            with self.sessions() as session, session.begin():
+                self.lease.fence(session)
+                if i == 0:
+                    written = write_pending(session.connection(), pending, now)
                 dispatches, timers_cleared = self._write(session, part, now, tiers or {})
+            _count(written, report)
             self.metrics.idle_timers.committed(timers_cleared)
             report.actions["assign"] += len(dispatches)
             if len(dispatches) < len(part):
@@ -351,6 +374,10 @@ class DispatchController:
                     attempt_count=_JOBS.c.attempt_count + 1,
                     status_message="dispatching to its machine",
                     updated_at=now,
+                    # It waits no more: its reason goes with its wait.
+                    pending_reason=None,
+                    pending_message=None,
+                    pending_ready_at=None,
                 )
             )
         insert_rows(conn, _EVENTS, events)

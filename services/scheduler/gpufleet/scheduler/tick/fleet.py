@@ -6,7 +6,8 @@ only: leases and limits (:class:`LimitsController`), the scale step's intent
 (:class:`ScaleController`), the films' drains and released earmarks
 (:class:`EarmarkController`), the pools' idle clocks and warm pins (:class:`PoolController`),
 the assign step's one-transaction commit
-(:class:`DispatchController`). Provider calls and agent calls go to two bounded
+(:class:`DispatchController`), which also records why each job left waiting waits when that
+changed (:mod:`~gpufleet.scheduler.tick.pending`). Provider calls and agent calls go to two bounded
 pools (:class:`CallPool`) — one for the clouds (create, start), one for the agents (StartJob,
 CancelJob) — and are recorded when they answer; what they did is counted in the next
 tick's report. So a slow or hung cloud delays only its own machine and never a dispatch,
@@ -34,6 +35,7 @@ from gpufleet.common.loops import TickReport
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.telemetry import tracer
 from gpufleet.scheduler.settings import Settings
+from gpufleet.scheduler.tick.boot_times import BootTimes
 from gpufleet.scheduler.tick.decide import decide
 from gpufleet.scheduler.tick.dispatch import DispatchController
 from gpufleet.scheduler.tick.earmarks import EarmarkController
@@ -122,6 +124,8 @@ class FleetTick:
         self.pools = PoolController(sessions, lease)
         # The live attempts' views, kept from tick to tick (only what changed is read).
         self.live_attempts = LiveAttempts()
+        # The machines' boots as this leader saw them (a waiting job's expected ready time).
+        self.boot_times = BootTimes()
         # The last tick's phases, wall seconds each (snapshot, decide, limits, ...).
         self.last_phases: dict[str, float] = {}
 
@@ -130,8 +134,20 @@ class FleetTick:
         self.outcomes.drain_into(report)
         phases = _Phases()
         with phases("snapshot"), self.sessions() as session:
-            snapshot = load_snapshot(session, now, self.settings.fair_share_window_s, self.live_attempts)
-        snapshot = dataclasses.replace(snapshot, served_offerings=self.served.get())
+            snapshot = load_snapshot(
+                session,
+                now,
+                self.settings.fair_share_window_s,
+                self.live_attempts,
+                self.policy.deadline_near_share,
+            )
+        self.boot_times.saw(snapshot.machines)
+        snapshot = dataclasses.replace(
+            snapshot,
+            served_offerings=self.served.get(),
+            arriving_since=self.boot_times.arriving_since(),
+            typical_boot_s=self.boot_times.typical_s(),
+        )
         # The gauges and the GPU-seconds billed, from what the tick just read.
         self.metrics.saw(snapshot, self.lease.epoch)
         with phases("connect"):
@@ -149,7 +165,7 @@ class FleetTick:
             self.scale.record(plan.scale, now, report)
         with phases("assign"):
             committed = self.dispatch.commit(
-                plan.assignments, now, report, _tiers(plan.assignments, snapshot)
+                plan.assignments, now, report, _tiers(plan.assignments, snapshot), plan.pending
             )
         with phases("follow_up"):
             self.dispatch.take_back_overdue(now, report)

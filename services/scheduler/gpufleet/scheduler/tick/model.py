@@ -6,6 +6,20 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+# A queued job is near its queue-wait deadline once it has waited this share of it.
+DEADLINE_NEAR_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Why a queued job waits, as the tick decided it: a ``PendingReason`` name (the proto's,
+    without its prefix), the words for a person, and — for a job waiting for a machine on
+    its way — when that machine is expected to take work."""
+
+    reason: str
+    message: str
+    ready_at: datetime | None = None
+
 
 @dataclass(frozen=True)
 class JobView:
@@ -21,6 +35,29 @@ class JobView:
     created_at: datetime
     # GPU slot-seconds the workspace used over the fair-share window.
     usage: float
+    # When its current wait began and its kind's queue-wait deadline (0: none known): the
+    # deadline-near reason reads them.
+    waiting_since: datetime | None = None
+    queue_wait_deadline_s: float = 0.0
+    # Why it waits as last recorded (None: nothing recorded): a reason is written only
+    # when it changes.
+    pending: Pending | None = None
+
+
+@dataclass(frozen=True)
+class HeldBackJob:
+    """A queued job the tick does not decide over, whose recorded reason is not yet the one
+    its holding back implies: its workspace is paused, it waits out a dispatch back-off
+    (``not_before``), or older jobs of its workspace already take its plan's places
+    (beyond ``queued_read_bound``). Read only until that reason is recorded."""
+
+    id: str
+    workspace_id: str
+    workspace_active: bool
+    not_before: datetime | None
+    waiting_since: datetime | None = None
+    queue_wait_deadline_s: float = 0.0
+    pending: Pending | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +89,10 @@ class MachineView:
     provider: str = ""
     # GPUs it has (its offering's, when bought): read for the GPU-seconds billed, decides nothing.
     gpu_count: int = 1
+    # Its offering, and when its state last changed: when a machine on its way is expected
+    # to take work is read from them (a job's expected ready time), decides nothing.
+    offering_id: str | None = None
+    state_changed_at: datetime | None = None
 
     @property
     def free_slots(self) -> list[int]:
@@ -123,6 +164,13 @@ class FleetSnapshot:
     # (what its queued jobs' ``usage`` is): read for the metrics, decide nothing.
     workspace_tiers: dict[str, int] = field(default_factory=dict)
     usage_per_workspace: dict[str, float] = field(default_factory=dict)
+    # Queued jobs the tick holds back whose reason is not recorded yet (see HeldBackJob).
+    held_back: list[HeldBackJob] = field(default_factory=list)
+    # What the leader has seen of its machines' boots (:mod:`~gpufleet.scheduler.tick.boot_times`):
+    # when each machine on its way began arriving, and each offering's typical boot in
+    # seconds. Empty: the machine's state change and the policy's default stand in.
+    arriving_since: dict[str, datetime] = field(default_factory=dict)
+    typical_boot_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -137,6 +185,10 @@ class Policy:
     fair_share_quantum_s: float = 900.0
     # While short jobs wait in a pool, films hold at most this share of its live machines.
     film_share: float = 0.5
+    # A machine's boot, request to ready, when nothing of its offering was seen boot yet.
+    typical_boot_s: float = 180.0
+    # A queued job is near its queue-wait deadline once it has waited this share of it.
+    deadline_near_share: float = DEADLINE_NEAR_SHARE
 
 
 @dataclass(frozen=True)
@@ -188,6 +240,16 @@ class Release:
 
 
 @dataclass(frozen=True)
+class PendingChange:
+    """A waiting job's reason to record (None: clear it); ``reason_changed``: its reason
+    itself changed, not only its words or time (WatchJob is told then)."""
+
+    job_id: str
+    pending: Pending | None
+    reason_changed: bool
+
+
+@dataclass(frozen=True)
 class Assignment:
     job_id: str
     machine_id: str
@@ -219,3 +281,5 @@ class TickPlan:
     film_waits: Counter[str] = field(default_factory=Counter)
     pool_clocks: list[PoolClock] = field(default_factory=list)
     warm_pins: list[WarmPin] = field(default_factory=list)
+    # The waiting jobs whose reason changed (written by the assign step's commit).
+    pending: list[PendingChange] = field(default_factory=list)

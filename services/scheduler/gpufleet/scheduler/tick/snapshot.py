@@ -10,23 +10,31 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, or_, select, true
+from sqlalchemy import and_, case, false, func, not_, or_, select, true, union_all
 from sqlalchemy.orm import Session
 
 from gpufleet.common.db import models
 from gpufleet.common.db.bulk import among
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, JobState, MachineState, QuarantineKind
 from gpufleet.scheduler.tick.model import (
+    DEADLINE_NEAR_SHARE,
     AttemptView,
     FleetSnapshot,
+    HeldBackJob,
     JobView,
     MachineView,
     OfferingView,
+    Pending,
     PoolView,
 )
+from gpufleet.scheduler.tick.pending import PendingReason
+from gpufleet.scheduler.watchdogs.common import queued_since
 
 _LIVE = [s.value for s in LIVE_ATTEMPT_STATES]
 _CHUNK = 2000
+# Held-back jobs whose reason a tick records, at most (a workspace paused with 100k
+# queued jobs is labelled over ticks, each a bounded write).
+HELD_BACK_PER_TICK = 1000
 
 
 @dataclass
@@ -129,10 +137,15 @@ def _read_live(session: Session, where: Any) -> dict[str, _Live]:
 
 
 def load_snapshot(
-    session: Session, now: datetime, fair_share_window_s: float, live_attempts: LiveAttempts | None = None
+    session: Session,
+    now: datetime,
+    fair_share_window_s: float,
+    live_attempts: LiveAttempts | None = None,
+    deadline_near_share: float = DEADLINE_NEAR_SHARE,
 ) -> FleetSnapshot:
     """One FleetSnapshot. ``live_attempts``: the view a leader keeps between ticks (else
-    every live attempt is read afresh)."""
+    every live attempt is read afresh); ``deadline_near_share``: the policy's, for the
+    held-back jobs' reasons (see :func:`_read_queue`)."""
     A = models.Attempt
     live_rows = (
         live_attempts.read(session)
@@ -185,58 +198,7 @@ def load_snapshot(
         limits[ws] = limit
         tiers[ws] = tier
 
-    # Each workspace's oldest ``queued_read_bound(plan cap)`` waiting jobs, no more: the
-    # others cannot start this tick whatever happens (see ``queued_read_bound``).
-    ranked = (
-        select(
-            models.Job.id,
-            models.Job.workspace_id,
-            models.Job.pool_id,
-            models.Job.kind_id,
-            models.Job.created_at,
-            models.JobKind.slots,
-            models.Plan.tier,
-            models.Plan.weight,
-            case((models.Plan.max_gpu_jobs < 1, 1), else_=models.Plan.max_gpu_jobs).label("bound"),
-            func.row_number()
-            .over(
-                partition_by=models.Job.workspace_id,
-                order_by=(models.Job.created_at, models.Job.id),
-            )
-            .label("rank"),
-        )
-        .join(models.JobKind, models.JobKind.id == models.Job.kind_id)
-        .join(models.Workspace, models.Workspace.id == models.Job.workspace_id)
-        .join(models.Plan, models.Plan.id == models.Workspace.plan_id)
-        .where(
-            models.Job.state == JobState.QUEUED.value,
-            models.Workspace.active.is_(True),
-            or_(models.Job.not_before.is_(None), models.Job.not_before <= now),
-        )
-        .subquery()
-    )
-    queued_rows = session.execute(
-        select(ranked).where(ranked.c.rank <= ranked.c.bound).order_by(ranked.c.created_at, ranked.c.id)
-    ).all()
-    queued = []
-    for job in queued_rows:
-        pool = pools.get(job.pool_id)
-        whole = job.slots == 0
-        need = pool.slots_per_machine if (whole and pool) else max(job.slots, 1)
-        queued.append(
-            JobView(
-                id=job.id,
-                workspace_id=job.workspace_id,
-                pool_id=job.pool_id,
-                kind_id=job.kind_id,
-                slots_needed=need,
-                whole_machine=whole,
-                tier=job.tier,
-                weight=job.weight,
-                created_at=job.created_at,
-                usage=usage.get(job.workspace_id, 0.0),
-            )
-        )
+    queued, held_back = _read_queue(session, now, pools, usage, deadline_near_share)
 
     M = models.Machine
     machine_rows = session.execute(
@@ -262,6 +224,8 @@ def load_snapshot(
             M.warm_held,
             M.provider,
             M.gpu_count,
+            M.offering_id,
+            M.state_changed_at,
         ).where(M.state != MachineState.DESTROYED.value)
     ).all()
     no_slots: frozenset[int] = frozenset()
@@ -289,6 +253,8 @@ def load_snapshot(
             warm_held=m.warm_held,
             provider=m.provider,
             gpu_count=m.gpu_count,
+            offering_id=m.offering_id,
+            state_changed_at=m.state_changed_at,
         )
         for m in machine_rows
     ]
@@ -320,7 +286,122 @@ def load_snapshot(
         halted_regions=halted,
         workspace_tiers=tiers,
         usage_per_workspace=dict(usage),
+        held_back=held_back,
     )
+
+
+def _read_queue(
+    session: Session,
+    now: datetime,
+    pools: dict[str, PoolView],
+    usage: dict[str, float],
+    deadline_near_share: float,
+) -> tuple[list[JobView], list[HeldBackJob]]:
+    """The queued jobs a tick decides over, and the held-back ones whose reason it must
+    record — one statement, one pass over the queue.
+
+    Decided over: each active workspace's oldest ``queued_read_bound(plan cap)`` jobs whose
+    back-off has passed, no more (the others cannot start this tick whatever happens; see
+    ``queued_read_bound``). Held back: every other queued job — its workspace paused, its
+    back-off running, or beyond that bound — but only while its recorded reason is not
+    the one its holding back implies (:func:`~gpufleet.scheduler.tick.pending.held_back`'s
+    order, written here in SQL), at most ``HELD_BACK_PER_TICK``, oldest first: once its
+    reason is recorded a held-back job is not read again until something changes."""
+    J, K, W, P = models.Job, models.JobKind, models.Workspace, models.Plan
+    free_now = and_(W.active.is_(True), or_(J.not_before.is_(None), J.not_before <= now))
+    queue = (
+        select(  # in the order the loop below unpacks
+            J.id,
+            J.workspace_id,
+            J.pool_id,
+            J.kind_id,
+            J.created_at,
+            J.not_before,
+            J.pending_reason,
+            J.pending_message,
+            J.pending_ready_at,
+            queued_since().label("waiting_since"),
+            K.slots,
+            K.queue_wait_deadline_s,
+            W.active,
+            P.tier,
+            P.weight,
+            case((P.max_gpu_jobs < 1, 1), else_=P.max_gpu_jobs).label("bound"),
+            case((free_now, 1), else_=0).label("free"),
+            func.row_number()
+            .over(partition_by=(J.workspace_id, free_now), order_by=(J.created_at, J.id))
+            .label("rank"),
+        )
+        .join(K, K.id == J.kind_id)
+        .join(W, W.id == J.workspace_id)
+        .join(P, P.id == W.plan_id)
+        .where(J.state == JobState.QUEUED.value)
+        .cte("queue")
+    )
+    q = queue.c
+    looked = and_(q.free == 1, q.rank <= q.bound)
+    # Near its deadline: waited deadline_near_share of its kind's deadline (one cutoff per
+    # kind, the kinds being a handful: no date arithmetic in SQL).
+    kinds = session.execute(select(K.id, K.queue_wait_deadline_s)).all()
+    cutoffs = [
+        (kind, now - timedelta(seconds=deadline * deadline_near_share))
+        for kind, deadline in kinds
+        if deadline > 0
+    ]
+    near = or_(false(), *(and_(q.kind_id == kind, q.waiting_since <= cutoff) for kind, cutoff in cutoffs))
+    implied = case(
+        (near, PendingReason.QUEUE_WAIT_DEADLINE_NEAR.value),
+        (not_(q.active), PendingReason.WORKSPACE_PAUSED.value),
+        (q.free == 0, PendingReason.DISPATCH_BACKOFF.value),
+        else_=PendingReason.PLAN_CONCURRENCY_LIMIT.value,
+    )
+    held = (
+        select(queue)
+        .where(not_(looked), func.coalesce(q.pending_reason, "") != implied)
+        .order_by(q.created_at, q.id)
+        .limit(HELD_BACK_PER_TICK)
+        .subquery()
+    )
+    rows = session.execute(union_all(select(queue).where(looked), select(held))).all()
+    queued: list[JobView] = []
+    held_back: list[HeldBackJob] = []
+    # Unpacked whole, in the CTE's column order: a row's attributes by name cost more than
+    # the rest of the loop (4k rows a tick).
+    for row in rows:
+        (
+            job_id, ws, pool_id, kind_id, created_at, not_before, reason, message, ready_at,
+            since, slots, deadline_s, active, tier, weight, bound, free, rank,
+        ) = row  # fmt: skip
+        pending = None if reason is None else Pending(reason, message or "", ready_at)
+        if free != 1 or rank > bound:
+            held_back.append(HeldBackJob(job_id, ws, bool(active), not_before, since, deadline_s, pending))
+            continue
+        pool = pools.get(pool_id)
+        whole = slots == 0
+        need = pool.slots_per_machine if (whole and pool) else max(slots, 1)
+        queued.append(
+            JobView(
+                job_id,
+                ws,
+                pool_id,
+                kind_id,
+                need,
+                whole,
+                tier,
+                weight,
+                created_at,
+                usage.get(ws, 0.0),
+                since,
+                deadline_s,
+                pending,
+            )
+        )
+    queued.sort(key=_by_age)
+    return queued, held_back
+
+
+def _by_age(job: JobView) -> tuple[datetime, str]:
+    return job.created_at, job.id
 
 
 def active_quarantines(session: Session, now: datetime) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
