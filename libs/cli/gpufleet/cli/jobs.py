@@ -7,6 +7,7 @@ import argparse
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import grpc
@@ -192,7 +193,7 @@ def jobs_table(rows: Sequence[job_pb2.Job], args: argparse.Namespace) -> str:
                 j.workspace,
                 j.kind,
                 state_name(j.state),
-                waiting_reason(j) or "-",
+                reason_code(j) or "-",
                 str(j.attempt_count),
                 f"{j.slot_seconds:.0f}",
                 output.money(j.charge_micros),
@@ -204,11 +205,23 @@ def jobs_table(rows: Sequence[job_pb2.Job], args: argparse.Namespace) -> str:
     )
 
 
-def waiting_reason(j: job_pb2.Job) -> str:
-    """Why a queued job waits, as the fleet tick last decided (empty once it runs)."""
+def reason_code(j: job_pb2.Job) -> str:
+    """A queued job's reason as a short word for a table's REASON column (as Slurm's squeue
+    shows one), e.g. ``workspace_paused``; empty once it runs. ``jobs ID`` says it whole."""
     if j.state != job_pb2.JOB_STATE_QUEUED or not j.pending_reason:
         return ""
-    return j.pending_message or output.enum_short(job_pb2.PendingReason, j.pending_reason, "PENDING_REASON_")
+    return output.enum_short(job_pb2.PendingReason, j.pending_reason, "PENDING_REASON_").lower()
+
+
+def waiting_reason(j: job_pb2.Job, now: datetime | None = None) -> str:
+    """Why a queued job waits, as the fleet tick last decided, in words (empty once it runs),
+    with the time a machine starting for it is expected to be ready."""
+    if not (code := reason_code(j)):
+        return ""
+    text = j.pending_message or code
+    if j.HasField("expected_ready_time") and now is not None:
+        text += f" (expected ready {output.when(j.expected_ready_time, now)})"
+    return text
 
 
 def job(args: argparse.Namespace) -> int:
@@ -219,7 +232,7 @@ def job(args: argparse.Namespace) -> int:
         output.print_json(j)
         return 0
     now = system_now(args)
-    reason = waiting_reason(j)
+    reason = waiting_reason(j, now)
     print(
         output.fields(
             [
