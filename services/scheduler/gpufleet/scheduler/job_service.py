@@ -224,7 +224,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         nothing — a catalogue miss or a known request_id, which the caller tells apart."""
         assert self._statements is not None
         params = dict(row, tenant_values=json.dumps(row["tenant_values"]))
-        return await self._statements.fetch_one(self._submit_sql, params) is not None
+        return await self._statements.fetch_one(self._submit_sql, params, operation="INSERT") is not None
 
     def _known_submission(self, spec: job_pb2.Job, request_id: str, content_hash: str) -> job_pb2.Job:
         """A submission that inserted nothing: a catalogue miss (say which part) or a
@@ -244,11 +244,11 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         event = {"job_id": row["id"], "state": row["state"], "at": row["created_at"], "message": "submitted"}
         event = {k: self._event_binds[k](v) if k in self._event_binds else v for k, v in event.items()}
         with self._sqlite.transaction() as conn:
-            if conn.execute(_CATALOGUE_OK_SQLITE, job).fetchone() is None:
+            if conn.execute(_CATALOGUE_OK_SQLITE, job, operation="SELECT").fetchone() is None:
                 return False
-            if conn.execute(_INSERT_JOB_SQLITE, job).fetchone() is None:
+            if conn.execute(_INSERT_JOB_SQLITE, job, operation="INSERT").fetchone() is None:
                 return False
-            conn.execute(_INSERT_EVENT_SQLITE, event)
+            conn.execute(_INSERT_EVENT_SQLITE, event, operation="INSERT")
             return True
 
     def _kind_defaults(self, kind_id: str) -> tuple[str | None, str | None] | None:
