@@ -171,11 +171,19 @@ class AsyncClient:
         return page
 
     async def read_job_log(
-        self, job_id: str, *, attempt_id: str | None = None, offset: int = 0, timeout: float | None = None
+        self,
+        job_id: str,
+        *,
+        attempt_id: str | None = None,
+        offset: int = 0,
+        max_bytes: int | None = None,
+        timeout: float | None = None,
     ) -> AsyncIterator[job_service_pb2.GetJobLogResponse]:
         """Pages of one attempt's log to its end so far (see :meth:`Client.read_job_log`)."""
         while True:
-            page = await self.get_job_log(job_id, attempt_id=attempt_id, offset=offset, timeout=timeout)
+            page = await self.get_job_log(
+                job_id, attempt_id=attempt_id, offset=offset, max_bytes=max_bytes, timeout=timeout
+            )
             yield page
             if page.end_of_log:
                 return

@@ -192,12 +192,21 @@ class Client:
         return page
 
     def read_job_log(
-        self, job_id: str, *, attempt_id: str | None = None, offset: int = 0, timeout: float | None = None
+        self,
+        job_id: str,
+        *,
+        attempt_id: str | None = None,
+        offset: int = 0,
+        max_bytes: int | None = None,
+        timeout: float | None = None,
     ) -> Iterator[job_service_pb2.GetJobLogResponse]:
-        """Pages of one attempt's log from ``offset`` to its end so far; the attempt is the
-        first page's, so a retry starting meanwhile does not splice two logs."""
+        """Pages (of at most ``max_bytes``) of one attempt's log from ``offset`` to its end
+        so far; the attempt is the first page's, so a retry starting meanwhile does not
+        splice two logs."""
         while True:
-            page = self.get_job_log(job_id, attempt_id=attempt_id, offset=offset, timeout=timeout)
+            page = self.get_job_log(
+                job_id, attempt_id=attempt_id, offset=offset, max_bytes=max_bytes, timeout=timeout
+            )
             yield page
             if page.end_of_log:
                 return

@@ -1,0 +1,81 @@
+"""A real scheduler process on a fresh PostgreSQL database, with real mutual TLS, and the
+certificate folders a backend holds — written by the real `gpufleet certs issue`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import tls
+from tests.support.procs import ServiceProcess, start_service
+
+
+def issue_certs(role: str, out: Path) -> Path:
+    """``gpufleet certs issue --role ROLE --out OUT`` against the tests' own CA."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet.cli",
+            "certs",
+            "issue",
+            "--role",
+            role,
+            "--ca-dir",
+            str(tls.authority().folder),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def backend_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return issue_certs("backend", tmp_path_factory.mktemp("certs") / "backend")
+
+
+class Scheduler:
+    """One scheduler that a test may stop and start again on the same port, as a restart
+    (or a crash) of the real service would."""
+
+    def __init__(self, pg_url: str, workdir: Path) -> None:
+        self.workdir = workdir
+        # The provisioner address points nowhere: no test here needs a machine.
+        self.env = {
+            "GPUFLEET_DATABASE_URL": pg_url,
+            "GPUFLEET_PROVISIONER_ADDRESS": "127.0.0.1:9",
+            "GPUFLEET_MAX_RUNNING_MACHINES": "0",
+        }
+        self.starts = 0
+        self.process: ServiceProcess = self._start(port=0)
+
+    def _start(self, port: int) -> ServiceProcess:
+        self.starts += 1
+        return start_service("scheduler", self.workdir, self.env, port=port, tag=f"-{self.starts}")
+
+    @property
+    def address(self) -> str:
+        return self.process.address
+
+    def start_again(self) -> None:
+        """A new process on the same port (the previous one must be gone)."""
+        assert self.process.process.poll() is not None, "still running"
+        self.process = self._start(port=self.process.port)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+@pytest.fixture
+def scheduler(pg_url: str, tmp_path: Path) -> Iterator[Scheduler]:
+    svc = Scheduler(pg_url, tmp_path)
+    yield svc
+    svc.stop()
