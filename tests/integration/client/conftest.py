@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.fleet import Fleet, make_fleet
 from tests.support import tls
 from tests.support.procs import ServiceProcess, start_service
 
@@ -79,3 +81,14 @@ def scheduler(pg_url: str, tmp_path: Path) -> Iterator[Scheduler]:
     svc = Scheduler(pg_url, tmp_path)
     yield svc
     svc.stop()
+
+
+@pytest.fixture
+def system(pg_url: str) -> Iterator[Fleet]:
+    """The whole system on local machines, its clock moved by the test (tests/e2e's)."""
+    # A short root: Unix socket paths and log paths stay well under their limits.
+    root = Path(tempfile.mkdtemp(prefix="gfclient-", dir="/tmp"))
+    fleet = make_fleet(root, pg_url)
+    fleet.start_all()
+    yield fleet
+    fleet.close()

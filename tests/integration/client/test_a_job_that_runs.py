@@ -4,9 +4,7 @@ it run and succeed, read its log page by page, see what it cost."""
 
 from __future__ import annotations
 
-import tempfile
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,19 +12,9 @@ import pytest
 
 from gpufleet.client import Client, NotFound
 from gpufleet.v1 import job_pb2
-from tests.e2e.fleet import Fleet, make_fleet
+from tests.e2e.fleet import Fleet
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def system(pg_url: str) -> Iterator[Fleet]:
-    # A short root: Unix socket paths and log paths stay well under their limits.
-    root = Path(tempfile.mkdtemp(prefix="gfclient-", dir="/tmp"))
-    fleet = make_fleet(root, pg_url)
-    fleet.start_all()
-    yield fleet
-    fleet.close()
 
 
 def test_submit_watch_to_success_read_the_log_and_the_usage(system: Fleet, backend_certs: Path) -> None:
