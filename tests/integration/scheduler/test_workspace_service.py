@@ -163,9 +163,10 @@ def test_bad_input_names_its_field_and_stores_nothing(stub: Stub, pg_url: str) -
         INVALID,
         "update_mask",
     )
-    assert refused(update, upd(workspace=ws(workspace_id="mine"), update_mask=["id"])) == (
+    # A path it does not set is named by its index in the mask.
+    assert refused(update, upd(workspace=ws(workspace_id="mine"), update_mask=["active", "id"])) == (
         INVALID,
-        "update_mask",
+        "update_mask[1]",
     )
     assert refused(update, upd(workspace=ws(workspace_id="nobody"), update_mask=["active"])) == (
         MISSING,

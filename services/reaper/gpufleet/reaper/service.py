@@ -1,9 +1,10 @@
 """ReaperService: watchdog status, the failure ledger, incidents and quarantines.
 
 Read-mostly operator API over tables the watchdogs write. Every List is paged with an
-opaque token (``gpufleet.common.paging``); bad input is INVALID_ARGUMENT naming the field,
-an unknown id is NOT_FOUND. Acknowledging an incident or clearing a quarantine twice is
-harmless, so both are idempotent without storing ``request_id``.
+opaque token (``gpufleet.common.paging``); bad input is one INVALID_ARGUMENT naming every
+bad field, an unknown id is NOT_FOUND (UNKNOWN_INCIDENT, UNKNOWN_QUARANTINE).
+Acknowledging an incident or clearing a quarantine twice is harmless, so both are
+idempotent without storing ``request_id``.
 """
 
 from __future__ import annotations
@@ -19,21 +20,24 @@ from gpufleet.common.clock import Clock
 from gpufleet.common.convert import dur, enum_name, ts
 from gpufleet.common.db.enums import IncidentState
 from gpufleet.common.db.models import Failure, Incident, Quarantine, WatchdogStat
-from gpufleet.common.errors import InvalidArgument, NotFound
+from gpufleet.common.errors import NotFound
 from gpufleet.common.idempotency import optional_request_id
+from gpufleet.common.violations import Violations
 from gpufleet.v1 import ledger_pb2, reaper_service_pb2, reaper_service_pb2_grpc
 
 _MAX_FILTER = 64
+_MAX_ACKNOWLEDGED_BY = 128
 
 
-def _int_position(kind: str, token: str) -> int | None:
-    return paging.decode_int(kind, token)
+def _newest_first(kind: str, page_size: int, page_token: str, found: Violations) -> tuple[int, int | None]:
+    """A list newest first by row id: the page's size and the id it starts below (None
+    for the first page)."""
+    return paging.page_size(page_size, found), paging.decode_int(kind, page_token, found)
 
 
-def _short(value: str, field: str, limit: int = _MAX_FILTER) -> str:
-    if len(value) > limit:
-        raise InvalidArgument(f"longer than {limit} characters", field=field)
-    return value
+def _positive_id(value: int, field: str, what: str, found: Violations) -> None:
+    if value <= 0:
+        found.add(field, f"must be a positive {what} id", "REQUIRED" if value == 0 else "OUT_OF_RANGE")
 
 
 def _enum_or_unspecified(enum_type: Any, prefix: str, name: str) -> Any:
@@ -114,10 +118,9 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
         self, request: reaper_service_pb2.ListWatchdogsRequest, context: grpc.ServicerContext
     ) -> reaper_service_pb2.ListWatchdogsResponse:
         """Every service's watchdogs (the Ticker registers each), by name."""
-        size = paging.page_size(request.page_size)
-        after = paging.decode_str("watchdogs", request.page_token)
+        size, after = paging.keyed_page("watchdogs", request.page_size, request.page_token)
         query = select(WatchdogStat).order_by(WatchdogStat.name)
-        if after is not None:
+        if after:
             query = query.where(WatchdogStat.name > after)
         with self.sessions() as session:
             rows, more = _page(session, query, size)
@@ -130,15 +133,19 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
         self, request: reaper_service_pb2.ListLedgerEntriesRequest, context: grpc.ServicerContext
     ) -> reaper_service_pb2.ListLedgerEntriesResponse:
         """Newest first; filters combine with AND."""
-        size = paging.page_size(request.page_size)
-        after = _int_position("ledger", request.page_token)
+        found = Violations()
+        size, after = _newest_first("ledger", request.page_size, request.page_token, found)
+        found.at_most(request.machine_id, "machine_id", _MAX_FILTER)
+        found.at_most(request.failure_class, "failure_class", _MAX_FILTER)
+        found.at_most(request.detector, "detector", _MAX_FILTER)
+        found.raise_if_any()
         query = select(Failure).order_by(Failure.id.desc())
         if request.machine_id:
-            query = query.where(Failure.machine_id == _short(request.machine_id, "machine_id"))
+            query = query.where(Failure.machine_id == request.machine_id)
         if request.failure_class:
-            query = query.where(Failure.failure_class == _short(request.failure_class, "failure_class"))
+            query = query.where(Failure.failure_class == request.failure_class)
         if request.detector:
-            query = query.where(Failure.detector == _short(request.detector, "detector"))
+            query = query.where(Failure.detector == request.detector)
         if after is not None:
             query = query.where(Failure.id < after)
         with self.sessions() as session:
@@ -152,12 +159,12 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
         self, request: reaper_service_pb2.ListIncidentsRequest, context: grpc.ServicerContext
     ) -> reaper_service_pb2.ListIncidentsResponse:
         """Newest first; ``state`` unset lists every state."""
-        size = paging.page_size(request.page_size)
-        after = _int_position("incidents", request.page_token)
+        found = Violations()
+        size, after = _newest_first("incidents", request.page_size, request.page_token, found)
+        found.known(request.state, ledger_pb2.IncidentState.values(), "state", "incident state")
+        found.raise_if_any()
         query = select(Incident).order_by(Incident.id.desc())
         if request.state:
-            if request.state not in ledger_pb2.IncidentState.values():
-                raise InvalidArgument("unknown incident state", field="state")
             query = query.where(
                 Incident.state == enum_name(ledger_pb2.IncidentState, "INCIDENT_STATE_", request.state)
             )
@@ -174,14 +181,18 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
         self, request: reaper_service_pb2.AcknowledgeIncidentRequest, context: grpc.ServicerContext
     ) -> ledger_pb2.Incident:
         """Idempotent: acknowledging an acknowledged incident returns it unchanged."""
-        optional_request_id(request.request_id)
-        if request.incident_id <= 0:
-            raise InvalidArgument("must be a positive incident id", field="incident_id")
-        who = _short(request.acknowledged_by, "acknowledged_by", 128)
+        found = Violations()
+        _positive_id(request.incident_id, "incident_id", "incident", found)
+        optional_request_id(request.request_id, found)
+        found.at_most(request.acknowledged_by, "acknowledged_by", _MAX_ACKNOWLEDGED_BY)
+        found.raise_if_any()
+        who = request.acknowledged_by
         with self.sessions() as session, session.begin():
             row = session.get(Incident, request.incident_id, with_for_update=True)
             if row is None:
-                raise NotFound(f"no incident {request.incident_id}", field="incident_id")
+                raise NotFound(
+                    f"no incident {request.incident_id}", field="incident_id", reason="UNKNOWN_INCIDENT"
+                )
             if row.acknowledged_at is None:
                 # A resolved incident stays resolved; it still records who read it.
                 if row.state == IncidentState.OPEN.value:
@@ -194,8 +205,9 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
         self, request: reaper_service_pb2.ListQuarantinesRequest, context: grpc.ServicerContext
     ) -> reaper_service_pb2.ListQuarantinesResponse:
         """Quarantines in force now (not cleared, not expired), newest first."""
-        size = paging.page_size(request.page_size)
-        after = _int_position("quarantines", request.page_token)
+        found = Violations()
+        size, after = _newest_first("quarantines", request.page_size, request.page_token, found)
+        found.raise_if_any()
         now = self.clock.now()
         query = (
             select(Quarantine)
@@ -218,13 +230,18 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
         self, request: reaper_service_pb2.ClearQuarantineRequest, context: grpc.ServicerContext
     ) -> reaper_service_pb2.ClearQuarantineResponse:
         """A human ends a quarantine now; clearing a cleared one succeeds."""
-        optional_request_id(request.request_id)
-        if request.quarantine_id <= 0:
-            raise InvalidArgument("must be a positive quarantine id", field="quarantine_id")
+        found = Violations()
+        _positive_id(request.quarantine_id, "quarantine_id", "quarantine", found)
+        optional_request_id(request.request_id, found)
+        found.raise_if_any()
         with self.sessions() as session, session.begin():
             row = session.get(Quarantine, request.quarantine_id, with_for_update=True)
             if row is None:
-                raise NotFound(f"no quarantine {request.quarantine_id}", field="quarantine_id")
+                raise NotFound(
+                    f"no quarantine {request.quarantine_id}",
+                    field="quarantine_id",
+                    reason="UNKNOWN_QUARANTINE",
+                )
             if row.cleared_at is None:
                 row.cleared_at = self.clock.now()
         return reaper_service_pb2.ClearQuarantineResponse()

@@ -24,8 +24,7 @@ def list_pools(
 ) -> fleet_service_pb2.ListPoolsResponse:
     """One page of pools by id, each with its offerings in order of preference (also
     FleetService.ListPools)."""
-    size = paging.page_size(request.page_size)
-    after = str(paging.decode("pools", request.page_token) or "")
+    size, after = paging.keyed_page("pools", request.page_size, request.page_token)
     with sessions() as session:
         pools = list(
             session.execute(
@@ -102,8 +101,7 @@ class CatalogService(catalog_service_pb2_grpc.CatalogServiceServicer):
     def ListJobKinds(
         self, request: catalog_service_pb2.ListJobKindsRequest, context: grpc.ServicerContext
     ) -> catalog_service_pb2.ListJobKindsResponse:
-        size = paging.page_size(request.page_size)
-        after = str(paging.decode("kinds", request.page_token) or "")
+        size, after = paging.keyed_page("kinds", request.page_size, request.page_token)
         K = models.JobKind
         with self.sessions() as session:
             query = select(K).where(K.id > after).order_by(K.id).limit(size + 1)
@@ -118,8 +116,7 @@ class CatalogService(catalog_service_pb2_grpc.CatalogServiceServicer):
     def ListPlans(
         self, request: catalog_service_pb2.ListPlansRequest, context: grpc.ServicerContext
     ) -> catalog_service_pb2.ListPlansResponse:
-        size = paging.page_size(request.page_size)
-        after = str(paging.decode("plans", request.page_token) or "")
+        size, after = paging.keyed_page("plans", request.page_size, request.page_token)
         P = models.Plan
         with self.sessions() as session:
             query = select(P).where(P.id > after).order_by(P.id).limit(size + 1)

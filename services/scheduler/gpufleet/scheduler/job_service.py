@@ -35,6 +35,7 @@ from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.metrics.catalog import JOBS_SUBMITTED
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.trust.transport import Transport
+from gpufleet.common.violations import Violations
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.events import EventHub
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
@@ -44,6 +45,8 @@ from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 log = logging.getLogger(__name__)
 # The most of a job's log one GetJobLog answers with.
 MAX_LOG_PAGE = 1 << 20
+# The most characters of a CancelJob's reason kept in the job's status message.
+MAX_CANCEL_REASON = 1024
 
 WATCH_POLL_S = 0.1
 # WatchJob streams open at once, per client connection and in all (per caller identity
@@ -100,6 +103,28 @@ _CATALOGUE = select(
     select(_P.slots_per_machine).where(_P.id == bindparam("p")).scalar_subquery(),
     select(_K.slots).where(_K.id == bindparam("k")).scalar_subquery(),
 )
+
+
+def unknown_job(job_id: str) -> NotFound:
+    return NotFound(f"no job {job_id!r}", field="job_id", reason="UNKNOWN_JOB")
+
+
+def jobs_position(token: str, found: Violations) -> tuple[datetime, str] | None:
+    """Where a ListJobs page token says the last page ended: the last job's creation time
+    (with its zone) and id, or None for the first page (and for a bad token, reported)."""
+    position = paging.decode("jobs", token, found)
+    if position is None:
+        return None
+    try:
+        if not isinstance(position, list) or len(position) != 2:
+            raise TypeError(position)
+        after_time = datetime.fromisoformat(position[0])
+        if after_time.tzinfo is None:
+            raise ValueError(position[0])
+    except (TypeError, ValueError):
+        paging.malformed(found)
+        return None
+    return after_time, str(position[1])
 
 
 class JobService(job_service_pb2_grpc.JobServiceServicer):
@@ -313,7 +338,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     def _render(session: Session, job_id: str) -> job_pb2.Job:
         job = session.get(models.Job, job_id)
         if job is None:
-            raise NotFound(f"no job {job_id!r}", field="job_id")
+            raise unknown_job(job_id)
         attempts = list(
             session.execute(
                 select(models.Attempt)
@@ -332,34 +357,31 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     def ListJobs(
         self, request: job_service_pb2.ListJobsRequest, context: grpc.ServicerContext
     ) -> job_service_pb2.ListJobsResponse:
-        size = paging.page_size(request.page_size)
-        position = paging.decode("jobs", request.page_token)
+        found = Violations()
+        size = paging.page_size(request.page_size, found)
+        position = jobs_position(request.page_token, found)
+        found.known(request.state, job_pb2.JobState.values(), "state", "job state")
+        found.raise_if_any()
         query = select(models.Job)
         with self.sessions() as session:
             if request.workspace:
                 if session.get(models.Workspace, request.workspace) is None:
-                    raise NotFound(f"unknown workspace {request.workspace!r}", field="workspace")
+                    raise NotFound(
+                        f"unknown workspace {request.workspace[:64]!r}",
+                        field="workspace",
+                        reason="UNKNOWN_WORKSPACE",
+                    )
                 query = query.where(models.Job.workspace_id == request.workspace)
             if request.pool:
                 if session.get(models.Pool, request.pool) is None:
-                    raise NotFound(f"unknown pool {request.pool!r}", field="pool")
+                    raise NotFound(f"unknown pool {request.pool[:64]!r}", field="pool", reason="UNKNOWN_POOL")
                 query = query.where(models.Job.pool_id == request.pool)
             if request.state:
-                if request.state not in job_pb2.JobState.values():
-                    raise InvalidArgument("unknown job state", field="state")
                 query = query.where(
                     models.Job.state == enum_name(job_pb2.JobState, "JOB_STATE_", request.state)
                 )
             if position is not None:
-                try:
-                    if not isinstance(position, list) or len(position) != 2:
-                        raise TypeError(position)
-                    after_time = datetime.fromisoformat(position[0])
-                    after_id = str(position[1])
-                    if after_time.tzinfo is None:
-                        raise ValueError(position[0])
-                except (TypeError, ValueError, IndexError, KeyError) as exc:
-                    raise InvalidArgument("malformed page token", field="page_token") from exc
+                after_time, after_id = position
                 query = query.where(
                     (models.Job.created_at > after_time)
                     | ((models.Job.created_at == after_time) & (models.Job.id > after_id))
@@ -378,10 +400,11 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     def CancelJob(
         self, request: job_service_pb2.CancelJobRequest, context: grpc.ServicerContext
     ) -> job_pb2.Job:
-        validation.optional_request_id(request.request_id)
-        job_id = validation.job_id(request.job_id)
-        if len(request.reason) > 1024:
-            raise InvalidArgument("at most 1024 characters", field="reason")
+        found = Violations()
+        job_id = validation.job_id(request.job_id, found)
+        validation.optional_request_id(request.request_id, found)
+        found.at_most(request.reason, "reason", MAX_CANCEL_REASON)
+        found.raise_if_any()
         to_cancel: list[tuple[str, str, str]] = []
         tally = OutcomeTally()
         with self.sessions() as session, session.begin():
@@ -389,11 +412,13 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             # answers as the first did.
             job = session.get(models.Job, job_id, with_for_update=True)
             if job is None:
-                raise NotFound(f"no job {job_id!r}", field="job_id")
+                raise unknown_job(job_id)
             if job.state in TERMINAL_JOB_STATES:
                 if job.state == JobState.CANCELLED.value:
                     return self._render(session, job_id)
-                raise FailedPrecondition(f"job already ended ({job.state})", field="job_id")
+                raise FailedPrecondition(
+                    f"job already ended ({job.state})", field="job_id", reason="JOB_ALREADY_ENDED"
+                )
             before = job.state
             now = self.clock.now()
             message = f"cancelled: {request.reason}" if request.reason else "cancelled"
@@ -440,17 +465,18 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         return await loop.run_in_executor(self._logs, self._job_log, request)
 
     def _job_log(self, request: job_service_pb2.GetJobLogRequest) -> job_service_pb2.GetJobLogResponse:
-        job_id = validation.job_id(request.job_id)
-        if request.attempt_id:
-            validation.require(request.attempt_id, "attempt_id", validation.JOB_ID, "attempt id")
+        found = Violations()
+        job_id = validation.job_id(request.job_id, found)
+        found.check(request.attempt_id, "attempt_id", validation.JOB_ID, "attempt id", required=False)
         if request.offset < 0:
-            raise InvalidArgument("must not be negative", field="offset")
+            found.add("offset", "must not be negative", "OUT_OF_RANGE")
         size = request.max_bytes or MAX_LOG_PAGE
         if not 0 < size <= MAX_LOG_PAGE:
-            raise InvalidArgument(f"must be 1-{MAX_LOG_PAGE}", field="max_bytes")
+            found.add("max_bytes", f"must be 1-{MAX_LOG_PAGE}", "OUT_OF_RANGE")
+        found.raise_if_any()
         with self.sessions() as session:
             if session.get(models.Job, job_id) is None:
-                raise NotFound(f"no job {job_id!r}", field="job_id")
+                raise unknown_job(job_id)
             query = select(models.Attempt).where(models.Attempt.job_id == job_id)
             if request.attempt_id:
                 query = query.where(models.Attempt.id == request.attempt_id)
@@ -458,23 +484,26 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                 query.order_by(models.Attempt.started_at.desc(), models.Attempt.id.desc()).limit(1)
             ).scalar_one_or_none()
             if attempt is None:
-                field = "attempt_id" if request.attempt_id else "job_id"
-                raise NotFound(
-                    "no such attempt of this job" if request.attempt_id else "the job has not run yet",
-                    field=field,
-                )
+                if request.attempt_id:
+                    raise NotFound(
+                        "no such attempt of this job", field="attempt_id", reason="UNKNOWN_ATTEMPT"
+                    )
+                raise NotFound("the job has not run yet", field="job_id", reason="JOB_NOT_STARTED")
             machine = session.get_one(models.Machine, attempt.machine_id)
             ended = attempt.state not in LIVE_ATTEMPT_STATES
             attempt_id, state, address = attempt.id, machine.state, machine.agent_address
             machine_id = machine.id
         if state == "DESTROYED":
             raise FailedPrecondition(
-                "the machine that ran it is destroyed, and its log with it", field="attempt_id"
+                "the machine that ran it is destroyed, and its log with it",
+                field="attempt_id",
+                reason="LOG_MACHINE_DESTROYED",
             )
         if state in ("STOPPED", "STOPPING") or not address:
             raise FailedPrecondition(
                 f"its machine is {state.lower()}: the log is kept on its disk, readable while it runs",
                 field="attempt_id",
+                reason="LOG_MACHINE_NOT_RUNNING",
             )
         part = self._agents.get(machine_id, address).read_job_log(attempt_id, request.offset, size)
         return job_service_pb2.GetJobLogResponse(
@@ -513,7 +542,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             loop = asyncio.get_running_loop()
             past = await loop.run_in_executor(self.hub.executor, self._past_events, job_id)
             if past is None:
-                raise NotFound(f"no job {job_id!r}", field="job_id")
+                raise unknown_job(job_id)
             seen = 0
             batch = past
             while True:

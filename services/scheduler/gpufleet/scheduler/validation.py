@@ -1,5 +1,6 @@
-"""Validation of what the product backend sends. Every refusal names the field — SubmitJob's
-names every bad field at once — and nothing is stored until the whole request is valid."""
+"""Validation of what the product backend and operators send. Every refusal names every bad
+field of the request at once (into a :class:`~gpufleet.common.violations.Violations`), and
+nothing is stored until the whole request is valid."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import hashlib
 import json
 import re
 
-from gpufleet.common.errors import InvalidArgument, Violation
+from gpufleet.common.errors import InvalidArgument
 from gpufleet.common.idempotency import REQUEST_ID
 from gpufleet.common.idempotency import WHAT as REQUEST_ID_WHAT
 from gpufleet.common.idempotency import optional_request_id as optional_request_id
+from gpufleet.common.violations import AT_ONCE
+from gpufleet.common.violations import Violations as Violations
 from gpufleet.v1 import job_pb2
 
 IDENT = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
@@ -23,11 +26,9 @@ MAX_TENANT_VALUE_BYTES = 8192
 MAX_TENANT_TOTAL_BYTES = 65536
 
 
-def require(value: str, field: str, pattern: re.Pattern[str], what: str) -> str:
-    if not value:
-        raise InvalidArgument("is required", field=field)
-    if not pattern.match(value):
-        raise InvalidArgument(f"is not a valid {what}", field=field)
+def require(value: str, field: str, pattern: re.Pattern[str], what: str, found: Violations = AT_ONCE) -> str:
+    """``value``, required and matching ``pattern`` (else reported into ``found``)."""
+    found.check(value, field, pattern, what)
     return value
 
 
@@ -53,43 +54,18 @@ def address(value: str, field: str) -> str:
     return value
 
 
-def job_id(value: str, field: str = "job_id") -> str:
+def job_id(value: str, found: Violations = AT_ONCE, field: str = "job_id") -> str:
     """A job's id, or its resource name (``jobs/<id>``, as the API returns it)."""
-    return require(value.removeprefix("jobs/"), field, JOB_ID, "job id or jobs/<id> name")
+    return require(value.removeprefix("jobs/"), field, JOB_ID, "job id or jobs/<id> name", found)
 
 
-def machine_id(value: str, field: str = "machine_id") -> str:
+def machine_id(value: str, found: Violations = AT_ONCE, field: str = "machine_id") -> str:
     """A machine's id, or its resource name (``machines/<id>``)."""
-    return require(value.removeprefix("machines/"), field, JOB_ID, "machine id or machines/<id> name")
+    return require(value.removeprefix("machines/"), field, JOB_ID, "machine id or machines/<id> name", found)
 
 
-class Violations:
-    """A request's violations, collected so that one answer lists every bad field: a
-    backend fixes its request once, not one refusal at a time."""
-
-    def __init__(self) -> None:
-        self.found: list[Violation] = []
-
-    def add(self, field: str, description: str, reason: str = "INVALID") -> None:
-        self.found.append(Violation(field, description, reason))
-
-    def check(
-        self, value: str, field: str, pattern: re.Pattern[str], what: str, *, required: bool = True
-    ) -> None:
-        """``require``'s rule, collected: empty (when required) or not matching ``pattern``."""
-        if not value:
-            if required:
-                self.add(field, "is required", "REQUIRED")
-            return
-        if not pattern.match(value):
-            self.add(field, f"is not a valid {what}", "INVALID_FORMAT")
-
-    def raise_if_any(self) -> None:
-        if self.found:
-            raise InvalidArgument.of(self.found)
-
-
-# At most this many of a map's entries are named one by one; the rest are counted.
+# At most this many of a map's (or a list's) bad entries are named one by one; the rest
+# are counted.
 MAX_ENTRY_VIOLATIONS = 20
 
 

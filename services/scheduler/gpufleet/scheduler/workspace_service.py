@@ -25,9 +25,10 @@ from gpufleet.common import paging
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import ts
 from gpufleet.common.db import models
-from gpufleet.common.errors import AlreadyExists, InvalidArgument, NotFound
+from gpufleet.common.errors import AlreadyExists, NotFound
 from gpufleet.common.idempotency import optional_request_id, required_request_id
-from gpufleet.scheduler.validation import IDENT, require
+from gpufleet.common.violations import AT_ONCE, Violations
+from gpufleet.scheduler.validation import IDENT, MAX_ENTRY_VIOLATIONS, require
 from gpufleet.v1 import catalog_pb2, workspace_service_pb2, workspace_service_pb2_grpc
 
 UPDATABLE = ("plan", "active")
@@ -41,16 +42,27 @@ def workspace_to_proto(w: models.Workspace) -> catalog_pb2.Workspace:
     )
 
 
-def _workspace_id(value: str, field: str) -> str:
+def _workspace_id(value: str, field: str, found: Violations) -> str:
     """A workspace id (or its resource name): what SubmitJob accepts as ``job.workspace``."""
-    return require(value.removeprefix("workspaces/"), field, IDENT, "workspace id (1-64 of a-z 0-9 _ -)")
+    return require(
+        value.removeprefix("workspaces/"), field, IDENT, "workspace id (1-64 of a-z 0-9 _ -)", found
+    )
+
+
+def unknown_workspace(workspace_id: str, field: str) -> NotFound:
+    return NotFound(f"no workspace {workspace_id!r}", field=field, reason="UNKNOWN_WORKSPACE")
+
+
+def _plan_given(plan: str, field: str, found: Violations) -> None:
+    """A plan is named (whether the catalogue has it is read with the store)."""
+    if not plan:
+        found.add(field, "is required", "REQUIRED")
 
 
 def _plan(session: Session, plan: str, field: str) -> str:
-    if not plan:
-        raise InvalidArgument("is required", field=field)
+    """``plan``, a plan of the catalogue."""
     if len(plan) > 64 or session.get(models.Plan, plan) is None:
-        raise NotFound(f"no plan {plan[:64]!r} in the catalogue", field=field)
+        raise NotFound(f"no plan {plan[:64]!r} in the catalogue", field=field, reason="UNKNOWN_PLAN")
     return plan
 
 
@@ -58,8 +70,7 @@ def list_workspaces(
     sessions: sessionmaker[Session], request: catalog_pb2.ListWorkspacesRequest
 ) -> catalog_pb2.ListWorkspacesResponse:
     """By id, paged: the backend's WorkspaceService and the operators' FleetService."""
-    size = paging.page_size(request.page_size)
-    after = paging.decode_str("workspaces", request.page_token) or ""
+    size, after = paging.keyed_page("workspaces", request.page_size, request.page_token)
     with sessions() as session:
         rows = list(
             session.execute(
@@ -107,8 +118,11 @@ class WorkspaceService(workspace_service_pb2_grpc.WorkspaceServiceServicer):  # 
     def CreateWorkspace(
         self, request: workspace_service_pb2.CreateWorkspaceRequest, context: grpc.ServicerContext
     ) -> catalog_pb2.Workspace:
-        request_id = required_request_id(request.request_id)
-        workspace_id = _workspace_id(request.workspace.workspace_id, "workspace.workspace_id")
+        found = Violations()
+        request_id = required_request_id(request.request_id, found)
+        workspace_id = _workspace_id(request.workspace.workspace_id, "workspace.workspace_id", found)
+        _plan_given(request.workspace.plan, "workspace.plan", found)
+        found.raise_if_any()
         active = not request.paused
         content = hashlib.sha256(f"{workspace_id}\0{request.workspace.plan}\0{active}".encode()).hexdigest()
         now = self.clock.now()
@@ -123,7 +137,9 @@ class WorkspaceService(workspace_service_pb2_grpc.WorkspaceServiceServicer):  # 
                 ).scalar_one_or_none()
                 if by_request is not None:
                     raise AlreadyExists(
-                        f"request_id {request_id!r} created workspace {by_request.id!r}", field="request_id"
+                        f"request_id {request_id!r} created workspace {by_request.id!r}",
+                        field="request_id",
+                        reason="REQUEST_ID_REUSED",
                     )
                 row = models.Workspace(
                     id=workspace_id,
@@ -143,29 +159,36 @@ class WorkspaceService(workspace_service_pb2_grpc.WorkspaceServiceServicer):  # 
                 existing = session.get(models.Workspace, workspace_id)
                 if existing is None:
                     raise AlreadyExists(
-                        "request_id is being used by another create", field="request_id"
+                        "request_id is being used by another create",
+                        field="request_id",
+                        reason="REQUEST_ID_REUSED",
                     ) from None
                 return self._repeat(existing, request_id, content)
 
     @staticmethod
     def _repeat(existing: models.Workspace, request_id: str, content: str) -> catalog_pb2.Workspace:
         if existing.request_id != request_id:
-            raise AlreadyExists(f"workspace {existing.id!r} already exists", field="workspace.workspace_id")
+            raise AlreadyExists(
+                f"workspace {existing.id!r} already exists",
+                field="workspace.workspace_id",
+                reason="WORKSPACE_EXISTS",
+            )
         if existing.request_hash != content:
             raise AlreadyExists(
                 f"request_id {request_id!r} created workspace {existing.id!r} with other content",
                 field="request_id",
+                reason="REQUEST_ID_REUSED",
             )
         return workspace_to_proto(existing)
 
     def GetWorkspace(
         self, request: workspace_service_pb2.GetWorkspaceRequest, context: grpc.ServicerContext
     ) -> catalog_pb2.Workspace:
-        workspace_id = _workspace_id(request.workspace_id, "workspace_id")
+        workspace_id = _workspace_id(request.workspace_id, "workspace_id", AT_ONCE)
         with self.sessions() as session:
             row = session.get(models.Workspace, workspace_id)
             if row is None:
-                raise NotFound(f"no workspace {workspace_id!r}", field="workspace_id")
+                raise unknown_workspace(workspace_id, "workspace_id")
             return workspace_to_proto(row)
 
     def ListWorkspaces(
@@ -176,22 +199,20 @@ class WorkspaceService(workspace_service_pb2_grpc.WorkspaceServiceServicer):  # 
     def UpdateWorkspace(
         self, request: workspace_service_pb2.UpdateWorkspaceRequest, context: grpc.ServicerContext
     ) -> catalog_pb2.Workspace:
-        optional_request_id(request.request_id)
+        found = Violations()
         workspace_id = _workspace_id(
-            request.workspace.workspace_id or request.workspace.name, "workspace.workspace_id"
+            request.workspace.workspace_id or request.workspace.name, "workspace.workspace_id", found
         )
         mask = list(request.update_mask)
-        if not mask:
-            raise InvalidArgument(f"name the fields to set: {', '.join(UPDATABLE)}", field="update_mask")
-        unknown = [f for f in mask if f not in UPDATABLE]
-        if unknown:
-            raise InvalidArgument(
-                f"cannot set {unknown[0][:64]!r}; settable: {', '.join(UPDATABLE)}", field="update_mask"
-            )
+        if "plan" in mask:
+            _plan_given(request.workspace.plan, "workspace.plan", found)
+        _update_mask(mask, found)
+        optional_request_id(request.request_id, found)
+        found.raise_if_any()
         with self.sessions() as session, session.begin():
             row = session.get(models.Workspace, workspace_id, with_for_update=True)
             if row is None:
-                raise NotFound(f"no workspace {workspace_id!r}", field="workspace.workspace_id")
+                raise unknown_workspace(workspace_id, "workspace.workspace_id")
             if "plan" in mask:
                 row.plan_id = _plan(session, request.workspace.plan, "workspace.plan")
             if "active" in mask:
@@ -202,23 +223,29 @@ class WorkspaceService(workspace_service_pb2_grpc.WorkspaceServiceServicer):  # 
     def GetUsage(
         self, request: workspace_service_pb2.GetUsageRequest, context: grpc.ServicerContext
     ) -> workspace_service_pb2.Usage:
-        workspace_id = _workspace_id(request.workspace_id, "workspace_id")
+        found = Violations()
+        workspace_id = _workspace_id(request.workspace_id, "workspace_id", found)
+        start = end = None
         if not request.HasField("start_time"):
-            raise InvalidArgument("is required", field="start_time")
-        start = _time(request.start_time, "start_time")
+            found.add("start_time", "is required", "REQUIRED")
+        else:
+            start = _time(request.start_time, "start_time", found)
         # Unset: up to now, an attempt that ended this very moment included.
         if request.HasField("end_time"):
-            end = _time(request.end_time, "end_time")
+            end = _time(request.end_time, "end_time", found)
         else:
             end = self.clock.now() + timedelta(microseconds=1)
-        if end <= start:
-            raise InvalidArgument("must be after start_time", field="end_time")
-        if end - start > MAX_USAGE_SPAN:
-            raise InvalidArgument(f"at most {MAX_USAGE_SPAN.days} days after start_time", field="end_time")
+        if start is not None and end is not None:
+            if end <= start:
+                found.add("end_time", "must be after start_time", "OUT_OF_RANGE")
+            elif end - start > MAX_USAGE_SPAN:
+                found.add("end_time", f"at most {MAX_USAGE_SPAN.days} days after start_time", "OUT_OF_RANGE")
+        found.raise_if_any()
+        assert start is not None and end is not None  # else refused above
         A, J, M = models.Attempt, models.Job, models.Machine
         with self.sessions() as session:
             if session.get(models.Workspace, workspace_id) is None:
-                raise NotFound(f"no workspace {workspace_id!r}", field="workspace_id")
+                raise unknown_workspace(workspace_id, "workspace_id")
             rows = session.execute(
                 select(J.kind_id, A.ended_at, A.slot_seconds, A.slots, A.charge_micros, M.gpu_count, M.slots)
                 .join(J, J.id == A.job_id)
@@ -254,11 +281,32 @@ class WorkspaceService(workspace_service_pb2_grpc.WorkspaceServiceServicer):  # 
         )
 
 
-def _time(value: object, field: str) -> datetime:
+def _time(value: object, field: str, found: Violations) -> datetime | None:
+    """A Timestamp as a moment, or None when it is not one (reported into ``found``)."""
     try:
         moment = value.ToDatetime(tzinfo=UTC)  # type: ignore[attr-defined]
     except (ValueError, OverflowError) as exc:
-        raise InvalidArgument(f"is not a valid time: {exc}", field=field) from None
+        found.add(field, f"is not a valid time: {exc}", "INVALID_FORMAT")
+        return None
     if not isinstance(moment, datetime):
-        raise InvalidArgument("is not a valid time", field=field)
+        found.add(field, "is not a valid time", "INVALID_FORMAT")
+        return None
     return moment
+
+
+def _update_mask(mask: list[str], found: Violations) -> None:
+    """UpdateWorkspace's mask: at least one path, each one it sets. Every other is named by
+    its index (``update_mask[1]``), the first few of them; the rest are counted, so the
+    answer stays small whatever the client sent."""
+    settable = ", ".join(UPDATABLE)
+    if not mask:
+        found.add("update_mask", f"name the fields to set: {settable}", "REQUIRED")
+    bad = [(i, path) for i, path in enumerate(mask) if path not in UPDATABLE]
+    for index, path in bad[:MAX_ENTRY_VIOLATIONS]:
+        found.add(f"update_mask[{index}]", f"cannot set {path[:64]!r}; settable: {settable}", "NOT_SETTABLE")
+    if len(bad) > MAX_ENTRY_VIOLATIONS:
+        found.add(
+            "update_mask",
+            f"{len(bad) - MAX_ENTRY_VIOLATIONS} more paths it cannot set not listed",
+            "NOT_SETTABLE",
+        )

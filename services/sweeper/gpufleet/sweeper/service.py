@@ -5,7 +5,8 @@ the full pass, fenced; on any other replica it writes only the observation —
 ``provider_seen_at`` moved forward to when the list was read, which a stale epoch cannot
 make wrong — and leaves every conclusion (a pre-emption, a vanished instance) to the
 leader. RunSweep(ORPHAN_SWEEP) destroys, so only the leader runs it; another replica
-answers FAILED_PRECONDITION.
+answers FAILED_PRECONDITION (reason NOT_LEADER). Bad input is one INVALID_ARGUMENT
+naming every bad field.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from gpufleet.common import paging
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name
 from gpufleet.common.db.models import Orphan, Sweep
-from gpufleet.common.errors import FailedPrecondition, InvalidArgument
+from gpufleet.common.errors import FailedPrecondition, InvalidArgument, Violation
 from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.violations import Violations
 from gpufleet.sweeper import orphan_rows, sweeps
 from gpufleet.sweeper.inventory_reconcile import InventoryReconcile
 from gpufleet.sweeper.orphan_sweep import OrphanSweep
@@ -46,8 +48,11 @@ class SweeperService(sweeper_service_pb2_grpc.SweeperServiceServicer):  # type: 
         self, request: sweeper_service_pb2.ListSweepsRequest, context: grpc.ServicerContext
     ) -> sweeper_service_pb2.ListSweepsResponse:
         """Newest first; ``kind`` unset lists every kind."""
-        size = paging.page_size(request.page_size)
-        after = _position("sweeps", request.page_token)
+        found = Violations()
+        size = paging.page_size(request.page_size, found)
+        after = paging.decode_int("sweeps", request.page_token, found)
+        found.known(request.kind, sweeper_service_pb2.SweepKind.values(), "kind", "sweep kind")
+        found.raise_if_any()
         query = select(Sweep).order_by(Sweep.id.desc())
         if request.kind:
             query = query.where(Sweep.kind == _kind_name(request.kind))
@@ -69,8 +74,10 @@ class SweeperService(sweeper_service_pb2_grpc.SweeperServiceServicer):  # type: 
         found first: when it launched and when a sweep first saw it (its age runs from the
         launch, or from the first sighting when the provider gave no launch time; its grace
         window from the later of the two), what was done about it and when it was destroyed."""
-        size = paging.page_size(request.page_size)
-        after = _position("orphans", request.page_token)
+        found = Violations()
+        size = paging.page_size(request.page_size, found)
+        after = paging.decode_int("orphans", request.page_token, found)
+        found.raise_if_any()
         query = select(Orphan).order_by(Orphan.id.desc())
         if after is not None:
             query = query.where(Orphan.id < after)
@@ -87,18 +94,21 @@ class SweeperService(sweeper_service_pb2_grpc.SweeperServiceServicer):  # type: 
         self, request: sweeper_service_pb2.RunSweepRequest, context: grpc.ServicerContext
     ) -> sweeper_service_pb2.Sweep:
         """Run one pass now and return it; the same ``request_id`` returns the same pass."""
-        if len(request.request_id) > 128:
-            raise InvalidArgument("longer than 128 characters", field="request_id")
+        found = Violations()
+        found.at_most(request.request_id, "request_id", MAX_REQUEST_ID)
         if not request.kind:
-            raise InvalidArgument(
-                "is required: SWEEP_KIND_INVENTORY_RECONCILE or SWEEP_KIND_ORPHAN_SWEEP", field="kind"
+            found.add(
+                "kind", "is required: SWEEP_KIND_INVENTORY_RECONCILE or SWEEP_KIND_ORPHAN_SWEEP", "REQUIRED"
             )
+        found.known(request.kind, sweeper_service_pb2.SweepKind.values(), "kind", "sweep kind")
+        found.raise_if_any()
         kind = _kind_name(request.kind)
         previous = sweeps.find_by_request(self.sessions, request.request_id)
         if previous is not None:
             if previous.kind != kind:
-                raise InvalidArgument(
-                    f"request_id was already used for a {previous.kind} sweep", field="request_id"
+                why = f"request_id was already used for a {previous.kind} sweep"
+                raise InvalidArgument.of(
+                    [Violation("request_id", why, "REQUEST_ID_REUSED")], reason="REQUEST_ID_REUSED"
                 )
             return sweeps.to_proto(previous)
         leading = self.lease.is_leader
@@ -107,7 +117,8 @@ class SweeperService(sweeper_service_pb2_grpc.SweeperServiceServicer):  # type: 
             if not leading:
                 raise FailedPrecondition(
                     "this sweeper replica does not hold the leader lease; only the leader runs "
-                    "the orphan sweep (try again, or ask the leader)"
+                    "the orphan sweep (try again, or ask the leader)",
+                    reason="NOT_LEADER",
                 )
             result = self.orphans.run(self.clock.now(), self.lease)
         else:
@@ -118,11 +129,10 @@ class SweeperService(sweeper_service_pb2_grpc.SweeperServiceServicer):  # type: 
         return sweeps.to_proto(row)
 
 
-def _position(kind: str, token: str) -> int | None:
-    return paging.decode_int(kind, token)
+# RunSweep's request_id: any text up to this long (the proto promises no more).
+MAX_REQUEST_ID = 128
 
 
 def _kind_name(number: int) -> str:
-    if number not in sweeper_service_pb2.SweepKind.values():
-        raise InvalidArgument("unknown sweep kind", field="kind")
+    """A checked SweepKind's stored name."""
     return enum_name(sweeper_service_pb2.SweepKind, "SWEEP_KIND_", number)
