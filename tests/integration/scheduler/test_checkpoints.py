@@ -1,7 +1,10 @@
 """Checkpoints through a real scheduler process on PostgreSQL: sent in parts, committed
 against their size and SHA-256, kept (the newest two of a job), read back by the job's
 next attempt — and every refusal: another machine's attempt, an ended attempt, a kind
-that keeps none, a gap, an oversized part, a wrong digest, another job's checkpoint."""
+that keeps none, a gap, an oversized part, a wrong digest, another job's checkpoint.
+
+Every test runs once per store: a folder (GPUFLEET_CHECKPOINT_DIR) and an S3 bucket on
+moto's server (GPUFLEET_CHECKPOINT_URL=s3://...), what is kept read from the place itself."""
 
 from __future__ import annotations
 
@@ -20,20 +23,31 @@ from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.v1 import job_service_pb2, job_service_pb2_grpc, worker_service_pb2, worker_service_pb2_grpc
 from tests.support import tls
+from tests.support.checkpoint_backends import CheckpointBackend, FolderBackend, S3Backend
 from tests.support.fleet_rows import add_machine
+from tests.support.moto_server import MotoServer, start_moto_server
 from tests.support.procs import ServiceProcess, start_service
 
 NOW = datetime.now(UTC)
 PART = 1 << 20
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    return tmp_path / "checkpoints"
+@pytest.fixture(scope="module")
+def moto() -> Iterator[MotoServer]:
+    server = start_moto_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["folder", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> CheckpointBackend:
+    if request.param == "folder":
+        return FolderBackend(tmp_path / "checkpoints")
+    return S3Backend(request.getfixturevalue("moto"))
 
 
 @pytest.fixture
-def scheduler_with_store(pg_url: str, tmp_path: Path, store: Path) -> Iterator[ServiceProcess]:
+def scheduler_with_store(pg_url: str, tmp_path: Path, store: CheckpointBackend) -> Iterator[ServiceProcess]:
     svc = start_service(
         "scheduler",
         tmp_path,
@@ -41,8 +55,8 @@ def scheduler_with_store(pg_url: str, tmp_path: Path, store: Path) -> Iterator[S
             "GPUFLEET_DATABASE_URL": pg_url,
             "GPUFLEET_PROVISIONER_ADDRESS": "127.0.0.1:9",
             "GPUFLEET_MAX_RUNNING_MACHINES": "0",
-            "GPUFLEET_CHECKPOINT_DIR": str(store),
             "GPUFLEET_CHECKPOINT_MAX_BYTES": str(3 * PART),
+            **store.env(),
         },
     )
     yield svc
@@ -164,7 +178,7 @@ def checkpoints_of(sessions: sessionmaker[Session], attempt_id: str) -> list[mod
 def test_a_checkpoint_sent_in_parts_is_kept_and_read_back_by_the_next_attempt(
     sessions: sessionmaker[Session],
     stub: worker_service_pb2_grpc.WorkerServiceStub,
-    store: Path,
+    store: CheckpointBackend,
     scheduler_with_store: ServiceProcess,
 ) -> None:
     machine = add_machine(sessions, NOW, pool_id="l4")
@@ -173,8 +187,8 @@ def test_a_checkpoint_sent_in_parts_is_kept_and_read_back_by_the_next_attempt(
     assert send(stub, machine, first, blob) == 1
     (kept,) = checkpoints_of(sessions, first)
     assert (kept.size_bytes, kept.sha256) == (len(blob), hashlib.sha256(blob).hexdigest())
-    assert (store / f"{kept.id}.ckpt").read_bytes() == blob
-    assert not list((store / "staging").iterdir()), "the upload left nothing behind"
+    assert store.kept() == {kept.id: blob}
+    assert store.staged() == [], "the upload left nothing behind"
 
     # The job's next attempt, on another machine, reads it back whole.
     with sessions() as s, s.begin():
@@ -214,7 +228,7 @@ def test_a_checkpoint_sent_in_parts_is_kept_and_read_back_by_the_next_attempt(
 
 
 def test_only_the_newest_two_of_a_job_are_kept(
-    sessions: sessionmaker[Session], stub: worker_service_pb2_grpc.WorkerServiceStub, store: Path
+    sessions: sessionmaker[Session], stub: worker_service_pb2_grpc.WorkerServiceStub, store: CheckpointBackend
 ) -> None:
     machine = add_machine(sessions, NOW, pool_id="l4")
     a = attempt(sessions, machine)
@@ -223,14 +237,15 @@ def test_only_the_newest_two_of_a_job_are_kept(
     rows = checkpoints_of(sessions, a)
     kept = [c for c in rows if c.discarded_at is None]
     assert [c.sequence for c in kept] == [3, 4]
-    assert sorted(p.name for p in store.glob("*.ckpt")) == sorted(f"{c.id}.ckpt" for c in kept)
+    assert sorted(store.kept()) == sorted(c.id for c in kept)
     # The older rows stay (an attempt shows what it started from); their bytes are gone.
     assert [c.sequence for c in rows if c.discarded_at is not None] == [1, 2]
+    assert [store.traces(c.id) for c in rows[:2]] == [[], []]
     refused(lambda: read_all(stub, machine, a, rows[0].id), grpc.StatusCode.NOT_FOUND, "checkpoint_id")
 
 
 def test_a_retried_part_is_accepted_and_a_gap_is_refused(
-    sessions: sessionmaker[Session], stub: worker_service_pb2_grpc.WorkerServiceStub
+    sessions: sessionmaker[Session], stub: worker_service_pb2_grpc.WorkerServiceStub, store: CheckpointBackend
 ) -> None:
     machine = add_machine(sessions, NOW, pool_id="l4")
     a = attempt(sessions, machine)
@@ -264,6 +279,7 @@ def test_a_retried_part_is_accepted_and_a_gap_is_refused(
         "sha256",
     )
     assert checkpoints_of(sessions, a) == []
+    assert store.kept() == {} and store.staged() == []
     assert put(0, b"x") == 1
 
 
@@ -280,7 +296,7 @@ def test_a_retried_part_is_accepted_and_a_gap_is_refused(
 def test_a_part_from_the_wrong_caller_is_refused_naming_its_field(
     sessions: sessionmaker[Session],
     stub: worker_service_pb2_grpc.WorkerServiceStub,
-    store: Path,
+    store: CheckpointBackend,
     setup: str,
     field: str,
     code: grpc.StatusCode,
@@ -309,4 +325,4 @@ def test_a_part_from_the_wrong_caller_is_refused_naming_its_field(
         code,
         field,
     )
-    assert not (store / "staging").exists() or not list((store / "staging").iterdir())
+    assert store.staged() == []

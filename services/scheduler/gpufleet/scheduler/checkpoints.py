@@ -10,24 +10,18 @@ row stays, marked discarded, so an attempt still shows what it started from). Th
 dispatched with the newest, and its worker reads it back (``ReadCheckpoint``) before the
 job starts.
 
-The store is a folder (``GPUFLEET_CHECKPOINT_DIR``; ``gpufleet up`` keeps it in its state
-folder): ``staging/<upload id>`` while an upload is under way, ``<checkpoint id>.ckpt``
-once committed. A file is moved into place before its row is written and removed after
-its row is deleted, so a crash leaves at worst a file no row names, never a row whose
-bytes are gone. Each part is written under an exclusive ``flock`` on its staging file, so
-two scheduler processes answering retries of one upload cannot interleave.
+Where the bytes are kept is the store's business (:mod:`gpufleet.scheduler.checkpoint_store`):
+a folder every scheduler process shares, or an S3 or GCS bucket (``GPUFLEET_CHECKPOINT_URL``),
+under one contract. A checkpoint is kept in the store before its row is written and removed
+after its row is deleted, so a crash leaves at worst bytes no row names, never a row whose
+bytes are gone.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import logging
-import os
 import re
-import time
 import uuid
-from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -36,6 +30,7 @@ from gpufleet.common.clock import Clock
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from gpufleet.scheduler.checkpoint_store import PART_MAX_BYTES, CheckpointStore
 from gpufleet.scheduler.render import checkpoint_to_proto
 from gpufleet.scheduler.validation import JOB_ID, require
 from gpufleet.v1 import job_pb2, worker_service_pb2
@@ -44,105 +39,6 @@ log = logging.getLogger(__name__)
 
 UPLOAD_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-PART_MAX_BYTES = 1 << 20
-# Staging files older than this are abandoned uploads (a machine lost mid-send).
-STALE_UPLOAD_S = 3600.0
-
-
-class CheckpointStore:
-    def __init__(self, root: Path, max_bytes: int) -> None:
-        self.root = root
-        self.max_bytes = max_bytes
-        # Made on the first upload: a scheduler that never sees one writes nothing.
-        self.staging_dir = root / "staging"
-
-    def path(self, checkpoint_id: str) -> Path:
-        return self.root / f"{checkpoint_id}.ckpt"
-
-    def append(self, upload_id: str, offset: int, data: bytes) -> int:
-        """Append ``data`` at ``offset``; the bytes received so far. A part that ends at
-        or before what was received is a retry and changes nothing; a part that would
-        leave a gap is refused."""
-        if len(data) > PART_MAX_BYTES:
-            raise InvalidArgument(f"a part holds at most {PART_MAX_BYTES} bytes", field="data")
-        if offset + len(data) > self.max_bytes:
-            raise InvalidArgument(f"a checkpoint holds at most {self.max_bytes} bytes", field="offset")
-        self.staging_dir.mkdir(parents=True, exist_ok=True)
-        path = self.staging_dir / upload_id
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            received = os.fstat(fd).st_size
-            if offset > received:
-                raise FailedPrecondition(
-                    f"part at {offset} would leave a gap: {received} bytes received", field="offset"
-                )
-            if offset + len(data) > received:
-                os.pwrite(fd, data[received - offset :], received)
-                os.fsync(fd)
-                received = offset + len(data)
-            return received
-        finally:
-            os.close(fd)
-
-    def commit(self, upload_id: str, checkpoint_id: str, size: int, sha256: str) -> None:
-        """Check the upload against ``size`` and ``sha256`` and move it into place."""
-        path = self.staging_dir / upload_id
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise NotFound(f"no upload {upload_id!r}", field="upload_id") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            digest = hashlib.sha256()
-            got = 0
-            while chunk := os.read(fd, 1 << 20):
-                digest.update(chunk)
-                got += len(chunk)
-        finally:
-            os.close(fd)
-        if got != size:
-            raise FailedPrecondition(f"{got} bytes received, {size} announced", field="size_bytes")
-        if digest.hexdigest() != sha256:
-            path.unlink(missing_ok=True)  # corrupt: the worker sends it again, whole
-            raise FailedPrecondition("the bytes received do not match sha256", field="sha256")
-        os.replace(path, self.path(checkpoint_id))
-        _fsync_dir(self.root)
-
-    def read(self, checkpoint_id: str, offset: int, max_bytes: int) -> tuple[bytes, bool]:
-        try:
-            with self.path(checkpoint_id).open("rb") as f:
-                f.seek(offset)
-                data = f.read(max_bytes)
-                return data, f.tell() >= os.fstat(f.fileno()).st_size
-        except FileNotFoundError:
-            raise NotFound(f"checkpoint {checkpoint_id!r} is no longer kept", field="checkpoint_id") from None
-
-    def remove(self, checkpoint_id: str) -> None:
-        self.path(checkpoint_id).unlink(missing_ok=True)
-
-    def drop_stale_uploads(self, now_s: float | None = None) -> int:
-        now_s = time.time() if now_s is None else now_s
-        dropped = 0
-        if not self.staging_dir.is_dir():
-            return 0
-        for entry in self.staging_dir.iterdir():
-            try:
-                if now_s - entry.lstat().st_mtime > STALE_UPLOAD_S:
-                    entry.unlink()
-                    dropped += 1
-            except FileNotFoundError:
-                continue
-        return dropped
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class CheckpointService:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
+from pydantic_settings import NoDecode
 
 from gpufleet.common.settings import StoreSettings
+from gpufleet.scheduler.checkpoint_location import CheckpointLocation, parse_checkpoint_location
 from gpufleet.scheduler.watchdogs.paid_wait import PaidWaitPolicy
 from gpufleet.scheduler.watchdogs.stuck_dispatch import StuckDispatchPolicy
+
+
+def _checkpoint_url(value: object) -> object:
+    """Text from the environment or the file, parsed; empty means unset (a template's blank)."""
+    if isinstance(value, str):
+        return parse_checkpoint_location(value) if value.strip() else None
+    return value
 
 
 class Settings(StoreSettings):
@@ -44,6 +54,10 @@ class Settings(StoreSettings):
     # Where checkpoints are kept (every scheduler process of a deployment must see the same
     # folder), and the largest one accepted.
     checkpoint_dir: str = "var/checkpoints"
+    # Or, when set, a bucket: s3://bucket/prefix or gs://bucket/prefix (a folder path or
+    # file:// URL also does), which scheduler pods share with no shared volume. It wins over
+    # checkpoint_dir. Checked at load: a malformed one stops the process at start.
+    checkpoint_url: Annotated[CheckpointLocation | None, NoDecode, BeforeValidator(_checkpoint_url)] = None
     checkpoint_max_bytes: int = Field(default=64 << 20, ge=1 << 10, le=1 << 30)
     # The tick's two bounded pools of workers: one makes the provider calls (create, start:
     # 30-60 s each at a cloud), the other the agent calls (StartJob, CancelJob: milliseconds).
@@ -82,6 +96,9 @@ class Settings(StoreSettings):
     api_processes: int = Field(default=1, ge=1, le=64)
     # Set by the first process on the ones it starts (python -m gpufleet.scheduler --api-only).
     api_only: bool = False
+
+    def checkpoint_location(self) -> CheckpointLocation:
+        return self.checkpoint_url or CheckpointLocation.folder(self.checkpoint_dir)
 
     def stuck_dispatch_policy(self) -> StuckDispatchPolicy:
         return StuckDispatchPolicy(after=timedelta(seconds=self.stuck_dispatch_after_s))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import grpc
 from sqlalchemy import select, update
@@ -40,7 +39,8 @@ from gpufleet.common.trust.authz import require_self
 from gpufleet.common.trust.identity import Identity
 from gpufleet.common.trust.peer import identity_of
 from gpufleet.scheduler import validation
-from gpufleet.scheduler.checkpoints import CheckpointService, CheckpointStore
+from gpufleet.scheduler.checkpoint_store import open_checkpoint_store
+from gpufleet.scheduler.checkpoints import CheckpointService
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import attempt_to_proto
 from gpufleet.scheduler.settings import Settings
@@ -84,7 +84,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self.settings = settings
         # Jobs finished and retried by the completions reported here.
         self.outcomes = JobOutcomes(instruments)
-        store = CheckpointStore(Path(settings.checkpoint_dir), settings.checkpoint_max_bytes)
+        store = open_checkpoint_store(settings.checkpoint_location(), settings.checkpoint_max_bytes)
         self.checkpoints = CheckpointService(sessions, clock, store)
 
     def PutCheckpointPart(
