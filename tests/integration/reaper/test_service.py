@@ -21,6 +21,7 @@ from gpufleet.reaper.service import ReaperService
 from gpufleet.v1 import ledger_pb2, reaper_service_pb2, reaper_service_pb2_grpc
 from tests.integration.reaper.conftest import Chain
 from tests.support import tls
+from tests.support.rich_errors import assert_bad_request, assert_refused, refusal
 
 
 @dataclass
@@ -146,6 +147,68 @@ def test_other_bad_input_names_its_field(api: Api) -> None:
             call()
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field  # type: ignore[attr-defined]
         assert _field(info.value) == field
+
+
+def test_every_bad_field_of_a_request_is_named_at_once(api: Api) -> None:
+    """Decoded as any gRPC client decodes the standard rich error: one BadRequest naming
+    every bad field with its reason, and nothing changed."""
+    R = reaper_service_pb2
+    paging_bad = [("page_size", "OUT_OF_RANGE"), ("page_token", "INVALID_PAGE_TOKEN")]
+    long = "x" * 65
+    cases = [
+        (
+            api.stub.ListWatchdogs,
+            R.ListWatchdogsRequest(page_size=-1, page_token=paging.encode("watchdogs", 7)),
+            paging_bad,
+        ),
+        (
+            api.stub.ListLedgerEntries,
+            R.ListLedgerEntriesRequest(
+                page_size=-1, page_token="%%%", machine_id=long, failure_class=long, detector=long
+            ),
+            [
+                *paging_bad,
+                ("machine_id", "TOO_LONG"),
+                ("failure_class", "TOO_LONG"),
+                ("detector", "TOO_LONG"),
+            ],
+        ),
+        (
+            api.stub.ListIncidents,
+            R.ListIncidentsRequest(page_size=-1, page_token=paging.encode("ledger", 1), state=99),
+            [*paging_bad, ("state", "UNKNOWN_VALUE")],
+        ),
+        (
+            api.stub.AcknowledgeIncident,
+            R.AcknowledgeIncidentRequest(incident_id=-1, request_id="has spaces", acknowledged_by="x" * 129),
+            [
+                ("incident_id", "OUT_OF_RANGE"),
+                ("request_id", "INVALID_FORMAT"),
+                ("acknowledged_by", "TOO_LONG"),
+            ],
+        ),
+        (
+            api.stub.ListQuarantines,
+            R.ListQuarantinesRequest(page_size=-1, page_token=paging.encode("quarantines", -1)),
+            paging_bad,
+        ),
+        (
+            api.stub.ClearQuarantine,
+            R.ClearQuarantineRequest(request_id="has spaces"),
+            [("quarantine_id", "REQUIRED"), ("request_id", "INVALID_FORMAT")],
+        ),
+    ]
+    for method, request, expected in cases:
+        assert_bad_request(refusal(method, request), expected)
+
+
+def test_an_unknown_incident_or_quarantine_says_so_in_error_info(api: Api) -> None:
+    got = refusal(
+        api.stub.AcknowledgeIncident, reaper_service_pb2.AcknowledgeIncidentRequest(incident_id=999)
+    )
+    assert_refused(got, grpc.StatusCode.NOT_FOUND, "UNKNOWN_INCIDENT", "incident_id")
+    got = refusal(api.stub.ClearQuarantine, reaper_service_pb2.ClearQuarantineRequest(quarantine_id=999))
+    assert_refused(got, grpc.StatusCode.NOT_FOUND, "UNKNOWN_QUARANTINE", "quarantine_id")
 
 
 def test_incidents_list_acknowledge_and_not_found(api: Api) -> None:

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2, status_pb2
-from grpc_status import rpc_status
+from google.rpc import error_details_pb2
 from sqlalchemy import func, select
 
 from gpufleet.common import grpcclient
@@ -22,33 +20,13 @@ from gpufleet.common.errors import DOMAIN, Violation
 from gpufleet.common.rich_status import details_of
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 from tests.support.procs import ServiceProcess, start_service
+from tests.support.rich_errors import rich_status, unpacked
 
 
 @pytest.fixture
 def stub(scheduler: ServiceProcess) -> Iterator[job_service_pb2_grpc.JobServiceStub]:
     with scheduler.channel("backend") as channel:
         yield job_service_pb2_grpc.JobServiceStub(channel)
-
-
-def rich_status(err: grpc.RpcError) -> status_pb2.Status:
-    """Decoded with grpcio-status itself, as any Python client would."""
-    status = rpc_status.from_call(err)  # type: ignore[arg-type]
-    assert status is not None, "no google.rpc.Status in the trailers"
-    return status  # type: ignore[no-any-return]
-
-
-Detail = TypeVar(
-    "Detail", error_details_pb2.ErrorInfo, error_details_pb2.BadRequest, error_details_pb2.RetryInfo
-)
-
-
-def unpacked(status: status_pb2.Status, kind: type[Detail]) -> list[Detail]:
-    out: list[Detail] = []
-    for detail in status.details:
-        message = kind()
-        if detail.Unpack(message):
-            out.append(message)
-    return out
 
 
 def jobs_stored(pg_url: str) -> int:

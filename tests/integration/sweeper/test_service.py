@@ -16,6 +16,7 @@ from gpufleet.v1 import machine_pb2, provisioner_service_pb2, sweeper_service_pb
 from tests.integration.sweeper.conftest import Sweep
 from tests.support import tls
 from tests.support.fleet_rows import add_machine, machine
+from tests.support.rich_errors import assert_bad_request, assert_refused, refusal
 
 
 @pytest.fixture
@@ -207,6 +208,56 @@ def test_bad_input_names_its_field(
         method(request_, timeout=5)
     assert info.value.code() == code  # type: ignore[attr-defined]
     assert _field(info.value) == field
+
+
+def test_every_bad_field_of_a_request_is_named_at_once(
+    sweep: Sweep, stub: sweeper_service_pb2_grpc.SweeperServiceStub
+) -> None:
+    """Decoded as any gRPC client decodes the standard rich error: one BadRequest naming
+    every bad field with its reason, and no pass run."""
+    S = sweeper_service_pb2
+    cases = [
+        (
+            stub.ListSweeps,
+            S.ListSweepsRequest(page_size=-1, page_token="@@bad", kind=9),
+            [("page_size", "OUT_OF_RANGE"), ("page_token", "INVALID_PAGE_TOKEN"), ("kind", "UNKNOWN_VALUE")],
+        ),
+        (
+            stub.ListOrphans,
+            S.ListOrphansRequest(page_size=-1, page_token=paging.encode("orphans", "x")),
+            [("page_size", "OUT_OF_RANGE"), ("page_token", "INVALID_PAGE_TOKEN")],
+        ),
+        (
+            stub.RunSweep,
+            S.RunSweepRequest(request_id="x" * 129),
+            [("request_id", "TOO_LONG"), ("kind", "REQUIRED")],
+        ),
+        (
+            stub.RunSweep,
+            S.RunSweepRequest(request_id="x" * 129, kind=42),
+            [("request_id", "TOO_LONG"), ("kind", "UNKNOWN_VALUE")],
+        ),
+    ]
+    for method, request, expected in cases:
+        assert_bad_request(refusal(method, request), expected)
+    assert sweep.provisioner.ops("list") == []
+
+
+def test_refusals_of_run_sweep_say_why_in_error_info(
+    sweep: Sweep, stub: sweeper_service_pb2_grpc.SweeperServiceStub
+) -> None:
+    got = refusal(stub.RunSweep, sweeper_service_pb2.RunSweepRequest(request_id="o1", kind=ORPHANS))
+    assert_refused(got, grpc.StatusCode.FAILED_PRECONDITION, "NOT_LEADER")
+    stub.RunSweep(sweeper_service_pb2.RunSweepRequest(request_id="r1", kind=RECONCILE), timeout=10)
+    # The key already stands for a reconcile: a program reads why from ErrorInfo, a person
+    # from the one field violation.
+    got = refusal(stub.RunSweep, sweeper_service_pb2.RunSweepRequest(request_id="r1", kind=ORPHANS))
+    assert (got.code, got.reason, got.field) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "REQUEST_ID_REUSED",
+        "request_id",
+    )
+    assert got.violations == [("request_id", "REQUEST_ID_REUSED")]
 
 
 def test_a_sweep_names_the_providers_it_could_not_list(
