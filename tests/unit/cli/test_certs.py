@@ -75,3 +75,54 @@ def test_no_ca_yet_says_how_to_make_one(tmp_path: Path, capsys: pytest.CaptureFi
         capsys, "--role", "backend", "--state-dir", str(tmp_path / "var"), "--out", str(tmp_path)
     )
     assert code == 2 and "gpufleet up" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "days"),
+    [
+        (["--role", "backend"], 30),
+        (["--role", "machine", "--machine-id", "box-7"], 90),
+        (["--role", "backend", "--days", "7"], 7),
+    ],
+)
+def test_a_certificate_is_short_lived_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], days: int
+) -> None:
+    Authority.ensure(tmp_path / "var" / "tls", "dep")
+    code, out, _ = issue(capsys, *args, "--state-dir", str(tmp_path / "var"), "--out", str(tmp_path / "out"))
+    assert code == 0
+    cert = x509.load_pem_x509_certificate((tmp_path / "out" / "tls.crt").read_bytes())
+    assert (cert.not_valid_after_utc - cert.not_valid_before_utc).days == days
+    assert f"valid until {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC" in out
+
+
+def test_issuing_again_into_the_same_folder_renews_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """How a backend's certificate is renewed: the same command again (its process follows
+    the files)."""
+    Authority.ensure(tmp_path / "var" / "tls", "dep")
+    args = ("--role", "backend", "--state-dir", str(tmp_path / "var"), "--out", str(tmp_path / "out"))
+    assert issue(capsys, *args)[0] == 0
+    first = (tmp_path / "out" / "tls.crt").read_bytes()
+    assert issue(capsys, *args)[0] == 0
+    assert (tmp_path / "out" / "tls.crt").read_bytes() != first
+
+
+@pytest.mark.parametrize("days", ["0", "-3", "a week"])
+def test_days_must_be_a_positive_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], days: str
+) -> None:
+    Authority.ensure(tmp_path / "var" / "tls", "dep")
+    code, _, err = issue(
+        capsys,
+        "--role",
+        "backend",
+        "--days",
+        days,
+        "--state-dir",
+        str(tmp_path / "var"),
+        "--out",
+        str(tmp_path),
+    )
+    assert code == 2 and "--days" in err

@@ -8,6 +8,10 @@ e.g. the ``ca`` folder ``python -m gpufleet.common.trust.issue`` made) and write
 ``ca.crt``, ``tls.crt`` and ``tls.key`` into ``DIR`` — what ``GPUFLEET_TLS_CA_FILE``,
 ``GPUFLEET_TLS_CERT_FILE`` and ``GPUFLEET_TLS_KEY_FILE`` name. A machine's certificate
 is signed by the machine CA and is what a self-administered box registers with.
+
+A service's certificate lasts 30 days and a machine's 90 by default (``--days``;
+gpufleet.common.trust.pki says why): every gpufleet part takes new files without a restart,
+so renewing is issuing again into the same folder (a cron job, the Kubernetes certs Job).
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+
 from gpufleet.cli.credentials import DEFAULT_STATE_DIR, tls_dir
 from gpufleet.common.trust.identity import Identity, Role
-from gpufleet.common.trust.pki import LEAF_DAYS, Authority, TlsFiles
+from gpufleet.common.trust.pki import MACHINE_DAYS, SERVICE_DAYS, Authority, TlsFiles
 
 
 def issue(args: argparse.Namespace) -> int:
@@ -46,10 +52,24 @@ def issue(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
     files = TlsFiles(out / "ca.crt", out / "tls.crt", out / "tls.key")
     authority.issue(identity, files, days=args.days)
-    print(f"issued {identity} of deployment {authority.deployment} into {out}:")
+    until = x509.load_pem_x509_certificate(files.cert.read_bytes()).not_valid_after_utc
+    print(
+        f"issued {identity} of deployment {authority.deployment}, "
+        f"valid until {until:%Y-%m-%d %H:%M} UTC, into {out}:"
+    )
     for name, path in (("CA", files.ca), ("CERT", files.cert), ("KEY", files.key)):
         print(f"  GPUFLEET_TLS_{name}_FILE={path}")
     return 0
+
+
+def _days(text: str) -> int:
+    try:
+        days = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of days: {text!r}") from None
+    if days < 1:
+        raise argparse.ArgumentTypeError(f"at least 1 day: {text!r}")
+    return days
 
 
 def add_parsers(sub: Any) -> None:
@@ -63,5 +83,10 @@ def add_parsers(sub: Any) -> None:
         "--state-dir", default=DEFAULT_STATE_DIR, help="the `gpufleet up` state dir (default ./var)"
     )
     p.add_argument("--ca-dir", default=None, help="the CA folder, when it is not <state dir>/tls")
-    p.add_argument("--days", type=int, default=LEAF_DAYS, help=f"validity (default {LEAF_DAYS})")
+    p.add_argument(
+        "--days",
+        type=_days,
+        default=None,
+        help=f"validity in days (default {SERVICE_DAYS}; a machine's {MACHINE_DAYS})",
+    )
     p.set_defaults(func=issue)

@@ -13,14 +13,20 @@ TLS handshake in its one accepting thread, so a client that connects and says no
 holds up every scrape, and it cannot see who is calling. Here the handshake runs in the
 request's own thread under a deadline, and the verified certificate names the caller. The
 exposition itself (content negotiation, the text format, gzip) is prometheus_client's.
+
+The certificate and trust bundle follow the process's files (:mod:`gpufleet.common.trust.reload`):
+each connection is handshaken with the ones in force when it comes, so a renewed certificate
+is served to the next scrape without a restart.
 """
 
 from __future__ import annotations
 
 import gzip
 import logging
+import os
 import socket
 import ssl
+import tempfile
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -31,7 +37,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from gpufleet.common.trust.identity import Identity, Role
+from gpufleet.common.trust.material import TlsMaterial
 from gpufleet.common.trust.peer import identity_from_auth_context
+from gpufleet.common.trust.reload import TlsReloader
 from gpufleet.common.trust.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -125,21 +133,22 @@ class _Server(ThreadingHTTPServer):
         self,
         address: tuple[str, int],
         registry: CollectorRegistry,
-        context: ssl.SSLContext | None,
+        contexts: _ServerContexts | None,
         authority: ScrapeAuthority | None,
     ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.registry = registry
-        self.context = context
+        self.contexts = contexts
         self.authority = authority
         super().__init__(address, _Handler)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
-        """In the request's own thread: the TLS handshake first, under the deadline."""
-        if self.context is not None:
+        """In the request's own thread: the TLS handshake first, under the deadline, with
+        the certificate in force now."""
+        if self.contexts is not None:
             request.settimeout(REQUEST_TIMEOUT_S)
             try:
-                request = self.context.wrap_socket(request, server_side=True)
+                request = self.contexts.current().wrap_socket(request, server_side=True)
             except (ssl.SSLError, OSError) as exc:
                 # No certificate, one of another CA, a port scan: refused in the handshake.
                 log.debug("metrics handshake from %s refused: %s", client_address, exc)
@@ -147,7 +156,7 @@ class _Server(ThreadingHTTPServer):
         try:
             super().finish_request(request, client_address)
         finally:
-            if request is not None and self.context is not None:
+            if request is not None and self.contexts is not None:
                 request.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -155,16 +164,40 @@ class _Server(ThreadingHTTPServer):
         log.debug("metrics request from %s failed", client_address, exc_info=True)
 
 
-def _server_context(transport: Transport) -> ssl.SSLContext:
-    """Serve this process's certificate; require one the deployment's CA signed."""
-    assert transport.files is not None
-    files = transport.files
+def _server_context(material: TlsMaterial) -> ssl.SSLContext:
+    """Serve this certificate; require one the trust bundle's CAs signed."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(certfile=str(files.cert), keyfile=str(files.key))
-    context.load_verify_locations(cafile=str(files.ca))
+    # ssl loads a certificate chain and key only from a file: the checked material goes
+    # through a private one (never the live files, which may change between two reads).
+    fd, path = tempfile.mkstemp(prefix="gpufleet-metrics-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(material.cert + b"\n" + material.key)
+        context.load_cert_chain(certfile=path)
+    finally:
+        os.unlink(path)
+    context.load_verify_locations(cadata=material.ca.decode("ascii"))
     context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+class _ServerContexts:
+    """The listener's TLS context, made again when the process's files change."""
+
+    def __init__(self, reloader: TlsReloader) -> None:
+        self._reloader = reloader
+        self._lock = threading.Lock()
+        self._material = reloader.current()
+        self._context = _server_context(self._material)
+
+    def current(self) -> ssl.SSLContext:
+        material = self._reloader.current()
+        with self._lock:
+            if material is not self._material:
+                self._context = _server_context(material)
+                self._material = material
+            return self._context
 
 
 class MetricsListener:
@@ -182,7 +215,7 @@ class MetricsListener:
 
     @property
     def url(self) -> str:
-        scheme = "https" if self._server.context is not None else "http"
+        scheme = "https" if self._server.contexts is not None else "http"
         host = str(self._server.server_address[0])
         host = f"[{host}]" if ":" in host else host
         return f"{scheme}://{host}:{self.port}{PATH}"
@@ -207,7 +240,7 @@ def serve_metrics(address: str, registry: CollectorRegistry, transport: Transpor
         )
         return listener
     server = _Server(
-        (host, port), registry, _server_context(transport), ScrapeAuthority(transport.deployment)
+        (host, port), registry, _ServerContexts(transport.tls), ScrapeAuthority(transport.deployment)
     )
     listener = MetricsListener(server)
     log.info(

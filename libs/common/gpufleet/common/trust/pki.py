@@ -12,14 +12,29 @@ The folder's layout (``gpufleet up`` keeps it under ``<state dir>/tls``)::
     ca.crt  ca.key                 the root (the trust bundle every part verifies against)
     machine-ca.crt  machine-ca.key the machine CA
     <name>.crt  <name>.key         a part's certificate (with its chain) and key
+
+Lifetimes. Every part follows its files (:mod:`gpufleet.common.trust.reload`), so a
+service's certificate is short-lived: :data:`SERVICE_DAYS`, renewed in place — by
+``gpufleet up`` at each start once a third of its life is left (:meth:`Authority.ensure_part`),
+by cert-manager or the certs Job on Kubernetes. A machine's certificate is handed to the
+machine once, when it is created (a cloud instance's metadata), and nothing renews it on the
+machine: :data:`MACHINE_DAYS`, the longest a machine is expected to run (a local machine gets
+a new one at each boot). The machine CA, whose key the provisioner holds, lives
+:data:`MACHINE_CA_DAYS` and is renewed like a service's; the root :data:`CA_DAYS` (renewing a
+root is a rotation of every part's trust bundle, done by hand).
+
+A leaf names only its own identity — its URI SAN and its one DNS name — and nothing every
+part shares (no ``localhost``, no ``127.0.0.1``): a client that dials an address names the
+part it means (``grpc.ssl_target_name_override``), and only that part can answer.
 """
 
 from __future__ import annotations
 
 import datetime
-import ipaddress
+import logging
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +45,35 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gpufleet.common.trust.identity import Identity, Role
 
+log = logging.getLogger(__name__)
+
 CA_DAYS = 3650
-LEAF_DAYS = 397
+MACHINE_CA_DAYS = 365
+SERVICE_DAYS = 30
+MACHINE_DAYS = 90
+# Renewed once no more than this share of its life is left (cert-manager's default too):
+# a part that is down for a while still finds its certificate good when it comes back.
+RENEW_WHEN_LEFT = 1 / 3
 # Clocks of parts disagree a little; a certificate valid "from now" must not be refused
 # by a peer whose clock is a minute behind.
 BACKDATE = datetime.timedelta(minutes=5)
+
+Now = Callable[[], datetime.datetime]
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def leaf_days(role: Role) -> int:
+    """How long a new certificate of ``role`` is good for (the module's "Lifetimes")."""
+    return MACHINE_DAYS if role is Role.MACHINE else SERVICE_DAYS
+
+
+def nearing_expiry(cert: x509.Certificate, now: datetime.datetime) -> bool:
+    """No more than :data:`RENEW_WHEN_LEFT` of its life left, or already past it."""
+    life = cert.not_valid_after_utc - cert.not_valid_before_utc
+    return cert.not_valid_after_utc - now <= life * RENEW_WHEN_LEFT
 
 
 def root_subject(deployment: str) -> x509.Name:
@@ -91,18 +130,22 @@ class Signer:
 
 
 def _ca_cert(
-    subject: x509.Name, key: ec.EllipticCurvePrivateKey, issuer: Signer | None, path_length: int
+    subject: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: Signer | None,
+    path_length: int,
+    days: int,
+    now: datetime.datetime,
 ) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
     sign_key = issuer.key if issuer else key
-    return (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
         .issuer_name(issuer.cert.subject if issuer else subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -119,41 +162,57 @@ def _ca_cert(
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(sign_key, hashes.SHA256())
     )
+    if issuer is not None:
+        # While a trust bundle holds an old root and its successor (same name), the key id
+        # is how a verifier picks the one that signed this CA.
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer.key.public_key()), critical=False
+        )
+    return builder.sign(sign_key, hashes.SHA256())
 
 
 class Authority:
     """A deployment's CA folder: creates what is missing, reuses what is there."""
 
-    def __init__(self, folder: Path, deployment: str) -> None:
+    def __init__(self, folder: Path, deployment: str, now: Now = utc_now) -> None:
         self.folder = folder
         self.deployment = deployment
+        self.now = now
 
     @property
     def ca_path(self) -> Path:
         return self.folder / "ca.crt"
 
     @classmethod
-    def ensure(cls, folder: Path, deployment: str) -> Authority:
-        """The CA in ``folder``, created on first use (root and machine CA)."""
+    def ensure(cls, folder: Path, deployment: str, now: Now = utc_now) -> Authority:
+        """The CA in ``folder``, created on first use (root and machine CA); a machine CA
+        nearing its expiry is renewed (a new key: machines issued by the old one keep its
+        certificate in their chain, good until it expires)."""
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         stored = folder / "deployment"
         if stored.exists() and stored.read_text().strip() != deployment:
             raise ValueError(
                 f"{folder} holds the CA of deployment {stored.read_text().strip()!r}, not {deployment!r}"
             )
-        authority = cls(folder, deployment)
+        authority = cls(folder, deployment, now)
         if not authority.ca_path.exists():
             key = ec.generate_private_key(ec.SECP256R1())
-            cert = _ca_cert(root_subject(deployment), key, None, path_length=1)
+            cert = _ca_cert(root_subject(deployment), key, None, 1, CA_DAYS, now())
             _write(folder / "ca.key", _key_pem(key), private=True)
             _write(authority.ca_path, _cert_pem(cert), private=False)
-        if not (folder / "machine-ca.crt").exists():
+        machine_ca = folder / "machine-ca.crt"
+        if not machine_ca.exists() or authority._stale(
+            x509.load_pem_x509_certificate(machine_ca.read_bytes())
+        ):
             mkey = ec.generate_private_key(ec.SECP256R1())
-            mcert = _ca_cert(machine_ca_subject(deployment), mkey, authority.root(), path_length=0)
+            mcert = _ca_cert(
+                machine_ca_subject(deployment), mkey, authority.root(), 0, MACHINE_CA_DAYS, now()
+            )
+            # The key first: a reader that finds the new key with the old certificate
+            # refuses the pair and reads again (MachineIssuer, the reloader).
             _write(folder / "machine-ca.key", _key_pem(mkey), private=True)
-            _write(folder / "machine-ca.crt", _cert_pem(mcert), private=False)
+            _write(machine_ca, _cert_pem(mcert), private=False)
         if not stored.exists():
             _write(stored, f"{deployment}\n".encode(), private=False)
         return authority
@@ -176,36 +235,87 @@ class Authority:
         return TlsFiles(self.ca_path, self.folder / f"{name}.crt", self.folder / f"{name}.key")
 
     def ensure_part(self, identity: Identity, name: str | None = None) -> TlsFiles:
-        """The certificate of one part, issued into the folder the first time it is asked for."""
+        """The certificate of one part, issued into the folder the first time it is asked
+        for, and again when it is due for renewal (:meth:`due`). A running part takes the
+        new files without a restart."""
         files = self.files(name or str(identity).replace(":", "-"))
-        if not (files.cert.exists() and files.key.exists()):
+        reason = self.due(identity, files)
+        if reason:
+            if files.cert.exists():
+                log.info("renewing the certificate of %s: %s", identity, reason)
             self.issue(identity, files)
         return files
 
-    def issue(self, identity: Identity, out: TlsFiles, days: int = LEAF_DAYS) -> TlsFiles:
-        """Issue ``identity`` into ``out`` (overwriting), signed by the CA its role needs."""
+    def due(self, identity: Identity, files: TlsFiles) -> str:
+        """Why ``files`` need a new certificate for ``identity`` ("" when they do not):
+        none yet, nearing its expiry, not of this CA's key (the CA was replaced), or naming
+        other names than the identity's own (issued by an older gpufleet, which added
+        ``localhost``)."""
+        if not (files.cert.exists() and files.key.exists()):
+            return "none yet"
+        try:
+            cert = x509.load_pem_x509_certificate(files.cert.read_bytes())
+        except ValueError:
+            return "unreadable"
+        if self._stale(cert):
+            return f"it expires {cert.not_valid_after_utc.isoformat()}"
+        signer = self.machine_signer() if identity.role is Role.MACHINE else self.root()
+        try:
+            aki = cert.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+        except x509.ExtensionNotFound:
+            aki = None
+        expected = x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.key.public_key())
+        if aki is None or aki.key_identifier != expected.key_identifier:
+            return "signed by another key than this CA's"
+        if _names(cert) != _names_of(identity):
+            return "it names more than its own identity"
+        return ""
+
+    def _stale(self, cert: x509.Certificate) -> bool:
+        return nearing_expiry(cert, self.now())
+
+    def issue(self, identity: Identity, out: TlsFiles, days: int | None = None) -> TlsFiles:
+        """Issue ``identity`` into ``out`` (overwriting), signed by the CA its role needs,
+        for ``days`` (its role's default: :func:`leaf_days`)."""
         if identity.deployment != self.deployment:
             raise ValueError(f"{identity} is of deployment {identity.deployment}, not {self.deployment}")
         signer = self.machine_signer() if identity.role is Role.MACHINE else self.root()
-        issue_with(signer, self.ca_path.read_bytes(), identity, out, days)
+        issue_with(signer, self.ca_path.read_bytes(), identity, out, days, self.now())
         return out
 
 
+def _names_of(identity: Identity) -> set[str]:
+    return {identity.uri, *identity.server_names}
+
+
+def _names(cert: x509.Certificate) -> set[str]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {str(getattr(name, "value", name)) for name in san}
+
+
 def issue_with(
-    signer: Signer, ca_pem: bytes, identity: Identity, out: TlsFiles, days: int = LEAF_DAYS
+    signer: Signer,
+    ca_pem: bytes,
+    identity: Identity,
+    out: TlsFiles,
+    days: int | None = None,
+    now: datetime.datetime | None = None,
 ) -> None:
     """One leaf certificate for ``identity`` signed by ``signer``, its chain and key written
     to ``out`` (the trust bundle ``ca_pem`` beside them). A leaf is good for serving and for
-    calling: every part does both."""
+    calling: every part does both. It never outlives its signer (a chain is only as good as
+    its shortest link)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
+    now = now or utc_now()
+    until = min(
+        now + datetime.timedelta(days=days or leaf_days(identity.role)), signer.cert.not_valid_after_utc
+    )
     names: list[x509.GeneralName] = [
         x509.UniformResourceIdentifier(identity.uri),
         *(x509.DNSName(name) for name in identity.server_names),
-        # Reached by address on one host (gpufleet up, tests): the name check is done on
-        # server_name, but a client that dials an IP without an override still verifies.
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
     ]
     cert = (
         x509.CertificateBuilder()
@@ -214,7 +324,7 @@ def issue_with(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + datetime.timedelta(days=days))
+        .not_valid_after(until)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(
@@ -236,28 +346,63 @@ def issue_with(
         _write(out.ca, ca_pem, private=False)
 
 
-@dataclass(frozen=True)
 class MachineIssuer:
     """What gives a new machine its credential: the machine CA and the trust bundle,
-    never the root (held by the provisioner's drivers and ``gpufleet certs issue``)."""
+    never the root (held by the provisioner's drivers and ``gpufleet certs issue``).
 
-    signer: Signer
-    ca_pem: bytes
-    deployment: str
+    Loaded from files, it follows them: each issue reads them again (machines are made
+    seldom), so a renewed machine CA or trust bundle is what the next machine gets, with no
+    restart; files caught mid-change (a key that is not the certificate's) leave the
+    previous ones in use."""
+
+    def __init__(
+        self, signer: Signer, ca_pem: bytes, deployment: str, paths: tuple[Path, Path, Path] | None = None
+    ) -> None:
+        self.signer = signer
+        self.ca_pem = ca_pem
+        self.deployment = deployment
+        self._paths = paths
 
     @classmethod
     def load(cls, ca: Path, cert: Path, key: Path, deployment: str) -> MachineIssuer:
-        signer = Signer.load(cert, key)
-        if signer.cert.subject != machine_ca_subject(deployment):
-            raise ValueError(f"{cert} is not the machine CA of deployment {deployment}")
-        return cls(signer, ca.read_bytes(), deployment)
+        signer, ca_pem = _machine_ca(ca, cert, key, deployment)
+        return cls(signer, ca_pem, deployment, (ca, cert, key))
 
-    def issue(self, machine_id: str, folder: Path, days: int = LEAF_DAYS) -> TlsFiles:
+    def _refresh(self) -> None:
+        if self._paths is None:
+            return
+        try:
+            signer, ca_pem = _machine_ca(*self._paths, self.deployment)
+        except (OSError, ValueError) as exc:
+            log.warning("machine CA files not whole now (%s): issuing with the ones read before", exc)
+            return
+        if signer.cert != self.signer.cert or ca_pem != self.ca_pem:
+            log.info(
+                "machine CA files changed: new machines get serial %x, valid until %s",
+                signer.cert.serial_number,
+                signer.cert.not_valid_after_utc.isoformat(),
+            )
+        self.signer, self.ca_pem = signer, ca_pem
+
+    def issue(self, machine_id: str, folder: Path, days: int | None = None) -> TlsFiles:
         """The machine's certificate in ``folder`` (``ca.crt``, ``machine.crt``, ``machine.key``)."""
+        self._refresh()
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         out = TlsFiles(folder / "ca.crt", folder / "machine.crt", folder / "machine.key")
         issue_with(self.signer, self.ca_pem, Identity(Role.MACHINE, self.deployment, machine_id), out, days)
         return out
+
+
+def _machine_ca(ca: Path, cert: Path, key: Path, deployment: str) -> tuple[Signer, bytes]:
+    signer = Signer.load(cert, key)
+    if signer.cert.subject != machine_ca_subject(deployment):
+        raise ValueError(f"{cert} is not the machine CA of deployment {deployment}")
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if signer.key.public_key().public_bytes(
+        serialization.Encoding.PEM, public
+    ) != signer.cert.public_key().public_bytes(serialization.Encoding.PEM, public):
+        raise ValueError(f"{key} is not the key of {cert}")
+    return signer, ca.read_bytes()
 
 
 def machine_credential(issuer: MachineIssuer | None, machine_id: str) -> dict[str, str]:

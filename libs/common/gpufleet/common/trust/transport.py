@@ -5,6 +5,10 @@ A process builds one :class:`Transport` from its settings in ``main()`` and hand
 its server and to every client it opens. A client names the part it expects to reach
 (:class:`~gpufleet.common.trust.identity.Identity`), and the server's certificate must be
 that part's: a scheduler that dials a machine's agent is answered by that machine.
+
+The files are followed, not read once (:mod:`gpufleet.common.trust.reload`): a renewed
+certificate, key or trust bundle is what the server hands the next connection and what the
+next client connection is opened with; calls already going on keep their connection.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from pathlib import Path
 import grpc
 
 from gpufleet.common.trust.identity import Identity, Role
+from gpufleet.common.trust.material import IncompleteMaterial, TlsMaterial
 from gpufleet.common.trust.pki import TlsFiles
+from gpufleet.common.trust.reload import TlsReloader, reloader_for
+from gpufleet.common.trust.reloading_channel import ReloadingChannel, channel_credentials
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +60,15 @@ class Transport:
             missing = [str(p) for p in (files.ca, files.cert, files.key) if not p.is_file()]
             if missing:
                 raise TransportNotConfigured(f"{who}: TLS file(s) not found: {', '.join(missing)}")
-            return cls(deployment, files)
+            transport = cls(deployment, files)
+            try:
+                transport.tls  # noqa: B018 - read now: a process does not start on files that are not whole
+            except IncompleteMaterial as exc:
+                raise TransportNotConfigured(
+                    f"{who}: GPUFLEET_TLS_CA_FILE, GPUFLEET_TLS_CERT_FILE and GPUFLEET_TLS_KEY_FILE do not "
+                    f"make a trust bundle, a certificate and its key: {exc}"
+                ) from None
+            return transport
         if given:
             raise TransportNotConfigured(
                 f"{who}: GPUFLEET_TLS_CA_FILE, GPUFLEET_TLS_CERT_FILE and GPUFLEET_TLS_KEY_FILE "
@@ -68,22 +83,42 @@ class Transport:
             )
         return cls(deployment, None)
 
-    def server_credentials(self) -> grpc.ServerCredentials:
-        """Serve TLS only, and only to callers with a certificate of this deployment."""
-        assert self.files is not None
-        ca, cert, key = self.files.read()
-        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
-
     @functools.cached_property
-    def channel_credentials(self) -> grpc.ChannelCredentials:
-        """This process's certificate and the deployment's trust bundle, read once (a
-        process opens a channel per agent, and a prober one per probe). A channel a library
-        opens itself (the OTLP exporter) checks the server's name with :meth:`server_name`
-        through ``grpc.ssl_target_name_override``, as :meth:`channel` does."""
+    def tls(self) -> TlsReloader:
+        """This process's material, followed as its files change (one reader for the
+        process's server, its clients and its metrics listener)."""
         if self.files is None:
-            raise ValueError("an insecure transport has no credentials")
-        ca, cert, key = self.files.read()
-        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+            raise ValueError("an insecure transport has no certificate")
+        return reloader_for(self.files)
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        """Serve TLS only, and only to callers with a certificate of this deployment; each
+        new connection gets the certificate and trust bundle in force when it comes
+        (gRPC asks the fetcher at every handshake; connections already made keep theirs)."""
+        reloader = self.tls
+        served = [reloader.current()]
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            # Called by gRPC's core at each handshake: None keeps what it has.
+            material = reloader.current()
+            if material is served[0]:
+                return None
+            served[0] = material
+            return _server_configuration(material)
+
+        return grpc.dynamic_ssl_server_credentials(
+            _server_configuration(served[0]),
+            fetch,  # type: ignore[arg-type]  # grpc-stubs leave out the None that grpcio takes
+            require_client_authentication=True,
+        )
+
+    @property
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        """This process's certificate and the deployment's trust bundle as they are now,
+        for a channel a library opens itself (the OTLP exporter), which checks the server's
+        name with :meth:`server_name` through ``grpc.ssl_target_name_override``. Such a
+        channel keeps these for its life; :meth:`channel` follows the files."""
+        return channel_credentials(self.tls.current())
 
     def add_port(self, server: grpc.Server | grpc.aio.Server, address: str) -> int:
         if self.files is None:
@@ -94,12 +129,12 @@ class Transport:
         self, address: str, server_name: str, options: list[tuple[str, object]] | None = None
     ) -> grpc.Channel:
         """A channel to ``address`` that only a server whose certificate carries
-        ``server_name`` can answer (:meth:`server_name`)."""
+        ``server_name`` can answer (:meth:`server_name`); its new connections are made
+        with the certificate in force (:class:`ReloadingChannel`)."""
         opts = list(options or [])
         if self.files is None:
             return grpc.insecure_channel(address, options=opts)
-        opts.append(("grpc.ssl_target_name_override", server_name))
-        return grpc.secure_channel(address, self.channel_credentials, options=opts)
+        return ReloadingChannel(address, server_name, opts, self.tls)
 
     def server_name(self, role: Role, machine_id: str | None = None) -> str:
         """The name the server of ``role`` must prove; a machine's agent proves its own
@@ -107,3 +142,9 @@ class Transport:
         if role is Role.MACHINE and machine_id is None:
             raise ValueError("an agent is dialled as one machine: name its machine_id")
         return Identity(role, self.deployment, machine_id).server_name
+
+
+def _server_configuration(material: TlsMaterial) -> grpc.ServerCertificateConfiguration:
+    return grpc.ssl_server_certificate_configuration(
+        [(material.key, material.cert)], root_certificates=material.ca
+    )
