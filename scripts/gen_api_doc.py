@@ -144,6 +144,18 @@ def render(files: list[descriptor_pb2.FileDescriptorProto]) -> str:
         "a `RetryInfo` where calling again later may help (UNAVAILABLE, RESOURCE_EXHAUSTED). The "
         "`gpufleet-field` trailer of earlier releases is still sent and is deprecated.",
         "",
+        "The services a backend or an operator calls (JobService, WorkspaceService, "
+        "CatalogService, FleetService, ReaperService, SweeperService) answer a request with bad "
+        "fields with one INVALID_ARGUMENT whose `BadRequest` names them all, its `ErrorInfo` "
+        "reason `INVALID_REQUEST`. Each field violation carries a reason of its own: "
+        "`REQUIRED`, `INVALID_FORMAT`, `OUT_OF_RANGE`, `TOO_LONG`, `TOO_LARGE`, `TOO_MANY`, "
+        "`UNKNOWN_VALUE` (an enum number this server does not know), `NOT_SETTABLE` (an update "
+        "mask path the method does not set), `INVALID_PAGE_TOKEN` (a token this list did not "
+        "give out: start again from the first page) or `INVALID`. Field paths are spelled as "
+        "the request spells them: `job.pool`, `job.tenant_values['topic']`, `update_mask[1]`. "
+        "Refusals of what a request names carry the reasons each service states (`UNKNOWN_JOB`, "
+        "`JOB_ALREADY_ENDED`, ...).",
+        "",
         "## Services",
         "",
     ]

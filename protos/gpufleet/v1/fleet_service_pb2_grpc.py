@@ -29,7 +29,9 @@ if _version_not_supported:
 
 class FleetServiceStub:
     """The operators' API: machines with their three liveness channels, pools, workspaces.
-    Served by the scheduler to operators.
+    Served by the scheduler to operators. Errors: every bad field of a request at once
+    (INVALID_ARGUMENT with a BadRequest); an unknown machine is NOT_FOUND with reason
+    UNKNOWN_MACHINE, cordoning a destroyed one FAILED_PRECONDITION with MACHINE_DESTROYED.
     """
 
     def __init__(self, channel):
@@ -82,7 +84,9 @@ class FleetServiceStub:
 
 class FleetServiceServicer:
     """The operators' API: machines with their three liveness channels, pools, workspaces.
-    Served by the scheduler to operators.
+    Served by the scheduler to operators. Errors: every bad field of a request at once
+    (INVALID_ARGUMENT with a BadRequest); an unknown machine is NOT_FOUND with reason
+    UNKNOWN_MACHINE, cordoning a destroyed one FAILED_PRECONDITION with MACHINE_DESTROYED.
     """
 
     def ListMachines(self, request, context):
@@ -115,9 +119,10 @@ class FleetServiceServicer:
 
     def DeregisterMachine(self, request, context):
         """A self-registered box leaves the fleet: it is no longer listed, counted or routed to
-        (DESTROYED; nothing at any provider is touched). Refused for a machine this platform
-        provisioned (the money chain ends those) and while an attempt holds it (cordon it and
-        let its jobs finish first).
+        (DESTROYED; nothing at any provider is touched). Refused (FAILED_PRECONDITION) for a
+        machine this platform provisioned (reason MACHINE_PROVISIONED: the money chain ends
+        those) and while an attempt holds it (MACHINE_BUSY: cordon it and let its jobs finish
+        first).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -199,7 +204,9 @@ def add_FleetServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class FleetService:
     """The operators' API: machines with their three liveness channels, pools, workspaces.
-    Served by the scheduler to operators.
+    Served by the scheduler to operators. Errors: every bad field of a request at once
+    (INVALID_ARGUMENT with a BadRequest); an unknown machine is NOT_FOUND with reason
+    UNKNOWN_MACHINE, cordoning a destroyed one FAILED_PRECONDITION with MACHINE_DESTROYED.
     """
 
     @staticmethod

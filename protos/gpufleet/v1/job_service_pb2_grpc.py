@@ -34,7 +34,9 @@ class JobServiceStub:
     whose details hold an ErrorInfo (domain "gpufleet.dev", a stable reason such as
     UNKNOWN_WORKSPACE, and the first bad field as metadata "field"), a BadRequest naming
     every bad field of an INVALID_ARGUMENT request at once, and a RetryInfo where waiting
-    and calling again may help (UNAVAILABLE, RESOURCE_EXHAUSTED).
+    and calling again may help (UNAVAILABLE, RESOURCE_EXHAUSTED). Every method names every
+    bad field of a request in one answer. Besides the reasons each method names: an unknown
+    job is NOT_FOUND with reason UNKNOWN_JOB.
     """
 
     def __init__(self, channel):
@@ -83,7 +85,9 @@ class JobServiceServicer:
     whose details hold an ErrorInfo (domain "gpufleet.dev", a stable reason such as
     UNKNOWN_WORKSPACE, and the first bad field as metadata "field"), a BadRequest naming
     every bad field of an INVALID_ARGUMENT request at once, and a RetryInfo where waiting
-    and calling again may help (UNAVAILABLE, RESOURCE_EXHAUSTED).
+    and calling again may help (UNAVAILABLE, RESOURCE_EXHAUSTED). Every method names every
+    bad field of a request in one answer. Besides the reasons each method names: an unknown
+    job is NOT_FOUND with reason UNKNOWN_JOB.
     """
 
     def SubmitJob(self, request, context):
@@ -115,7 +119,7 @@ class JobServiceServicer:
     def CancelJob(self, request, context):
         """Cancel a job: a queued one ends at once, a running one's attempt is stopped on its
         machine. Idempotent: cancelling a cancelled job returns it; a job that ended
-        otherwise is FAILED_PRECONDITION.
+        otherwise is FAILED_PRECONDITION (reason JOB_ALREADY_ENDED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,6 +135,10 @@ class JobServiceServicer:
     def GetJobLog(self, request, context):
         """A page of the log an attempt's job wrote, as its machine kept it: every token of the
         attempt already redacted on the machine, in every form the job might have printed it.
+        A job with no attempt yet is NOT_FOUND (reason JOB_NOT_STARTED), an attempt_id not of
+        the job NOT_FOUND (UNKNOWN_ATTEMPT); a log whose machine is destroyed is
+        FAILED_PRECONDITION (LOG_MACHINE_DESTROYED), one whose machine is stopped
+        FAILED_PRECONDITION until it runs again (LOG_MACHINE_NOT_RUNNING).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -185,7 +193,9 @@ class JobService:
     whose details hold an ErrorInfo (domain "gpufleet.dev", a stable reason such as
     UNKNOWN_WORKSPACE, and the first bad field as metadata "field"), a BadRequest naming
     every bad field of an INVALID_ARGUMENT request at once, and a RetryInfo where waiting
-    and calling again may help (UNAVAILABLE, RESOURCE_EXHAUSTED).
+    and calling again may help (UNAVAILABLE, RESOURCE_EXHAUSTED). Every method names every
+    bad field of a request in one answer. Besides the reasons each method names: an unknown
+    job is NOT_FOUND with reason UNKNOWN_JOB.
     """
 
     @staticmethod

@@ -28,7 +28,9 @@ if _version_not_supported:
 
 class ReaperServiceStub:
     """Watchdog status, the failure ledger, incidents and quarantines. Served by the reaper to
-    operators.
+    operators. Errors: every bad field of a request at once (INVALID_ARGUMENT with a
+    BadRequest); an unknown incident or quarantine is NOT_FOUND with reason
+    UNKNOWN_INCIDENT or UNKNOWN_QUARANTINE.
     """
 
     def __init__(self, channel):
@@ -71,7 +73,9 @@ class ReaperServiceStub:
 
 class ReaperServiceServicer:
     """Watchdog status, the failure ledger, incidents and quarantines. Served by the reaper to
-    operators.
+    operators. Errors: every bad field of a request at once (INVALID_ARGUMENT with a
+    BadRequest); an unknown incident or quarantine is NOT_FOUND with reason
+    UNKNOWN_INCIDENT or UNKNOWN_QUARANTINE.
     """
 
     def ListWatchdogs(self, request, context):
@@ -160,7 +164,9 @@ def add_ReaperServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ReaperService:
     """Watchdog status, the failure ledger, incidents and quarantines. Served by the reaper to
-    operators.
+    operators. Errors: every bad field of a request at once (INVALID_ARGUMENT with a
+    BadRequest); an unknown incident or quarantine is NOT_FOUND with reason
+    UNKNOWN_INCIDENT or UNKNOWN_QUARANTINE.
     """
 
     @staticmethod

@@ -27,7 +27,8 @@ if _version_not_supported:
 
 class SweeperServiceStub:
     """Everything that reads the provider's own list: inventory reconcile and the orphan sweep.
-    Served by the sweeper to operators.
+    Served by the sweeper to operators. Errors: every bad field of a request at once
+    (INVALID_ARGUMENT with a BadRequest).
     """
 
     def __init__(self, channel):
@@ -55,7 +56,8 @@ class SweeperServiceStub:
 
 class SweeperServiceServicer:
     """Everything that reads the provider's own list: inventory reconcile and the orphan sweep.
-    Served by the sweeper to operators.
+    Served by the sweeper to operators. Errors: every bad field of a request at once
+    (INVALID_ARGUMENT with a BadRequest).
     """
 
     def ListSweeps(self, request, context):
@@ -73,8 +75,10 @@ class SweeperServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RunSweep(self, request, context):
-        """Run one pass now and return it; the same request_id returns the same pass. The orphan
-        sweep runs only on the sweeper that leads (FAILED_PRECONDITION elsewhere: try again).
+        """Run one pass now and return it; the same request_id returns the same pass (one used
+        for the other kind is INVALID_ARGUMENT, reason REQUEST_ID_REUSED). The orphan sweep
+        runs only on the sweeper that leads (FAILED_PRECONDITION elsewhere, reason NOT_LEADER:
+        try again).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -108,7 +112,8 @@ def add_SweeperServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class SweeperService:
     """Everything that reads the provider's own list: inventory reconcile and the orphan sweep.
-    Served by the sweeper to operators.
+    Served by the sweeper to operators. Errors: every bad field of a request at once
+    (INVALID_ARGUMENT with a BadRequest).
     """
 
     @staticmethod

@@ -29,7 +29,9 @@ if _version_not_supported:
 class WorkspaceServiceStub:
     """The product backend's workspaces and what they used. Plans and job kinds stay in the
     catalogue (CatalogService reads them); a workspace is created, changed and paused here.
-    Served by the scheduler to the backend and operators.
+    Served by the scheduler to the backend and operators. Errors: every bad field of a
+    request at once (INVALID_ARGUMENT with a BadRequest); an unknown workspace is NOT_FOUND
+    with reason UNKNOWN_WORKSPACE, a plan the catalogue lacks NOT_FOUND with UNKNOWN_PLAN.
     """
 
     def __init__(self, channel):
@@ -68,12 +70,16 @@ class WorkspaceServiceStub:
 class WorkspaceServiceServicer:
     """The product backend's workspaces and what they used. Plans and job kinds stay in the
     catalogue (CatalogService reads them); a workspace is created, changed and paused here.
-    Served by the scheduler to the backend and operators.
+    Served by the scheduler to the backend and operators. Errors: every bad field of a
+    request at once (INVALID_ARGUMENT with a BadRequest); an unknown workspace is NOT_FOUND
+    with reason UNKNOWN_WORKSPACE, a plan the catalogue lacks NOT_FOUND with UNKNOWN_PLAN.
     """
 
     def CreateWorkspace(self, request, context):
         """Idempotent by request_id: the same request_id with the same content returns the same
-        workspace; a workspace id already taken by another request is ALREADY_EXISTS.
+        workspace; a workspace id already taken by another request is ALREADY_EXISTS (reason
+        WORKSPACE_EXISTS), a request_id already used for other content ALREADY_EXISTS
+        (REQUEST_ID_REUSED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -148,7 +154,9 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
 class WorkspaceService:
     """The product backend's workspaces and what they used. Plans and job kinds stay in the
     catalogue (CatalogService reads them); a workspace is created, changed and paused here.
-    Served by the scheduler to the backend and operators.
+    Served by the scheduler to the backend and operators. Errors: every bad field of a
+    request at once (INVALID_ARGUMENT with a BadRequest); an unknown workspace is NOT_FOUND
+    with reason UNKNOWN_WORKSPACE, a plan the catalogue lacks NOT_FOUND with UNKNOWN_PLAN.
     """
 
     @staticmethod
