@@ -45,12 +45,12 @@ def test_each_part_is_a_tls_secret_of_the_keys_cert_manager_writes(tmp_path: Pat
     names = sorted(p.stem for p in out.iterdir())
     assert names == [
         "gpufleet-ca",
+        "gpufleet-machine-box-1-tls",
         "gpufleet-machine-ca",
-        "gpufleet-tls-machine-box-1",
-        "gpufleet-tls-provisioner",
-        "gpufleet-tls-scheduler",
+        "gpufleet-provisioner-tls",
+        "gpufleet-scheduler-tls",
     ]
-    kind, data = secret(out, "gpufleet-tls-scheduler")
+    kind, data = secret(out, "gpufleet-scheduler-tls")
     assert kind == "kubernetes.io/tls" and sorted(data) == ["ca.crt", "tls.crt", "tls.key"]
     assert identity_from_auth_context({"x509_pem_cert": [leaf_of(data["tls.crt"])]}) == Identity(
         Role.SCHEDULER, "k8s"
@@ -60,11 +60,29 @@ def test_each_part_is_a_tls_secret_of_the_keys_cert_manager_writes(tmp_path: Pat
     assert kind == "kubernetes.io/tls"
     assert machine_ca["tls.key"] == (tmp_path / "work" / "ca" / "machine-ca.key").read_bytes()
     kind, ca = secret(out, "gpufleet-ca")
-    assert kind == "Opaque" and ca["deployment"] == b"k8s\n" and "ca.key" in ca
+    # A cert-manager CA Issuer's Secret: the root as tls.crt and tls.key.
+    assert kind == "kubernetes.io/tls" and ca["deployment"] == b"k8s\n"
+    assert ca["tls.key"] == (tmp_path / "work" / "ca" / "ca.key").read_bytes()
+    assert ca["tls.crt"] == ca["ca.crt"] == data["ca.crt"]
 
 
-def test_a_later_run_reuses_the_ca_it_is_given(tmp_path: Path) -> None:
-    """The Job's next run: a fresh folder, the CA from the gpufleet-ca Secret it wrote."""
+def test_the_next_run_of_the_job_reuses_the_ca_of_the_secret_it_wrote(tmp_path: Path) -> None:
+    """As the Job runs: a fresh folder, the gpufleet-ca Secret mounted (its keys as files)."""
+    first = tmp_path / "first"
+    args = ["--deployment", "k8s", "--parts", "reaper", "--kubernetes-secrets", str(tmp_path / "s1")]
+    assert issue.main(["--dir", str(first), *args]) == 0
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    for key, content in secret(tmp_path / "s1", "gpufleet-ca")[1].items():
+        (mounted / key).write_bytes(content)
+    second = tmp_path / "second"
+    assert issue.main(["--dir", str(second), *args, "--ca-from", str(mounted)]) == 0
+    for name in ("ca.crt", "ca.key", "machine-ca.crt", "machine-ca.key", "deployment"):
+        assert (second / "ca" / name).read_bytes() == (first / "ca" / name).read_bytes(), name
+    assert (second / "reaper" / "tls.crt").read_bytes() != (first / "reaper" / "tls.crt").read_bytes()
+
+
+def test_a_later_run_reuses_the_ca_folder_it_is_given(tmp_path: Path) -> None:
     first = tmp_path / "first"
     assert issue.main(["--dir", str(first), "--deployment", "k8s", "--parts", "reaper"]) == 0
     second = tmp_path / "second"

@@ -13,9 +13,11 @@ without a restart.
 
 ``--ca-from`` seeds ``<dir>/ca`` from a folder holding a CA (the Job's mounted
 ``gpufleet-ca`` Secret); ``--kubernetes-secrets DIR`` also writes each part's files as a
-Secret manifest into ``DIR`` (for ``kubectl apply -f DIR``): ``gpufleet-tls-<part>`` with
-``tls.crt``, ``tls.key`` and ``ca.crt`` — the keys cert-manager writes — and the CA as
-``gpufleet-ca`` and the machine CA as ``gpufleet-machine-ca``.
+Secret manifest into ``DIR`` (for ``kubectl apply -f DIR``): ``gpufleet-<part>-tls`` with
+``tls.crt``, ``tls.key`` and ``ca.crt`` — the keys cert-manager writes — and the machine CA
+as ``gpufleet-machine-ca``. The CA is kept as ``gpufleet-ca`` in the layout of a
+cert-manager CA Issuer's Secret (``tls.crt``, ``tls.key``: the root), with the machine CA's
+files and the deployment id beside them: moving to cert-manager later keeps the same root.
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.pki import Authority, TlsFiles
 
 CA_FILES = ("ca.crt", "ca.key", "machine-ca.crt", "machine-ca.key", "deployment")
+# The CA folder's files under the keys of the gpufleet-ca Secret (a CA Issuer's layout).
+CA_SECRET_KEYS = {
+    "tls.crt": "ca.crt",
+    "tls.key": "ca.key",
+    "ca.crt": "ca.crt",
+    "machine-ca.crt": "machine-ca.crt",
+    "machine-ca.key": "machine-ca.key",
+    "deployment": "deployment",
+}
 CA_SECRET = "gpufleet-ca"
 MACHINE_CA_SECRET = "gpufleet-machine-ca"
 
@@ -41,8 +52,9 @@ def part_name(who: Identity) -> str:
 
 
 def part_secret(who: Identity) -> str:
-    """The Secret of one part's certificate: ``gpufleet-tls-scheduler``, ``gpufleet-tls-machine-<id>``."""
-    return f"gpufleet-tls-{part_name(who)}".lower().replace("_", "-")
+    """The Secret of one part's certificate, as deploy/kubernetes mounts it:
+    ``gpufleet-scheduler-tls``, ``gpufleet-machine-<id>-tls``."""
+    return f"gpufleet-{part_name(who)}-tls".lower().replace("_", "-")
 
 
 def part_folder(root: Path, authority: Authority, who: Identity, owner: int | None) -> Path:
@@ -70,14 +82,21 @@ def _read(path: Path) -> bytes | None:
 
 
 def seed_ca(source: Path, folder: Path) -> bool:
-    """Copy a CA kept elsewhere (a mounted Secret) into ``folder`` when it has none; True
-    when one was copied. A source with no CA (the first run) leaves ``folder`` as it is."""
-    if (folder / "ca.crt").exists() or not (source / "ca.crt").exists():
+    """Copy a CA kept elsewhere into ``folder`` when it has none; True when one was copied.
+    ``source`` is the mounted ``gpufleet-ca`` Secret (:data:`CA_SECRET_KEYS`) or a CA folder
+    as this tool makes it; one with no CA (the first run) leaves ``folder`` as it is."""
+    if (folder / "ca.crt").exists():
+        return False
+    if (source / "tls.key").exists():
+        names = CA_SECRET_KEYS
+    elif (source / "ca.key").exists():
+        names = {name: name for name in CA_FILES}
+    else:
         return False
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for name in CA_FILES:
-        if (source / name).exists():
-            (folder / name).write_bytes((source / name).read_bytes())
+    for key, name in names.items():
+        if (source / key).exists():
+            (folder / name).write_bytes((source / key).read_bytes())
             os.chmod(folder / name, 0o600 if name.endswith(".key") else 0o644)
     return True
 
@@ -105,7 +124,9 @@ def write_secrets(out: Path, authority: Authority, parts: dict[Identity, Path]) 
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
     ca = authority.folder
     manifests = {
-        CA_SECRET: secret_manifest(CA_SECRET, {n: (ca / n).read_bytes() for n in CA_FILES}, tls=False),
+        CA_SECRET: secret_manifest(
+            CA_SECRET, {key: (ca / name).read_bytes() for key, name in CA_SECRET_KEYS.items()}, tls=True
+        ),
         MACHINE_CA_SECRET: secret_manifest(
             MACHINE_CA_SECRET,
             {
