@@ -29,6 +29,9 @@ Doc = dict[str, Any]
 KUSTOMIZE = REPO / "deploy" / "kubernetes"
 OVERLAYS = ("dev", "production")
 COMPONENTS = ("prometheus-operator", "incident-webhook")
+# The checkpoint bucket's component, with the bucket an overlay would set beside it.
+BUCKET = "checkpoints-bucket"
+BUCKET_VALUES = {"gpufleet-scheduler": ["GPUFLEET_CHECKPOINT_URL=s3://gpufleet-checkpoints/production"]}
 # The control-plane parts the manifests run (the agent runs on the machines).
 PARTS = ("scheduler", "reaper", "sweeper", "provisioner")
 # Pod label naming a part's role; the network policies select by it.
@@ -52,17 +55,23 @@ def render(directory: Path) -> list[Doc]:
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
-def render_with_components(tmp: Path, overlay: str, components: tuple[str, ...]) -> list[Doc]:
+def render_with_components(
+    tmp: Path, overlay: str, components: tuple[str, ...], values: dict[str, list[str]] | None = None
+) -> list[Doc]:
     """An overlay with optional components added, as an operator's own overlay would
-    (kustomize takes only relative paths)."""
+    (kustomize takes only relative paths); ``values``: ConfigMap name -> literals merged in."""
     tmp.mkdir(parents=True, exist_ok=True)
     rel = Path(os.path.relpath(KUSTOMIZE, tmp))
-    spec = {
+    spec: Doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [str(rel / "overlays" / overlay)],
         "components": [str(rel / "components" / c) for c in components],
     }
+    if values:
+        spec["configMapGenerator"] = [
+            {"name": name, "behavior": "merge", "literals": literals} for name, literals in values.items()
+        ]
     (tmp / "kustomization.yaml").write_text(yaml.safe_dump(spec))
     return render(tmp)
 

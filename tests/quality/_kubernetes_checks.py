@@ -339,9 +339,10 @@ def checkpoint_problems(
     docs: list[Doc], workload: Workload, settings: dict[str, Any], *, one_node: bool = False
 ) -> list[str]:
     """Every scheduler replica sees one checkpoint folder: a claim every replica mounts,
-    ReadWriteMany unless the cluster is one node (the dev overlay's)."""
+    ReadWriteMany unless the cluster is one node (the dev overlay's) — or a bucket
+    (GPUFLEET_CHECKPOINT_URL, which wins over the folder)."""
     folder = settings.get("checkpoint_dir")
-    if not folder:
+    if not folder or settings.get("checkpoint_url"):
         return []
     mounts = {m["mountPath"]: m["name"] for m in workload.main().get("volumeMounts") or []}
     volumes = {v["name"]: v for v in workload.pod.get("volumes") or []}

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
 from tests.quality._kubernetes import (
+    BUCKET,
+    BUCKET_VALUES,
     COMPONENTS,
     KUSTOMIZE,
     OVERLAYS,
@@ -115,6 +118,11 @@ def test_the_optional_components_render_and_validate(with_components: list[Doc])
         assert endpoint["scheme"] == "https"
         # The certificate name the service proves: <part>.gpufleet.<deployment id>.
         assert endpoint["tlsConfig"]["serverName"] == f"{part}.gpufleet.{deployment_id}"
+
+
+def test_the_checkpoint_bucket_component_renders_and_validates(tmp_path: Path) -> None:
+    docs = render_with_components(tmp_path, "production", (BUCKET,), BUCKET_VALUES)
+    assert schema_problems(docs, OLDEST) == schema_problems(docs, NEWEST) == []
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,8 @@ import pytest
 from gpufleet.common.trust.authz import RULES
 from gpufleet.common.trust.identity import Role
 from tests.quality._kubernetes import (
+    BUCKET,
+    BUCKET_VALUES,
     COMPONENTS,
     KUSTOMIZE,
     OVERLAYS,
@@ -201,4 +203,15 @@ def test_the_incident_webhook_component_opens_the_reaper_s_way_out_and_nothing_e
         "egress opened, allowed by nothing: reaper -> alertmanager TCP/9093",
         "egress opened, allowed by nothing: reaper -> cidr:0.0.0.0/0 TCP/443",
         "egress opened, allowed by nothing: reaper -> cidr:::/0 TCP/443",
+    ]
+
+
+def test_a_checkpoint_bucket_opens_the_scheduler_s_way_to_its_storage_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    docs = render_with_components(tmp_path, "production", (BUCKET,), BUCKET_VALUES)
+    assert problems_of(docs) == [
+        "egress opened, allowed by nothing: scheduler -> cidr:0.0.0.0/0 TCP/443",
+        "egress opened, allowed by nothing: scheduler -> cidr:169.254.169.254/32 TCP/80",
+        "egress opened, allowed by nothing: scheduler -> cidr:::/0 TCP/443",
     ]

@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.quality._kubernetes import (
+    BUCKET,
+    BUCKET_VALUES,
     CLOUD_SECRET,
     KUSTOMIZE,
     OVERLAYS,
     Doc,
     container_env,
+    environment_problems,
     of_kind,
     parts,
     render,
+    render_with_components,
     selects,
     workload_of,
     workloads,
@@ -288,4 +293,31 @@ def test_a_checkpoint_claim_one_node_only_is_refused_in_production(rendered: dic
     assert checkpoint_problems(docs, scheduler, part_settings(docs, "scheduler")) == [
         "Deployment/gpufleet-scheduler: claim gpufleet-checkpoints is ['ReadWriteOnce']: "
         "replicas on other nodes cannot mount it"
+    ]
+
+
+def test_checkpoints_in_a_bucket_need_no_claim(tmp_path: Path) -> None:
+    docs = render_with_components(tmp_path, "production", (BUCKET,), BUCKET_VALUES)
+    assert "gpufleet-checkpoints" not in of_kind(docs, "PersistentVolumeClaim")
+    scheduler = workload_of(docs, "scheduler")
+    assert "checkpoints" not in {v["name"] for v in scheduler.pod["volumes"]}
+    settings = part_settings(docs, "scheduler")
+    assert settings["checkpoint_url"] == {
+        "scheme": "s3",
+        "path": None,
+        "bucket": "gpufleet-checkpoints",
+        "prefix": "production",
+    }
+    assert checkpoint_problems(docs, scheduler, settings) == []
+    assert environment_problems(docs, scheduler) == []
+    # The scheduler's identity for its bucket is its own: the provisioner's credentials
+    # are still the provisioner's alone.
+    assert credential_problems(docs) == []
+
+
+def test_the_bucket_component_without_a_bucket_is_refused(tmp_path: Path) -> None:
+    docs = render_with_components(tmp_path, "production", (BUCKET,))
+    scheduler = workload_of(docs, "scheduler")
+    assert checkpoint_problems(docs, scheduler, part_settings(docs, "scheduler")) == [
+        "Deployment/gpufleet-scheduler: checkpoint_dir var/checkpoints is on no persistent volume claim"
     ]
