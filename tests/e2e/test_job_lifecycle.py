@@ -40,10 +40,17 @@ def test_job_runs_then_the_idle_machine_is_stopped_and_destroyed(fleet: Fleet) -
     watcher.join(timeout=30)
     assert [e.state for e in events] == [
         job_pb2.JOB_STATE_QUEUED,
+        # The fleet tick said why it waited: a machine was starting for it (an event when the
+        # reason changes, the job still QUEUED).
+        job_pb2.JOB_STATE_QUEUED,
         job_pb2.JOB_STATE_DISPATCHING,
         job_pb2.JOB_STATE_RUNNING,
         job_pb2.JOB_STATE_SUCCEEDED,
     ]
+    waiting = events[1]
+    assert waiting.job.pending_reason == job_pb2.PENDING_REASON_WAITING_FOR_CAPACITY, waiting
+    assert waiting.message.startswith("waiting"), waiting.message
+    assert waiting.job.HasField("expected_ready_time")
     assert len(done.attempts) == 1
     attempt = done.attempts[0]
     assert attempt.state == job_pb2.ATTEMPT_STATE_SUCCEEDED and attempt.charged
