@@ -25,7 +25,8 @@ from cryptography import x509
 
 from gpufleet.cli.credentials import DEFAULT_STATE_DIR, tls_dir
 from gpufleet.common.trust.identity import Identity, Role
-from gpufleet.common.trust.pki import MACHINE_DAYS, SERVICE_DAYS, Authority, TlsFiles
+from gpufleet.common.trust.lifetimes import MACHINE_DAYS, SERVICE_DAYS
+from gpufleet.common.trust.pki import Authority, TlsFiles
 
 
 def issue(args: argparse.Namespace) -> int:

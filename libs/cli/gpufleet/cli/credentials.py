@@ -3,24 +3,29 @@
 In a deployment the environment names it (``GPUFLEET_TLS_CA_FILE``, ``..._CERT_FILE``,
 ``..._KEY_FILE``, ``GPUFLEET_DEPLOYMENT_ID``), as for every gpufleet process. Otherwise
 it is the operator certificate ``gpufleet up`` made in its state dir (``--state-dir``,
-the same default as ``up``), so a newcomer's commands work with no flag at all.
+the same default as ``up``), so a newcomer's commands work with no flag at all. That
+certificate is short-lived (30 days) and renewed in place by the first command that finds
+it nearing its expiry (``gpufleet up`` renews it too, at each start).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from pathlib import Path
 
 import grpc
 
 from gpufleet.common import grpcclient
-from gpufleet.common.trust.identity import Role
+from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.pki import Authority
 from gpufleet.common.trust.transport import Transport, TransportNotConfigured
 
 DEFAULT_STATE_DIR = "var"
 OPERATOR = "operator"
+
+log = logging.getLogger(__name__)
 
 
 def tls_dir(state_dir: str | Path) -> Path:
@@ -50,6 +55,10 @@ def transport_for(state_dir: str | Path) -> Transport:
             "GPUFLEET_TLS_CERT_FILE and GPUFLEET_TLS_KEY_FILE"
         ) from None
     files = authority.files(OPERATOR)
+    try:
+        authority.ensure_part(Identity(Role.OPERATOR, authority.deployment), OPERATOR)
+    except OSError as exc:  # a state dir this user may read but not write: use what is there
+        log.warning("could not renew the operator certificate in %s: %s", folder, exc)
     if not files.cert.exists():
         raise TransportNotConfigured(f"{folder} has a CA but no operator certificate ({files.cert})")
     return Transport(authority.deployment, files)

@@ -13,15 +13,7 @@ The folder's layout (``gpufleet up`` keeps it under ``<state dir>/tls``)::
     machine-ca.crt  machine-ca.key the machine CA
     <name>.crt  <name>.key         a part's certificate (with its chain) and key
 
-Lifetimes. Every part follows its files (:mod:`gpufleet.common.trust.reload`), so a
-service's certificate is short-lived: :data:`SERVICE_DAYS`, renewed in place — by
-``gpufleet up`` at each start once a third of its life is left (:meth:`Authority.ensure_part`),
-by cert-manager or the certs Job on Kubernetes. A machine's certificate is handed to the
-machine once, when it is created (a cloud instance's metadata), and nothing renews it on the
-machine: :data:`MACHINE_DAYS`, the longest a machine is expected to run (a local machine gets
-a new one at each boot). The machine CA, whose key the provisioner holds, lives
-:data:`MACHINE_CA_DAYS` and is renewed like a service's; the root :data:`CA_DAYS` (renewing a
-root is a rotation of every part's trust bundle, done by hand).
+Lifetimes and renewal: :mod:`gpufleet.common.trust.lifetimes`.
 
 A leaf names only its own identity — its URI SAN and its one DNS name — and nothing every
 part shares (no ``localhost``, no ``127.0.0.1``): a client that dials an address names the
@@ -30,11 +22,13 @@ part it means (``grpc.ssl_target_name_override``), and only that part can answer
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,36 +38,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gpufleet.common.trust.identity import Identity, Role
+from gpufleet.common.trust.lifetimes import (
+    BACKDATE,
+    CA_DAYS,
+    MACHINE_CA_DAYS,
+    Now,
+    leaf_days,
+    nearing_expiry,
+    utc_now,
+)
 
 log = logging.getLogger(__name__)
-
-CA_DAYS = 3650
-MACHINE_CA_DAYS = 365
-SERVICE_DAYS = 30
-MACHINE_DAYS = 90
-# Renewed once no more than this share of its life is left (cert-manager's default too):
-# a part that is down for a while still finds its certificate good when it comes back.
-RENEW_WHEN_LEFT = 1 / 3
-# Clocks of parts disagree a little; a certificate valid "from now" must not be refused
-# by a peer whose clock is a minute behind.
-BACKDATE = datetime.timedelta(minutes=5)
-
-Now = Callable[[], datetime.datetime]
-
-
-def utc_now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
-def leaf_days(role: Role) -> int:
-    """How long a new certificate of ``role`` is good for (the module's "Lifetimes")."""
-    return MACHINE_DAYS if role is Role.MACHINE else SERVICE_DAYS
-
-
-def nearing_expiry(cert: x509.Certificate, now: datetime.datetime) -> bool:
-    """No more than :data:`RENEW_WHEN_LEFT` of its life left, or already past it."""
-    life = cert.not_valid_after_utc - cert.not_valid_before_utc
-    return cert.not_valid_after_utc - now <= life * RENEW_WHEN_LEFT
 
 
 def root_subject(deployment: str) -> x509.Name:
@@ -239,11 +214,16 @@ class Authority:
         for, and again when it is due for renewal (:meth:`due`). A running part takes the
         new files without a restart."""
         files = self.files(name or str(identity).replace(":", "-"))
-        reason = self.due(identity, files)
-        if reason:
-            if files.cert.exists():
-                log.info("renewing the certificate of %s: %s", identity, reason)
-            self.issue(identity, files)
+        if not self.due(identity, files):
+            return files
+        # Several processes may find it due at once (gpufleet up and a CLI command): one
+        # issues, the others find it renewed — never one's key beside another's certificate.
+        with _locked(self.folder / ".issue.lock"):
+            reason = self.due(identity, files)
+            if reason:
+                if files.cert.exists():
+                    log.info("renewing the certificate of %s: %s", identity, reason)
+                self.issue(identity, files)
         return files
 
     def due(self, identity: Identity, files: TlsFiles) -> str:
@@ -255,8 +235,11 @@ class Authority:
             return "none yet"
         try:
             cert = x509.load_pem_x509_certificate(files.cert.read_bytes())
-        except ValueError:
+            key = serialization.load_pem_private_key(files.key.read_bytes(), password=None)
+        except (ValueError, TypeError):
             return "unreadable"
+        if _spki(key.public_key()) != _spki(cert.public_key()):
+            return "its key is not its certificate's"
         if self._stale(cert):
             return f"it expires {cert.not_valid_after_utc.isoformat()}"
         signer = self.machine_signer() if identity.role is Role.MACHINE else self.root()
@@ -282,6 +265,23 @@ class Authority:
         signer = self.machine_signer() if identity.role is Role.MACHINE else self.root()
         issue_with(signer, self.ca_path.read_bytes(), identity, out, days, self.now())
         return out
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _spki(public_key: object) -> bytes:
+    public_bytes = public_key.public_bytes  # type: ignore[attr-defined]
+    return public_bytes(  # type: ignore[no-any-return]
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
 def _names_of(identity: Identity) -> set[str]:
@@ -397,10 +397,7 @@ def _machine_ca(ca: Path, cert: Path, key: Path, deployment: str) -> tuple[Signe
     signer = Signer.load(cert, key)
     if signer.cert.subject != machine_ca_subject(deployment):
         raise ValueError(f"{cert} is not the machine CA of deployment {deployment}")
-    public = serialization.PublicFormat.SubjectPublicKeyInfo
-    if signer.key.public_key().public_bytes(
-        serialization.Encoding.PEM, public
-    ) != signer.cert.public_key().public_bytes(serialization.Encoding.PEM, public):
+    if _spki(signer.key.public_key()) != _spki(signer.cert.public_key()):
         raise ValueError(f"{key} is not the key of {cert}")
     return signer, ca.read_bytes()
 
