@@ -16,6 +16,7 @@ from gpufleet.scheduler.tick.dispatch_failure import DispatchFailure
 from gpufleet.scheduler.tick.metrics import TickMetrics, machines_by_state
 from gpufleet.scheduler.tick.model import FleetSnapshot, MachineView, OfferingView
 from tests.support.metrics import MetricsProbe
+from tests.unit.scheduler import fleet_views
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 TICK_S = 5.0
@@ -23,25 +24,8 @@ LIVE_STATES = [s.value for s in MachineState if s is not MachineState.DESTROYED]
 
 
 def machine(mid: str, state: str, pool: str | None, provider: str) -> MachineView:
-    return MachineView(
-        id=mid,
-        pool_id=pool,
-        state=state,
-        intent="RUNNING",
-        origin="PROVISIONED",
-        managed=True,
-        lost=False,
-        cordoned=False,
-        slots=2,
-        busy_slots=frozenset(),
-        worker_report_at=None,
-        hourly_price_micros=800_000,
-        capacity_type="ON_DEMAND",
-        preemption_count=0,
-        spot_seconds=0.0,
-        backoff_until=None,
-        agent_address=None,
-        provider=provider,
+    return fleet_views.machine(
+        mid, state, pool, provider=provider, slots=2, worker_report_at=None, hourly_price_micros=800_000
     )
 
 
