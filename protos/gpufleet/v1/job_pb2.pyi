@@ -183,13 +183,15 @@ class Job(_message.Message):
     def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., workspace: _Optional[str] = ..., pool: _Optional[str] = ..., kind: _Optional[str] = ..., pipeline_version: _Optional[str] = ..., tenant_values: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt_count: _Optional[int] = ..., failure_retries_used: _Optional[int] = ..., lost_retries_used: _Optional[int] = ..., status_message: _Optional[str] = ..., slot_seconds: _Optional[float] = ..., charge_micros: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., pending_reason: _Optional[_Union[PendingReason, str]] = ..., pending_message: _Optional[str] = ..., expected_ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("job", "state", "event_time", "message")
+    __slots__ = ("job", "state", "event_time", "message", "sequence")
     JOB_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EVENT_TIME_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     job: Job
     state: JobState
     event_time: _timestamp_pb2.Timestamp
     message: str
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., event_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+    sequence: int
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., event_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...

@@ -126,7 +126,10 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchJob(self, request, context):
-        """Streams the job's state changes, starting with its current state, until it ends.
+        """Streams the job's state changes, oldest first, then each new one until it ends.
+        Every event carries a sequence, strictly increasing per job; a watch that lost its
+        stream reopens it with after_sequence set to the last sequence it received and gets
+        exactly the events it missed, none twice.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

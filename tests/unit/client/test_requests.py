@@ -98,3 +98,9 @@ def test_usage_times_are_aware_and_end_is_optional() -> None:
     assert request.start_time.ToDatetime(tzinfo=UTC) == start and not request.HasField("end_time")
     with pytest.raises(ValueError, match="end: a timezone-aware datetime"):
         requests.get_usage("ws", start=start, end=datetime(2026, 1, 2))
+
+
+def test_a_watch_request_carries_its_resume_point() -> None:
+    assert requests.watch_job("j-1").after_sequence == 0
+    resumed = requests.watch_job("j-1", after_sequence=42)
+    assert (resumed.job_id, resumed.after_sequence) == ("j-1", 42)

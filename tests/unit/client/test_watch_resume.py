@@ -1,4 +1,5 @@
-"""Which events a reopened watch gives again (none), and how long it keeps reopening."""
+"""Where a reopened watch resumes (after the last sequence it gave), which events it gives
+again (none), and how long it keeps reopening."""
 
 from __future__ import annotations
 
@@ -21,8 +22,13 @@ class Clock:
         return self.now
 
 
-def event(state: int, second: int, message: str = "") -> job_pb2.JobEvent:
-    return job_pb2.JobEvent(state=state, event_time=Timestamp(seconds=second), message=message)  # type: ignore[arg-type]
+def event(state: int, sequence: int, message: str = "") -> job_pb2.JobEvent:
+    return job_pb2.JobEvent(
+        state=state,  # type: ignore[arg-type]
+        event_time=Timestamp(seconds=1_700_000_000),
+        message=message,
+        sequence=sequence,
+    )
 
 
 def lost(
@@ -35,21 +41,29 @@ def lost(
 QUEUED, RUNNING, DONE = job_pb2.JOB_STATE_QUEUED, job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_SUCCEEDED
 
 
-def test_a_replayed_history_is_given_once() -> None:
+def test_the_next_stream_resumes_after_the_last_event_given() -> None:
     resume = WatchResume(60)
-    first = [event(QUEUED, 1, "submitted"), event(QUEUED, 2, "waiting"), event(RUNNING, 3)]
+    assert resume.after_sequence == 0
+    first = [event(QUEUED, 3, "submitted"), event(QUEUED, 8, "waiting"), event(RUNNING, 20)]
     assert [resume.heard(e) for e in first] == [True, True, True]
-    # The reopened stream starts over, then goes on.
-    replay = [*first, event(QUEUED, 4, "requeued"), event(RUNNING, 5), event(DONE, 6)]
-    assert [resume.heard(e) for e in replay] == [False, False, False, True, True, True]
-    assert resume.ended
+    assert resume.after_sequence == 20
+    assert resume.heard(event(DONE, 21)) and resume.ended
 
 
-def test_the_same_state_at_another_time_or_with_another_message_is_new() -> None:
+def test_events_not_past_the_resume_point_are_not_given_again() -> None:
+    # What a server that ignored after_sequence would send: the history again, then more.
     resume = WatchResume(60)
-    assert resume.heard(event(QUEUED, 1, "submitted"))
-    assert resume.heard(event(QUEUED, 1, "waiting"))
-    assert resume.heard(event(QUEUED, 2, "submitted"))
+    first = [event(QUEUED, 1, "submitted"), event(RUNNING, 5)]
+    assert [resume.heard(e) for e in first] == [True, True]
+    replay = [*first, event(QUEUED, 9, "requeued"), event(RUNNING, 12), event(DONE, 13)]
+    assert [resume.heard(e) for e in replay] == [False, False, True, True, True]
+    assert resume.after_sequence == 13 and resume.ended
+
+
+def test_identical_looking_events_with_new_sequences_are_all_given() -> None:
+    # Same state, time and message: told apart by sequence alone.
+    resume = WatchResume(60)
+    assert [resume.heard(event(QUEUED, n, "waiting: capacity")) for n in (4, 6, 7)] == [True, True, True]
     assert not resume.ended
 
 

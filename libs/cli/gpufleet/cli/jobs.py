@@ -122,19 +122,20 @@ def follow_job(
     on_event: Callable[[job_pb2.JobEvent], None],
     until: Callable[[job_pb2.JobEvent], bool] = lambda e: False,
 ) -> job_pb2.Job:
-    """Every state change of the job through WatchJob (its current state first) until it
-    ends or ``until`` an event holds; the job as of the last event. A stream cut by a
-    restart of the scheduler is opened again and its replayed events are skipped."""
-    seen: set[tuple[int, int, int]] = set()
+    """Every state change of the job through WatchJob (its history first) until it ends or
+    ``until`` an event holds; the job as of the last event. A stream cut by a restart of
+    the scheduler is opened again after the last event shown (``after_sequence``), so no
+    event is shown twice or missed."""
+    after = 0
     cuts = 0
     pause = threading.Event()
     while True:
+        request = job_service_pb2.WatchJobRequest(job_id=job_id, after_sequence=after)
         try:
-            for event in job_stub(args).WatchJob(job_service_pb2.WatchJobRequest(job_id=job_id)):
-                key = (event.state, event.event_time.seconds, event.event_time.nanos)
-                if key in seen:
-                    continue
-                seen.add(key)
+            for event in job_stub(args).WatchJob(request):
+                if event.sequence <= after:
+                    continue  # never shown twice, whatever a server sends
+                after = event.sequence
                 cuts = 0
                 on_event(event)
                 if event.state in outcomes.TERMINAL_JOB_STATES or until(event):

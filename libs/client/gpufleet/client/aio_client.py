@@ -133,9 +133,9 @@ class AsyncClient:
     async def watch_job(self, job_id: str) -> AsyncIterator[job_pb2.JobEvent]:
         """The job's state changes until it ends, reopened across a lost stream without
         repeating an event (see :meth:`Client.watch_job`)."""
-        request = requests.watch_job(job_id)
         resume = WatchResume(self.deadlines.watch_reconnect_within)
         while True:
+            request = requests.watch_job(job_id, after_sequence=resume.after_sequence)
             call = self._jobs.WatchJob(request, timeout=self.deadlines.watch_stream)
             try:
                 async for event in call:

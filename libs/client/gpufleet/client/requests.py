@@ -77,8 +77,9 @@ def cancel_job(job_id: str, *, reason: str, request_id: str | None) -> job_servi
     return job_service_pb2.CancelJobRequest(job_id=job_id, reason=reason, request_id=request_id or "")
 
 
-def watch_job(job_id: str) -> job_service_pb2.WatchJobRequest:
-    return job_service_pb2.WatchJobRequest(job_id=job_id)
+def watch_job(job_id: str, *, after_sequence: int = 0) -> job_service_pb2.WatchJobRequest:
+    """``after_sequence``: the last event's sequence a watch already gave (0: from the start)."""
+    return job_service_pb2.WatchJobRequest(job_id=job_id, after_sequence=after_sequence)
 
 
 def get_job_log(

@@ -149,12 +149,12 @@ class Client:
         """The job's state changes, its past ones first, until it ends.
 
         A stream lost to a scheduler restart or a cut connection is reopened (waiting up to
-        ``watch_reconnect_within`` seconds for the scheduler), and the events it already
-        gave are not given again (:mod:`.watch_resume`). Leaving the loop early cancels the
-        stream."""
-        request = requests.watch_job(job_id)
+        ``watch_reconnect_within`` seconds for the scheduler) after the last event it gave
+        (``after_sequence``), so no event is given twice or missed (:mod:`.watch_resume`).
+        Leaving the loop early cancels the stream."""
         resume = WatchResume(self.deadlines.watch_reconnect_within)
         while True:
+            request = requests.watch_job(job_id, after_sequence=resume.after_sequence)
             call = self._jobs.WatchJob(request, timeout=self.deadlines.watch_stream)
             try:
                 for event in call:

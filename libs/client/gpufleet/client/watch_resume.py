@@ -1,14 +1,12 @@
-"""How a watch goes on across a lost stream: which events it already gave, and how long it
-keeps trying to reach the scheduler again.
+"""How a watch goes on across a lost stream: where it stopped, and how long it keeps
+trying to reach the scheduler again.
 
-WatchJob has no resume point: its request names only the job, and its events carry no
-sequence number. What the scheduler does is send every event the job has had, oldest
-first, then each new one until the job ends (its proto comment promises at least the
-current state first). So a reopened stream starts over, and the watch skips each event it
-already gave: events are told apart by (state, event time, message), which no two
-different events of one job share. Should a server send only the current state on a
-reopened stream, the watch gives that state and goes on — it cannot give events the server
-no longer sends.
+Every event WatchJob sends carries a ``sequence``, strictly increasing per job, and a
+request may say ``after_sequence``: the server then sends only the later events. So a
+watch reopens its stream after the last sequence it gave, and the server sends exactly
+what it missed — nothing twice, nothing skipped, whether the scheduler restarted or the
+connection was cut. The watch still drops an event whose sequence is not past the last
+one given, so a server that ignored the resume point could not make it repeat itself.
 
 Both clients use one :class:`WatchResume` per watch; the sync and asyncio loops differ
 only in how they wait.
@@ -40,12 +38,9 @@ FIRST_PAUSE_S = 0.25
 MAX_PAUSE_S = 5.0
 
 
-def event_key(event: job_pb2.JobEvent) -> tuple[int, int, int, str]:
-    return (event.state, event.event_time.seconds, event.event_time.nanos, event.message)
-
-
 class WatchResume:
-    """The state of one watch: events given, and the current outage if the stream is lost.
+    """The state of one watch: the last event given, and the current outage if the stream
+    is lost.
 
     ``reconnect_within`` bounds an outage: from the moment a stream that had answered is
     lost, the watch keeps reopening it for that many seconds, then raises the last error.
@@ -54,7 +49,8 @@ class WatchResume:
     def __init__(self, reconnect_within: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.reconnect_within = reconnect_within
         self._clock = clock
-        self._given: set[tuple[int, int, int, str]] = set()
+        # The sequence of the last event given: the resume point of the next stream.
+        self.after_sequence = 0
         self._outage_since: float | None = None
         self._quiet_cuts = 0
         self.ended = False
@@ -64,10 +60,9 @@ class WatchResume:
         event is new and should be given to the caller."""
         self._outage_since = None
         self._quiet_cuts = 0
-        key = event_key(event)
-        if key in self._given:
+        if event.sequence <= self.after_sequence:
             return False
-        self._given.add(key)
+        self.after_sequence = event.sequence
         if event.state in FINAL_STATES:
             self.ended = True
         return True

@@ -523,8 +523,20 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
 
         A queued job's reason for waiting changing (``Job.pending_reason``, decided by the
         fleet tick) is an event of its own: state QUEUED, message ``waiting: ...``, the job
-        as it is then."""
-        job_id = validation.job_id(request.job_id)
+        as it is then.
+
+        Each event carries its ``sequence`` (the job_events row's id); ``after_sequence``
+        starts the stream after that point. Per job, ids commit in increasing order (every
+        writer of a job's events holds the job's row lock until it commits; see
+        :mod:`gpufleet.scheduler.events`), so the past read below and the hub's live events
+        together miss none, and ``seen`` drops the ones both bring."""
+        found = Violations()
+        job_id = validation.job_id(request.job_id, found)
+        if request.after_sequence < 0:
+            found.add(
+                "after_sequence", "must not be negative (0 streams from the first event)", "OUT_OF_RANGE"
+            )
+        found.raise_if_any()
         peer = context.peer()
         if self._streams_total >= MAX_WATCH_STREAMS:
             raise ResourceExhausted(
@@ -540,11 +552,15 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         queue = self.hub.watch(job_id)
         try:
             loop = asyncio.get_running_loop()
-            past = await loop.run_in_executor(self.hub.executor, self._past_events, job_id)
+            past = await loop.run_in_executor(
+                self.hub.executor, self._past_events, job_id, request.after_sequence
+            )
             if past is None:
                 raise unknown_job(job_id)
-            seen = 0
-            batch = past
+            batch, ended = past
+            if ended and not batch:
+                return  # resumed after its final event: nothing more will come
+            seen = request.after_sequence
             while True:
                 fresh = [e for e in batch if e[0] > seen]
                 if fresh:
@@ -556,6 +572,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                             state=enum_value(job_pb2.JobState, "JOB_STATE_", state),
                             event_time=ts(at),
                             message=message,
+                            sequence=event_id,
                         )
                         if state in _TERMINAL:
                             return
@@ -569,16 +586,22 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                 del self._streams[peer]
             self._streams_total -= 1
 
-    def _past_events(self, job_id: str) -> list[tuple[int, str, datetime, str]] | None:
+    def _past_events(
+        self, job_id: str, after: int
+    ) -> tuple[list[tuple[int, str, datetime, str]], bool] | None:
+        """The job's events after ``after``, oldest first, and whether it has ended (read
+        first: an ended job's final event is then among its events); None for an unknown job."""
         with self.sessions() as session:
-            if session.get(models.Job, job_id) is None:
+            job = session.get(models.Job, job_id)
+            if job is None:
                 return None
+            ended = job.state in _TERMINAL
             rows = session.execute(
                 select(models.JobEvent.id, models.JobEvent.state, models.JobEvent.at, models.JobEvent.message)
-                .where(models.JobEvent.job_id == job_id)
+                .where(models.JobEvent.job_id == job_id, models.JobEvent.id > after)
                 .order_by(models.JobEvent.id)
             ).all()
-        return [tuple(r) for r in rows]  # type: ignore[misc]
+        return [tuple(r) for r in rows], ended  # type: ignore[misc]
 
     def _render_alone(self, job_id: str) -> job_pb2.Job:
         with self.sessions() as session:
