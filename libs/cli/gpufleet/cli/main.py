@@ -22,6 +22,7 @@ import argparse
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 from gpufleet.cli import catalogue, certs, down, jobs, logs, machines, ops, workspaces
@@ -37,6 +38,10 @@ from gpufleet.cli.stack import (
 )
 from gpufleet.cli.state_lock import StateDirInUse
 from gpufleet.common.signals import stop_on_signals
+
+# How often a running `gpufleet up` renews the certificates that are due (services' last 30
+# days and are renewed with a third of that left: hourly is far inside it).
+RENEW_EVERY_S = 3600.0
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -114,7 +119,16 @@ def run_up(args: argparse.Namespace) -> int:
             "its local machines.",
             flush=True,
         )
+        renewed = time.monotonic()
         while not stop.wait(0.5):
+            if time.monotonic() - renewed >= RENEW_EVERY_S:
+                # Services' certificates live 30 days; a stack left running renews each due
+                # one in place, and every service takes the new files without a restart.
+                renewed = time.monotonic()
+                try:
+                    stack.ensure_credentials()
+                except OSError as exc:
+                    print(f"gpufleet: could not renew certificates: {exc}", file=sys.stderr)
             failed = stack.failed()
             if failed:
                 print(
