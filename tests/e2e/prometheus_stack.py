@@ -72,6 +72,21 @@ class Up:
         )
 
 
+def read_until_ready(proc: subprocess.Popen[str], timeout: float = 90) -> list[str]:
+    """What `gpufleet up` printed until it said ``ready.`` (fails with all of it if it
+    exited or ``timeout`` passed first)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if line.startswith("ready.") or proc.poll() is not None:
+            break
+    assert any(line.startswith("ready.") for line in lines), "".join(lines)
+    return lines
+
+
 @contextlib.contextmanager
 def gpufleet_up(tmp_path: Path, *, speed: float = 1.0, env: dict[str, str] | None = None) -> Iterator[Up]:
     """`gpufleet up` on free ports, scraped every second; ``env`` is the environment's
@@ -102,15 +117,7 @@ def gpufleet_up(tmp_path: Path, *, speed: float = 1.0, env: dict[str, str] | Non
         env={**os.environ, **(env or {})},
     )
     try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 90
-        assert proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            lines.append(line)
-            if line.startswith("ready.") or proc.poll() is not None:
-                break
-        assert any(line.startswith("ready.") for line in lines), "".join(lines)
+        read_until_ready(proc)
         ports = {
             name: metrics_base + i for i, name in enumerate(("scheduler", "reaper", "provisioner", "sweeper"))
         }

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpufleet.cli import local_machines
 from tests.e2e.fleet import Fleet
+from tests.e2e.prometheus_stack import read_until_ready
 from tests.support import tls
 from tests.support.ports import free_block
 
@@ -175,15 +176,7 @@ def test_up_serves_until_interrupted(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 90
-        assert proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            lines.append(line)
-            if line.startswith("ready.") or proc.poll() is not None:
-                break
-        assert any(line.startswith("ready.") for line in lines), "".join(lines)
+        read_until_ready(proc)
         out = subprocess.run(
             [*GPUFLEET, "submit", "--workspace", "acme-studio", "--scheduler", f"127.0.0.1:{50051 + offset}"],
             cwd=tmp_path,
