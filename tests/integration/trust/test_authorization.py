@@ -42,7 +42,7 @@ from gpufleet.v1 import (
     worker_service_pb2,
     workspace_service_pb2,
 )
-from tests.support import tls
+from tests.support import rich_errors, tls
 from tests.support.procs import ServiceProcess, start_service
 
 SERVED_BY: dict[str, tuple[str, object]] = {
@@ -236,3 +236,34 @@ def test_each_door_refuses_strangers_and_wrong_roles_and_serves_its_roles(
             assert code != REFUSED_AT_HANDSHAKE, role
         else:
             assert code == grpc.StatusCode.PERMISSION_DENIED, role
+
+
+def test_a_refusal_says_why_in_the_rich_error_model(
+    plane: dict[str, str], strangers: dict[str, TlsFiles]
+) -> None:
+    """A client tells a wrong role from a stranger by ErrorInfo's reason (domain
+    gpufleet.dev), as it reads every other error of ours — not by parsing the message."""
+    door = next(d for d in doors() if d.path == "/gpufleet.v1.JobService/GetJob")
+    address = plane[SERVED_BY[door.service][0]]
+    trust = tls.authority().ca_path.read_bytes()
+    request_cls = message_factory.GetMessageClass(door.method.input_type)
+    response_cls = message_factory.GetMessageClass(door.method.output_type)
+
+    def refused(files: TlsFiles) -> rich_errors.Refusal:
+        with channel_as(address, door.service, files, trust) as ch:
+            get_job = ch.unary_unary(
+                door.path,
+                request_serializer=request_cls.SerializeToString,
+                response_deserializer=response_cls.FromString,
+            )
+            return rich_errors.refusal(get_job, request_cls(job_id="j-1"))
+
+    wrong_role = refused(tls.files(who(Role.GATEWAY)))
+    assert (wrong_role.code, wrong_role.reason, wrong_role.domain) == (
+        grpc.StatusCode.PERMISSION_DENIED,
+        "WRONG_ROLE",
+        "gpufleet.dev",
+    )
+    assert "may not call" in wrong_role.message
+    stranger = refused(strangers["other_deployment"])
+    assert (stranger.code, stranger.reason) == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")

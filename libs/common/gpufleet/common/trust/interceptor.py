@@ -19,9 +19,11 @@ from typing import Any
 import grpc
 
 from gpufleet.common.aio_handlers import responses
+from gpufleet.common.errors import GpufleetError, PermissionDenied, Unauthenticated
 from gpufleet.common.handler_cache import WrappedHandlers
 from gpufleet.common.metrics.catalog import AUTH_REFUSALS
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
+from gpufleet.common.rich_status import status_of
 from gpufleet.common.trust import authz
 from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.peer import certificate_pem, identity_from_auth_context
@@ -34,10 +36,18 @@ _ALLOWED_MAX = 4096
 
 
 class Refused(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    """A refusal, carrying the error a caller reads: its code, its message and its
+    ErrorInfo reason (``UNAUTHENTICATED``, ``NO_RULE``, ``WRONG_ROLE``; domain
+    ``gpufleet.dev``), sent as the rich status every other error of ours is."""
+
+    def __init__(self, error: GpufleetError) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.code = error.code
+        self.message = error.message
+
+    def status(self) -> grpc.Status:
+        return status_of(self.error)
 
 
 class Gate:
@@ -82,13 +92,15 @@ class Gate:
         if identity is None or identity.deployment != self.deployment:
             self._refuse(method, "unauthenticated", peer, str(identity) if identity else "no identity")
             raise Refused(
-                grpc.StatusCode.UNAUTHENTICATED,
-                f"{method}: the caller's certificate names no identity of deployment {self.deployment}",
+                Unauthenticated(
+                    f"{method}: the caller's certificate names no identity of deployment {self.deployment}",
+                    reason="UNAUTHENTICATED",
+                )
             )
         decision = authz.decide(method, identity, self.rules)
         if not decision.allowed:
             self._refuse(method, decision.verdict.value, peer, str(identity))
-            raise Refused(grpc.StatusCode.PERMISSION_DENIED, decision.reason)
+            raise Refused(PermissionDenied(decision.reason, reason=decision.verdict.name))
         return identity
 
     def _refuse(self, method: str, reason: str, peer: str, who: str) -> None:
@@ -128,7 +140,9 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
             try:
                 gate.check(method, context.auth_context(), context.peer())
             except Refused as refused:
-                context.abort(refused.code, refused.message)
+                status = refused.status()
+                context.set_trailing_metadata(status.trailing_metadata)
+                context.abort(status.code, status.details)
 
         if handler.unary_unary:
             inner = handler.unary_unary
@@ -192,7 +206,8 @@ class AioAuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[m
             try:
                 gate.check(method, context.auth_context(), context.peer())
             except Refused as refused:
-                await context.abort(refused.code, refused.message)
+                status = refused.status()
+                await context.abort(status.code, status.details, status.trailing_metadata)
 
         if handler.unary_unary:
             inner = handler.unary_unary
