@@ -86,10 +86,9 @@ def instant(expr: str, legend: str = "__auto", ref_id: str = "A") -> prometheus.
 
 
 def prometheus_labels(metric: Metric) -> frozenset[str]:
-    """A metric's label names as Prometheus stores them: the exporter turns every character a
-    Prometheus label may not hold into ``_`` (a semantic convention's ``rpc.method`` is
-    ``rpc_method``)."""
-    return frozenset(re.sub(r"[^a-zA-Z0-9_]", "_", key) for key in metric.label_keys)
+    """A metric's label names as Prometheus stores them (the catalogue's ``Label.prometheus_key``:
+    a semantic convention's ``rpc.method`` is ``rpc_method``)."""
+    return frozenset(label.prometheus_key for label in metric.labels)
 
 
 def _labels(metric: Metric, by: Sequence[str]) -> str:

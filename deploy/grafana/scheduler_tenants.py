@@ -261,8 +261,8 @@ def dashboard() -> Dashboard:
         .with_panel(
             p.graph(
                 "Database statement latency by operation",
-                "p95 of each SQL statement run through SQLAlchemy, at the driver, by verb "
-                "(SubmitJob's own statements and bulk COPYs are not counted).",
+                "p95 of each SQL statement at the driver, by verb "
+                "(SubmitJob's own statements and bulk COPYs included).",
                 p.quantile_queries(m.DB_CLIENT_OPERATION_DURATION, ["db_operation_name"], quantiles=(0.95,)),
                 unit="s",
             )
