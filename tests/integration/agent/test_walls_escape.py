@@ -88,7 +88,10 @@ def job(attempt_id: str, role: str, *, slot: int, params: dict[str, object] | No
 
 
 def log_of(agent: AgentProcess, attempt_id: str) -> str:
-    for folder in ("finished", "attempts"):
+    """The attempt's log wherever it is. The agent files a folder away (one rename) just
+    after its completion is acknowledged, so it can move between the two looks: finished is
+    looked in again last, and a log is never missed in mid-move."""
+    for folder in ("finished", "attempts", "finished"):
         path = agent.state_dir / folder / attempt_id / "job.log"
         if path.exists():
             return path.read_text()

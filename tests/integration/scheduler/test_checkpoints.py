@@ -28,7 +28,14 @@ from tests.support.fleet_rows import add_machine
 from tests.support.moto_server import MotoServer, start_moto_server
 from tests.support.procs import ServiceProcess, start_service
 
-NOW = datetime.now(UTC)
+
+def now() -> datetime:
+    """The time of each row, taken when it is written: the module is imported at collection,
+    minutes before its last test runs, and a lease from then has run out by then (the
+    scheduler's tick would mark the attempt LOST under the test)."""
+    return datetime.now(UTC)
+
+
 PART = 1 << 20
 
 
@@ -93,8 +100,8 @@ def attempt(
                 pipeline_version="2026.12.0",
                 tenant_values={},
                 state="RUNNING",
-                created_at=NOW,
-                updated_at=NOW,
+                created_at=now(),
+                updated_at=now(),
             )
         )
         s.flush()
@@ -106,8 +113,8 @@ def attempt(
                 slot=0,
                 slots=2,
                 state=state,
-                started_at=NOW,
-                lease_expires_at=NOW + timedelta(minutes=5),
+                started_at=now(),
+                lease_expires_at=now() + timedelta(minutes=5),
             )
         )
     return attempt_id
@@ -181,7 +188,7 @@ def test_a_checkpoint_sent_in_parts_is_kept_and_read_back_by_the_next_attempt(
     store: CheckpointBackend,
     scheduler_with_store: ServiceProcess,
 ) -> None:
-    machine = add_machine(sessions, NOW, pool_id="l4")
+    machine = add_machine(sessions, now(), pool_id="l4")
     first = attempt(sessions, machine)
     blob = bytes(range(256)) * (PART // 256) * 2 + b"tail"  # three parts, the last short
     assert send(stub, machine, first, blob) == 1
@@ -193,9 +200,9 @@ def test_a_checkpoint_sent_in_parts_is_kept_and_read_back_by_the_next_attempt(
     # The job's next attempt, on another machine, reads it back whole.
     with sessions() as s, s.begin():
         a = s.get_one(models.Attempt, first)
-        a.state, a.ended_at = "LOST", NOW
+        a.state, a.ended_at = "LOST", now()
         job_id = a.job_id
-        other = add_machine(sessions, NOW, pool_id="l4")
+        other = add_machine(sessions, now(), pool_id="l4")
         second = str(uuid.uuid4())
         s.add(
             models.Attempt(
@@ -205,8 +212,8 @@ def test_a_checkpoint_sent_in_parts_is_kept_and_read_back_by_the_next_attempt(
                 slot=0,
                 slots=2,
                 state="STARTING",
-                started_at=NOW,
-                lease_expires_at=NOW + timedelta(minutes=5),
+                started_at=now(),
+                lease_expires_at=now() + timedelta(minutes=5),
                 checkpoint_id=kept.id,
             )
         )
@@ -230,7 +237,7 @@ def test_a_checkpoint_sent_in_parts_is_kept_and_read_back_by_the_next_attempt(
 def test_only_the_newest_two_of_a_job_are_kept(
     sessions: sessionmaker[Session], stub: worker_service_pb2_grpc.WorkerServiceStub, store: CheckpointBackend
 ) -> None:
-    machine = add_machine(sessions, NOW, pool_id="l4")
+    machine = add_machine(sessions, now(), pool_id="l4")
     a = attempt(sessions, machine)
     for n in range(1, 5):
         assert send(stub, machine, a, f"progress {n}".encode()) == n
@@ -247,7 +254,7 @@ def test_only_the_newest_two_of_a_job_are_kept(
 def test_a_retried_part_is_accepted_and_a_gap_is_refused(
     sessions: sessionmaker[Session], stub: worker_service_pb2_grpc.WorkerServiceStub, store: CheckpointBackend
 ) -> None:
-    machine = add_machine(sessions, NOW, pool_id="l4")
+    machine = add_machine(sessions, now(), pool_id="l4")
     a = attempt(sessions, machine)
     upload = str(uuid.uuid4())
 
@@ -301,7 +308,7 @@ def test_a_part_from_the_wrong_caller_is_refused_naming_its_field(
     field: str,
     code: grpc.StatusCode,
 ) -> None:
-    machine = add_machine(sessions, NOW, pool_id="l4")
+    machine = add_machine(sessions, now(), pool_id="l4")
     caller, upload = machine, str(uuid.uuid4())
     a = attempt(
         sessions,
@@ -310,7 +317,7 @@ def test_a_part_from_the_wrong_caller_is_refused_naming_its_field(
         state="SUCCEEDED" if setup == "ended" else "RUNNING",
     )
     if setup == "other_machine":
-        caller = add_machine(sessions, NOW, pool_id="l4")
+        caller = add_machine(sessions, now(), pool_id="l4")
     if setup == "unknown":
         a = str(uuid.uuid4())
     if setup == "bad_upload_id":
