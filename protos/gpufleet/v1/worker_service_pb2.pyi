@@ -86,12 +86,14 @@ class ReportHeartbeatRequest(_message.Message):
     def __init__(self, machine_id: _Optional[str] = ..., running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ..., report_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ReportHeartbeatResponse(_message.Message):
-    __slots__ = ("lease_expire_time", "cancel_attempt_ids")
+    __slots__ = ("lease_expire_time", "cancel_attempt_ids", "lease_s")
     LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     CANCEL_ATTEMPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_S_FIELD_NUMBER: _ClassVar[int]
     lease_expire_time: _timestamp_pb2.Timestamp
     cancel_attempt_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cancel_attempt_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    lease_s: float
+    def __init__(self, lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cancel_attempt_ids: _Optional[_Iterable[str]] = ..., lease_s: _Optional[float] = ...) -> None: ...
 
 class ReportCompletionRequest(_message.Message):
     __slots__ = ("machine_id", "attempt_id", "outcome", "exit_code", "slot_seconds", "message", "slot_not_closed")
