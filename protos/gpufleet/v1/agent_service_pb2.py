@@ -24,9 +24,10 @@ _sym_db = _symbol_database.Default()
 
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from gpufleet.v1 import machine_pb2 as gpufleet_dot_v1_dot_machine__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fgpufleet/v1/agent_service.proto\x12\x0bgpufleet.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0e\n\x0cProbeRequest\"\xa1\x01\n\rProbeResponse\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x15\n\ragent_version\x18\x02 \x01(\t\x12\x14\n\x0cworker_alive\x18\x03 \x01(\x08\x12\x18\n\x10startup_complete\x18\x04 \x01(\x08\x12\x15\n\rstartup_error\x18\x05 \x01(\t\x12\r\n\x05slots\x18\x06 \x01(\x05\x12\x0f\n\x07sampler\x18\x07 \x01(\t\"E\n\x18SampleUtilizationRequest\x12)\n\x06window\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xbc\x01\n\x19SampleUtilizationResponse\x12\x1f\n\x17gpu_utilization_percent\x18\x01 \x01(\x01\x12\x18\n\x10running_attempts\x18\x02 \x01(\x05\x12\"\n\x1arequests_since_last_sample\x18\x03 \x01(\x03\x12\x0f\n\x07sampler\x18\x04 \x01(\t\x12/\n\x0bsample_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8e\x05\n\x1b\x41gentServiceStartJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0c\n\x04slot\x18\x04 \x01(\x05\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\x18\n\x10pipeline_version\x18\x06 \x01(\t\x12Q\n\rtenant_values\x18\x07 \x03(\x0b\x32:.gpufleet.v1.AgentServiceStartJobRequest.TenantValuesEntry\x12-\n\ntime_limit\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tworkspace\x18\t \x01(\t\x12\r\n\x05slots\x18\n \x01(\x05\x12\x18\n\x10outbound_network\x18\x0b \x01(\x08\x12\x1a\n\x12memory_limit_bytes\x18\x0c \x01(\x03\x12\x12\n\npids_limit\x18\r \x01(\x05\x12\x18\n\x10keeps_checkpoint\x18\x0e \x01(\x08\x12\x15\n\rcheckpoint_id\x18\x0f \x01(\t\x12\x19\n\x11\x63heckpoint_sha256\x18\x10 \x01(\t\x12\x1d\n\x15\x63heckpoint_size_bytes\x18\x11 \x01(\x03\x12\x44\n\x06tokens\x18\x12 \x03(\x0b\x32\x34.gpufleet.v1.AgentServiceStartJobRequest.TokensEntry\x1a\x33\n\x11TenantValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bTokensEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\x1c\x41gentServiceStartJobResponse\x12\x17\n\x0f\x61lready_running\x18\x01 \x01(\x08\"J\n\x10StartJobsRequest\x12\x36\n\x04jobs\x18\x01 \x03(\x0b\x32(.gpufleet.v1.AgentServiceStartJobRequest\"\\\n\x0eStartJobResult\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x17\n\x0f\x61lready_running\x18\x02 \x01(\x08\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\"A\n\x11StartJobsResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.gpufleet.v1.StartJobResult\"B\n\x1c\x41gentServiceCancelJobRequest\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"4\n\x1d\x41gentServiceCancelJobResponse\x12\x13\n\x0bwas_running\x18\x01 \x01(\x08\"w\n\x06Runner\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0c\n\x04slot\x18\x03 \x01(\x05\x12\x0b\n\x03pid\x18\x04 \x01(\x05\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x12ListRunnersRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"T\n\x13ListRunnersResponse\x12$\n\x07runners\x18\x01 \x03(\x0b\x32\x13.gpufleet.v1.Runner\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"J\n\x11ReadJobLogRequest\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\"6\n\x12ReadJobLogResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nend_of_log\x18\x02 \x01(\x08\x32\xe4\x04\n\x0c\x41gentService\x12>\n\x05Probe\x12\x19.gpufleet.v1.ProbeRequest\x1a\x1a.gpufleet.v1.ProbeResponse\x12\x62\n\x11SampleUtilization\x12%.gpufleet.v1.SampleUtilizationRequest\x1a&.gpufleet.v1.SampleUtilizationResponse\x12_\n\x08StartJob\x12(.gpufleet.v1.AgentServiceStartJobRequest\x1a).gpufleet.v1.AgentServiceStartJobResponse\x12J\n\tStartJobs\x12\x1d.gpufleet.v1.StartJobsRequest\x1a\x1e.gpufleet.v1.StartJobsResponse\x12\x62\n\tCancelJob\x12).gpufleet.v1.AgentServiceCancelJobRequest\x1a*.gpufleet.v1.AgentServiceCancelJobResponse\x12P\n\x0bListRunners\x12\x1f.gpufleet.v1.ListRunnersRequest\x1a .gpufleet.v1.ListRunnersResponse\x12M\n\nReadJobLog\x12\x1e.gpufleet.v1.ReadJobLogRequest\x1a\x1f.gpufleet.v1.ReadJobLogResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fgpufleet/v1/agent_service.proto\x12\x0bgpufleet.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19gpufleet/v1/machine.proto\"\x0e\n\x0cProbeRequest\"\xcd\x01\n\rProbeResponse\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x15\n\ragent_version\x18\x02 \x01(\t\x12\x14\n\x0cworker_alive\x18\x03 \x01(\x08\x12\x18\n\x10startup_complete\x18\x04 \x01(\x08\x12\x15\n\rstartup_error\x18\x05 \x01(\t\x12\r\n\x05slots\x18\x06 \x01(\x05\x12\x0f\n\x07sampler\x18\x07 \x01(\t\x12*\n\ngpu_health\x18\x08 \x01(\x0b\x32\x16.gpufleet.v1.GpuHealth\"E\n\x18SampleUtilizationRequest\x12)\n\x06window\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xaa\x02\n\x19SampleUtilizationResponse\x12\x1f\n\x17gpu_utilization_percent\x18\x01 \x01(\x01\x12\x18\n\x10running_attempts\x18\x02 \x01(\x05\x12\"\n\x1arequests_since_last_sample\x18\x03 \x01(\x03\x12\x0f\n\x07sampler\x18\x04 \x01(\t\x12/\n\x0bsample_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12#\n\x1b\x65ncoder_utilization_percent\x18\x06 \x01(\x01\x12#\n\x1b\x64\x65\x63oder_utilization_percent\x18\x07 \x01(\x01\x12\"\n\x1amemory_utilization_percent\x18\x08 \x01(\x01\"\x8e\x05\n\x1b\x41gentServiceStartJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0c\n\x04slot\x18\x04 \x01(\x05\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\x18\n\x10pipeline_version\x18\x06 \x01(\t\x12Q\n\rtenant_values\x18\x07 \x03(\x0b\x32:.gpufleet.v1.AgentServiceStartJobRequest.TenantValuesEntry\x12-\n\ntime_limit\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tworkspace\x18\t \x01(\t\x12\r\n\x05slots\x18\n \x01(\x05\x12\x18\n\x10outbound_network\x18\x0b \x01(\x08\x12\x1a\n\x12memory_limit_bytes\x18\x0c \x01(\x03\x12\x12\n\npids_limit\x18\r \x01(\x05\x12\x18\n\x10keeps_checkpoint\x18\x0e \x01(\x08\x12\x15\n\rcheckpoint_id\x18\x0f \x01(\t\x12\x19\n\x11\x63heckpoint_sha256\x18\x10 \x01(\t\x12\x1d\n\x15\x63heckpoint_size_bytes\x18\x11 \x01(\x03\x12\x44\n\x06tokens\x18\x12 \x03(\x0b\x32\x34.gpufleet.v1.AgentServiceStartJobRequest.TokensEntry\x1a\x33\n\x11TenantValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bTokensEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\x1c\x41gentServiceStartJobResponse\x12\x17\n\x0f\x61lready_running\x18\x01 \x01(\x08\"J\n\x10StartJobsRequest\x12\x36\n\x04jobs\x18\x01 \x03(\x0b\x32(.gpufleet.v1.AgentServiceStartJobRequest\"\\\n\x0eStartJobResult\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x17\n\x0f\x61lready_running\x18\x02 \x01(\x08\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\"A\n\x11StartJobsResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.gpufleet.v1.StartJobResult\"B\n\x1c\x41gentServiceCancelJobRequest\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"4\n\x1d\x41gentServiceCancelJobResponse\x12\x13\n\x0bwas_running\x18\x01 \x01(\x08\"w\n\x06Runner\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0c\n\x04slot\x18\x03 \x01(\x05\x12\x0b\n\x03pid\x18\x04 \x01(\x05\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x12ListRunnersRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"T\n\x13ListRunnersResponse\x12$\n\x07runners\x18\x01 \x03(\x0b\x32\x13.gpufleet.v1.Runner\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"J\n\x11ReadJobLogRequest\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\"6\n\x12ReadJobLogResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nend_of_log\x18\x02 \x01(\x08\x32\xe4\x04\n\x0c\x41gentService\x12>\n\x05Probe\x12\x19.gpufleet.v1.ProbeRequest\x1a\x1a.gpufleet.v1.ProbeResponse\x12\x62\n\x11SampleUtilization\x12%.gpufleet.v1.SampleUtilizationRequest\x1a&.gpufleet.v1.SampleUtilizationResponse\x12_\n\x08StartJob\x12(.gpufleet.v1.AgentServiceStartJobRequest\x1a).gpufleet.v1.AgentServiceStartJobResponse\x12J\n\tStartJobs\x12\x1d.gpufleet.v1.StartJobsRequest\x1a\x1e.gpufleet.v1.StartJobsResponse\x12\x62\n\tCancelJob\x12).gpufleet.v1.AgentServiceCancelJobRequest\x1a*.gpufleet.v1.AgentServiceCancelJobResponse\x12P\n\x0bListRunners\x12\x1f.gpufleet.v1.ListRunnersRequest\x1a .gpufleet.v1.ListRunnersResponse\x12M\n\nReadJobLog\x12\x1e.gpufleet.v1.ReadJobLogRequest\x1a\x1f.gpufleet.v1.ReadJobLogResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,42 +38,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_AGENTSERVICESTARTJOBREQUEST_TENANTVALUESENTRY']._serialized_options = b'8\001'
   _globals['_AGENTSERVICESTARTJOBREQUEST_TOKENSENTRY']._loaded_options = None
   _globals['_AGENTSERVICESTARTJOBREQUEST_TOKENSENTRY']._serialized_options = b'8\001'
-  _globals['_PROBEREQUEST']._serialized_start=113
-  _globals['_PROBEREQUEST']._serialized_end=127
-  _globals['_PROBERESPONSE']._serialized_start=130
-  _globals['_PROBERESPONSE']._serialized_end=291
-  _globals['_SAMPLEUTILIZATIONREQUEST']._serialized_start=293
-  _globals['_SAMPLEUTILIZATIONREQUEST']._serialized_end=362
-  _globals['_SAMPLEUTILIZATIONRESPONSE']._serialized_start=365
-  _globals['_SAMPLEUTILIZATIONRESPONSE']._serialized_end=553
-  _globals['_AGENTSERVICESTARTJOBREQUEST']._serialized_start=556
-  _globals['_AGENTSERVICESTARTJOBREQUEST']._serialized_end=1210
-  _globals['_AGENTSERVICESTARTJOBREQUEST_TENANTVALUESENTRY']._serialized_start=1112
-  _globals['_AGENTSERVICESTARTJOBREQUEST_TENANTVALUESENTRY']._serialized_end=1163
-  _globals['_AGENTSERVICESTARTJOBREQUEST_TOKENSENTRY']._serialized_start=1165
-  _globals['_AGENTSERVICESTARTJOBREQUEST_TOKENSENTRY']._serialized_end=1210
-  _globals['_AGENTSERVICESTARTJOBRESPONSE']._serialized_start=1212
-  _globals['_AGENTSERVICESTARTJOBRESPONSE']._serialized_end=1267
-  _globals['_STARTJOBSREQUEST']._serialized_start=1269
-  _globals['_STARTJOBSREQUEST']._serialized_end=1343
-  _globals['_STARTJOBRESULT']._serialized_start=1345
-  _globals['_STARTJOBRESULT']._serialized_end=1437
-  _globals['_STARTJOBSRESPONSE']._serialized_start=1439
-  _globals['_STARTJOBSRESPONSE']._serialized_end=1504
-  _globals['_AGENTSERVICECANCELJOBREQUEST']._serialized_start=1506
-  _globals['_AGENTSERVICECANCELJOBREQUEST']._serialized_end=1572
-  _globals['_AGENTSERVICECANCELJOBRESPONSE']._serialized_start=1574
-  _globals['_AGENTSERVICECANCELJOBRESPONSE']._serialized_end=1626
-  _globals['_RUNNER']._serialized_start=1628
-  _globals['_RUNNER']._serialized_end=1747
-  _globals['_LISTRUNNERSREQUEST']._serialized_start=1749
-  _globals['_LISTRUNNERSREQUEST']._serialized_end=1808
-  _globals['_LISTRUNNERSRESPONSE']._serialized_start=1810
-  _globals['_LISTRUNNERSRESPONSE']._serialized_end=1894
-  _globals['_READJOBLOGREQUEST']._serialized_start=1896
-  _globals['_READJOBLOGREQUEST']._serialized_end=1970
-  _globals['_READJOBLOGRESPONSE']._serialized_start=1972
-  _globals['_READJOBLOGRESPONSE']._serialized_end=2026
-  _globals['_AGENTSERVICE']._serialized_start=2029
-  _globals['_AGENTSERVICE']._serialized_end=2641
+  _globals['_PROBEREQUEST']._serialized_start=140
+  _globals['_PROBEREQUEST']._serialized_end=154
+  _globals['_PROBERESPONSE']._serialized_start=157
+  _globals['_PROBERESPONSE']._serialized_end=362
+  _globals['_SAMPLEUTILIZATIONREQUEST']._serialized_start=364
+  _globals['_SAMPLEUTILIZATIONREQUEST']._serialized_end=433
+  _globals['_SAMPLEUTILIZATIONRESPONSE']._serialized_start=436
+  _globals['_SAMPLEUTILIZATIONRESPONSE']._serialized_end=734
+  _globals['_AGENTSERVICESTARTJOBREQUEST']._serialized_start=737
+  _globals['_AGENTSERVICESTARTJOBREQUEST']._serialized_end=1391
+  _globals['_AGENTSERVICESTARTJOBREQUEST_TENANTVALUESENTRY']._serialized_start=1293
+  _globals['_AGENTSERVICESTARTJOBREQUEST_TENANTVALUESENTRY']._serialized_end=1344
+  _globals['_AGENTSERVICESTARTJOBREQUEST_TOKENSENTRY']._serialized_start=1346
+  _globals['_AGENTSERVICESTARTJOBREQUEST_TOKENSENTRY']._serialized_end=1391
+  _globals['_AGENTSERVICESTARTJOBRESPONSE']._serialized_start=1393
+  _globals['_AGENTSERVICESTARTJOBRESPONSE']._serialized_end=1448
+  _globals['_STARTJOBSREQUEST']._serialized_start=1450
+  _globals['_STARTJOBSREQUEST']._serialized_end=1524
+  _globals['_STARTJOBRESULT']._serialized_start=1526
+  _globals['_STARTJOBRESULT']._serialized_end=1618
+  _globals['_STARTJOBSRESPONSE']._serialized_start=1620
+  _globals['_STARTJOBSRESPONSE']._serialized_end=1685
+  _globals['_AGENTSERVICECANCELJOBREQUEST']._serialized_start=1687
+  _globals['_AGENTSERVICECANCELJOBREQUEST']._serialized_end=1753
+  _globals['_AGENTSERVICECANCELJOBRESPONSE']._serialized_start=1755
+  _globals['_AGENTSERVICECANCELJOBRESPONSE']._serialized_end=1807
+  _globals['_RUNNER']._serialized_start=1809
+  _globals['_RUNNER']._serialized_end=1928
+  _globals['_LISTRUNNERSREQUEST']._serialized_start=1930
+  _globals['_LISTRUNNERSREQUEST']._serialized_end=1989
+  _globals['_LISTRUNNERSRESPONSE']._serialized_start=1991
+  _globals['_LISTRUNNERSRESPONSE']._serialized_end=2075
+  _globals['_READJOBLOGREQUEST']._serialized_start=2077
+  _globals['_READJOBLOGREQUEST']._serialized_end=2151
+  _globals['_READJOBLOGRESPONSE']._serialized_start=2153
+  _globals['_READJOBLOGRESPONSE']._serialized_end=2207
+  _globals['_AGENTSERVICE']._serialized_start=2210
+  _globals['_AGENTSERVICE']._serialized_end=2822
 # @@protoc_insertion_point(module_scope)

@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from gpufleet.v1 import machine_pb2 as _machine_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -15,7 +16,7 @@ class ProbeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ProbeResponse(_message.Message):
-    __slots__ = ("machine_id", "agent_version", "worker_alive", "startup_complete", "startup_error", "slots", "sampler")
+    __slots__ = ("machine_id", "agent_version", "worker_alive", "startup_complete", "startup_error", "slots", "sampler", "gpu_health")
     MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     WORKER_ALIVE_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +24,7 @@ class ProbeResponse(_message.Message):
     STARTUP_ERROR_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     SAMPLER_FIELD_NUMBER: _ClassVar[int]
+    GPU_HEALTH_FIELD_NUMBER: _ClassVar[int]
     machine_id: str
     agent_version: str
     worker_alive: bool
@@ -30,7 +32,8 @@ class ProbeResponse(_message.Message):
     startup_error: str
     slots: int
     sampler: str
-    def __init__(self, machine_id: _Optional[str] = ..., agent_version: _Optional[str] = ..., worker_alive: _Optional[bool] = ..., startup_complete: _Optional[bool] = ..., startup_error: _Optional[str] = ..., slots: _Optional[int] = ..., sampler: _Optional[str] = ...) -> None: ...
+    gpu_health: _machine_pb2.GpuHealth
+    def __init__(self, machine_id: _Optional[str] = ..., agent_version: _Optional[str] = ..., worker_alive: _Optional[bool] = ..., startup_complete: _Optional[bool] = ..., startup_error: _Optional[str] = ..., slots: _Optional[int] = ..., sampler: _Optional[str] = ..., gpu_health: _Optional[_Union[_machine_pb2.GpuHealth, _Mapping]] = ...) -> None: ...
 
 class SampleUtilizationRequest(_message.Message):
     __slots__ = ("window",)
@@ -39,18 +42,24 @@ class SampleUtilizationRequest(_message.Message):
     def __init__(self, window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SampleUtilizationResponse(_message.Message):
-    __slots__ = ("gpu_utilization_percent", "running_attempts", "requests_since_last_sample", "sampler", "sample_time")
+    __slots__ = ("gpu_utilization_percent", "running_attempts", "requests_since_last_sample", "sampler", "sample_time", "encoder_utilization_percent", "decoder_utilization_percent", "memory_utilization_percent")
     GPU_UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_SINCE_LAST_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     SAMPLER_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ENCODER_UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    DECODER_UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
     gpu_utilization_percent: float
     running_attempts: int
     requests_since_last_sample: int
     sampler: str
     sample_time: _timestamp_pb2.Timestamp
-    def __init__(self, gpu_utilization_percent: _Optional[float] = ..., running_attempts: _Optional[int] = ..., requests_since_last_sample: _Optional[int] = ..., sampler: _Optional[str] = ..., sample_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    encoder_utilization_percent: float
+    decoder_utilization_percent: float
+    memory_utilization_percent: float
+    def __init__(self, gpu_utilization_percent: _Optional[float] = ..., running_attempts: _Optional[int] = ..., requests_since_last_sample: _Optional[int] = ..., sampler: _Optional[str] = ..., sample_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., encoder_utilization_percent: _Optional[float] = ..., decoder_utilization_percent: _Optional[float] = ..., memory_utilization_percent: _Optional[float] = ...) -> None: ...
 
 class AgentServiceStartJobRequest(_message.Message):
     __slots__ = ("request_id", "attempt_id", "job_id", "slot", "kind", "pipeline_version", "tenant_values", "time_limit", "workspace", "slots", "outbound_network", "memory_limit_bytes", "pids_limit", "keeps_checkpoint", "checkpoint_id", "checkpoint_sha256", "checkpoint_size_bytes", "tokens")

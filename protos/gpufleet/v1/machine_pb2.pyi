@@ -1,10 +1,11 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -62,6 +63,20 @@ class LivenessChannel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LIVENESS_CHANNEL_PROVIDER: _ClassVar[LivenessChannel]
     LIVENESS_CHANNEL_PROBE: _ClassVar[LivenessChannel]
     LIVENESS_CHANNEL_WORKER: _ClassVar[LivenessChannel]
+
+class GpuHealthState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GPU_HEALTH_STATE_UNSPECIFIED: _ClassVar[GpuHealthState]
+    GPU_HEALTH_STATE_UNMONITORED: _ClassVar[GpuHealthState]
+    GPU_HEALTH_STATE_OK: _ClassVar[GpuHealthState]
+    GPU_HEALTH_STATE_WARNING: _ClassVar[GpuHealthState]
+    GPU_HEALTH_STATE_CRITICAL: _ClassVar[GpuHealthState]
+
+class GpuFindingSeverity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GPU_FINDING_SEVERITY_UNSPECIFIED: _ClassVar[GpuFindingSeverity]
+    GPU_FINDING_SEVERITY_WARNING: _ClassVar[GpuFindingSeverity]
+    GPU_FINDING_SEVERITY_CRITICAL: _ClassVar[GpuFindingSeverity]
 PROVIDER_UNSPECIFIED: Provider
 PROVIDER_GCP: Provider
 PROVIDER_AWS: Provider
@@ -95,6 +110,42 @@ LIVENESS_CHANNEL_UNSPECIFIED: LivenessChannel
 LIVENESS_CHANNEL_PROVIDER: LivenessChannel
 LIVENESS_CHANNEL_PROBE: LivenessChannel
 LIVENESS_CHANNEL_WORKER: LivenessChannel
+GPU_HEALTH_STATE_UNSPECIFIED: GpuHealthState
+GPU_HEALTH_STATE_UNMONITORED: GpuHealthState
+GPU_HEALTH_STATE_OK: GpuHealthState
+GPU_HEALTH_STATE_WARNING: GpuHealthState
+GPU_HEALTH_STATE_CRITICAL: GpuHealthState
+GPU_FINDING_SEVERITY_UNSPECIFIED: GpuFindingSeverity
+GPU_FINDING_SEVERITY_WARNING: GpuFindingSeverity
+GPU_FINDING_SEVERITY_CRITICAL: GpuFindingSeverity
+
+class GpuFinding(_message.Message):
+    __slots__ = ("kind", "severity", "gpu_index", "code", "message", "first_seen_time", "count")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_FIELD_NUMBER: _ClassVar[int]
+    GPU_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_TIME_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    severity: GpuFindingSeverity
+    gpu_index: int
+    code: int
+    message: str
+    first_seen_time: _timestamp_pb2.Timestamp
+    count: int
+    def __init__(self, kind: _Optional[str] = ..., severity: _Optional[_Union[GpuFindingSeverity, str]] = ..., gpu_index: _Optional[int] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., first_seen_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., count: _Optional[int] = ...) -> None: ...
+
+class GpuHealth(_message.Message):
+    __slots__ = ("state", "findings", "read_time")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    READ_TIME_FIELD_NUMBER: _ClassVar[int]
+    state: GpuHealthState
+    findings: _containers.RepeatedCompositeFieldContainer[GpuFinding]
+    read_time: _timestamp_pb2.Timestamp
+    def __init__(self, state: _Optional[_Union[GpuHealthState, str]] = ..., findings: _Optional[_Iterable[_Union[GpuFinding, _Mapping]]] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Offering(_message.Message):
     __slots__ = ("name", "offering_id", "provider", "region", "zone", "instance_type", "gpu_model", "gpu_count", "slots", "capacity_type", "hourly_price_micros")
@@ -147,7 +198,7 @@ class IdleTimers(_message.Message):
     def __init__(self, stop_due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., destroy_due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Machine(_message.Message):
-    __slots__ = ("name", "machine_id", "pool", "offering", "origin", "managed", "workload_class", "state", "intent", "lost", "cordoned", "provider_instance_id", "agent_address", "liveness", "idle_timers", "requested_at", "provision_deadline_at", "first_observed_at", "state_changed_at", "slots_total", "slots_busy", "preemption_count", "spot_hours", "state_changed_by", "state_reason", "earmarked_for_job", "earmarked_at")
+    __slots__ = ("name", "machine_id", "pool", "offering", "origin", "managed", "workload_class", "state", "intent", "lost", "cordoned", "provider_instance_id", "agent_address", "liveness", "idle_timers", "requested_at", "provision_deadline_at", "first_observed_at", "state_changed_at", "slots_total", "slots_busy", "preemption_count", "spot_hours", "state_changed_by", "state_reason", "earmarked_for_job", "earmarked_at", "gpu_health")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +226,7 @@ class Machine(_message.Message):
     STATE_REASON_FIELD_NUMBER: _ClassVar[int]
     EARMARKED_FOR_JOB_FIELD_NUMBER: _ClassVar[int]
     EARMARKED_AT_FIELD_NUMBER: _ClassVar[int]
+    GPU_HEALTH_FIELD_NUMBER: _ClassVar[int]
     name: str
     machine_id: str
     pool: str
@@ -202,4 +254,5 @@ class Machine(_message.Message):
     state_reason: str
     earmarked_for_job: str
     earmarked_at: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., machine_id: _Optional[str] = ..., pool: _Optional[str] = ..., offering: _Optional[_Union[Offering, _Mapping]] = ..., origin: _Optional[_Union[MachineOrigin, str]] = ..., managed: _Optional[bool] = ..., workload_class: _Optional[_Union[WorkloadClass, str]] = ..., state: _Optional[_Union[MachineState, str]] = ..., intent: _Optional[_Union[MachineIntent, str]] = ..., lost: _Optional[bool] = ..., cordoned: _Optional[bool] = ..., provider_instance_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., liveness: _Optional[_Union[Liveness, _Mapping]] = ..., idle_timers: _Optional[_Union[IdleTimers, _Mapping]] = ..., requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., provision_deadline_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_observed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state_changed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slots_total: _Optional[int] = ..., slots_busy: _Optional[int] = ..., preemption_count: _Optional[int] = ..., spot_hours: _Optional[float] = ..., state_changed_by: _Optional[str] = ..., state_reason: _Optional[str] = ..., earmarked_for_job: _Optional[str] = ..., earmarked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    gpu_health: GpuHealth
+    def __init__(self, name: _Optional[str] = ..., machine_id: _Optional[str] = ..., pool: _Optional[str] = ..., offering: _Optional[_Union[Offering, _Mapping]] = ..., origin: _Optional[_Union[MachineOrigin, str]] = ..., managed: _Optional[bool] = ..., workload_class: _Optional[_Union[WorkloadClass, str]] = ..., state: _Optional[_Union[MachineState, str]] = ..., intent: _Optional[_Union[MachineIntent, str]] = ..., lost: _Optional[bool] = ..., cordoned: _Optional[bool] = ..., provider_instance_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., liveness: _Optional[_Union[Liveness, _Mapping]] = ..., idle_timers: _Optional[_Union[IdleTimers, _Mapping]] = ..., requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., provision_deadline_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_observed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state_changed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slots_total: _Optional[int] = ..., slots_busy: _Optional[int] = ..., preemption_count: _Optional[int] = ..., spot_hours: _Optional[float] = ..., state_changed_by: _Optional[str] = ..., state_reason: _Optional[str] = ..., earmarked_for_job: _Optional[str] = ..., earmarked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., gpu_health: _Optional[_Union[GpuHealth, _Mapping]] = ...) -> None: ...

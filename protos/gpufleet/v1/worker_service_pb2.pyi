@@ -76,14 +76,16 @@ class RunningAttempt(_message.Message):
     def __init__(self, attempt_id: _Optional[str] = ..., slot: _Optional[int] = ...) -> None: ...
 
 class ReportHeartbeatRequest(_message.Message):
-    __slots__ = ("machine_id", "running", "report_time")
+    __slots__ = ("machine_id", "running", "report_time", "gpu_health")
     MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     REPORT_TIME_FIELD_NUMBER: _ClassVar[int]
+    GPU_HEALTH_FIELD_NUMBER: _ClassVar[int]
     machine_id: str
     running: _containers.RepeatedCompositeFieldContainer[RunningAttempt]
     report_time: _timestamp_pb2.Timestamp
-    def __init__(self, machine_id: _Optional[str] = ..., running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ..., report_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    gpu_health: _machine_pb2.GpuHealth
+    def __init__(self, machine_id: _Optional[str] = ..., running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ..., report_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., gpu_health: _Optional[_Union[_machine_pb2.GpuHealth, _Mapping]] = ...) -> None: ...
 
 class ReportHeartbeatResponse(_message.Message):
     __slots__ = ("lease_expire_time", "cancel_attempt_ids", "lease_s")
