@@ -60,8 +60,16 @@ def run_up(args: argparse.Namespace) -> int:
     if args.scrape_interval <= 0:
         print("gpufleet: --scrape-interval is a positive number of seconds", file=sys.stderr)
         return 2
+    if args.database_url and "://" not in args.database_url:
+        print(
+            "gpufleet: --database-url is a SQLAlchemy URL such as "
+            "postgresql+psycopg://user@host:5432/gpufleet",
+            file=sys.stderr,
+        )
+        return 2
     config = StackConfig(
         state_dir=Path(args.state_dir).resolve(),
+        external_database_url=args.database_url,
         ports=ports,
         clock_speed=args.speed,
         log_format="json",
@@ -88,8 +96,9 @@ def run_up(args: argparse.Namespace) -> int:
             return 1
         if lock.stale_pid:
             print(f"  (the `gpufleet up` of pid {lock.stale_pid} ended without letting go of the folder)")
+        database = "SQLite" if not args.database_url else "database at --database-url"
         print(
-            f"gpufleet up — state in {config.state_dir} (SQLite + local machines), logs in "
+            f"gpufleet up — state in {config.state_dir} ({database} + local machines), logs in "
             f"{config.state_dir / 'logs'}",
             flush=True,
         )
@@ -178,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between two scrapes in the written <state dir>/prometheus.yml (default 15)",
     )
     up.add_argument("--speed", type=float, default=1.0, help="clock speed factor (1 = real time)")
+    up.add_argument(
+        "--database-url",
+        default=os.environ.get("GPUFLEET_DATABASE_URL", ""),
+        help="a PostgreSQL database (postgresql+psycopg://user@host:port/db) instead of the state "
+        "dir's SQLite file; migrated at start (default: GPUFLEET_DATABASE_URL, else SQLite)",
+    )
     up.set_defaults(func=run_up)
 
     demo = sub.add_parser("demo", help="run the system on a sped-up clock with a scripted scenario")

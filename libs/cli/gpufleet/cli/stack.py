@@ -1,5 +1,6 @@
 """Runs the whole system on the embedded default: every service its own process, real
-gRPC between them, one SQLite file, local machines.
+gRPC between them, one SQLite file (or a PostgreSQL database the operator names), local
+machines.
 
 The CLI never imports a service: it starts each one as ``python -m gpufleet.<name>`` with
 its settings in the environment, exactly as a deployment would.
@@ -48,6 +49,10 @@ class ClockMismatch(RuntimeError):
     """The state dir's clock runs at another speed than the one asked for."""
 
 
+class DatabaseUnreachable(RuntimeError):
+    """The operator's database cannot be read before the stack starts."""
+
+
 class PortsInUse(RuntimeError):
     """A port the stack would listen on is taken (another stack, or anything else)."""
 
@@ -76,6 +81,9 @@ class StackConfig:
     # Each service's metrics port; a service not named serves no metrics (the demo's).
     metrics_ports: dict[str, int] = field(default_factory=dict)
     scrape_interval_s: float = prometheus_config.DEFAULT_SCRAPE_INTERVAL_S
+    # A database of the operator's (``postgresql+psycopg://…``) instead of the state dir's
+    # SQLite file; empty: the SQLite file.
+    external_database_url: str = ""
 
     def address(self, service: str) -> str:
         return f"127.0.0.1:{self.ports[service]}"
@@ -92,7 +100,25 @@ class StackConfig:
 
     @property
     def database_url(self) -> str:
-        return f"sqlite:///{self.state_dir / 'gpufleet.sqlite'}"
+        return self.external_database_url or f"sqlite:///{self.state_dir / 'gpufleet.sqlite'}"
+
+    def database_has_run(self) -> bool:
+        """Whether a control plane already wrote to this database: the SQLite file exists,
+        or the PostgreSQL database holds the migrations' version table. Its times were then
+        written on some clock, which :meth:`Stack.keep_clock` must not contradict."""
+        if not self.external_database_url:
+            return (self.state_dir / "gpufleet.sqlite").exists()
+        from sqlalchemy import create_engine, inspect
+        from sqlalchemy.exc import SQLAlchemyError
+
+        engine = create_engine(self.external_database_url)
+        try:
+            with engine.connect() as conn:
+                return inspect(conn).has_table("alembic_version")
+        except SQLAlchemyError as exc:
+            raise DatabaseUnreachable(f"cannot read the database at --database-url: {exc}") from exc
+        finally:
+            engine.dispose()
 
 
 @dataclass
@@ -194,11 +220,12 @@ class Stack:
         same state dir would put them out of step, so it is refused — real time included:
         a folder that ran at speed 1 is refused at speed 10 and the other way round. A
         folder with a database and no clock.json ran at speed 1 (before real time was
-        written down too). Call it before the database is made."""
+        written down too); so did a PostgreSQL database (``--database-url``) already
+        migrated when the state dir has no clock.json. Call it before the database is made."""
         path = self.config.state_dir / "clock.json"
         if path.exists():
             stored = json.loads(path.read_text())
-        elif Path(self.config.database_url.removeprefix("sqlite:///")).exists():
+        elif self.config.database_has_run():
             stored = {"speed": 1.0, "origin": None}
         else:
             stored = None
