@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +17,7 @@ from gpufleet.agent.samplers import (
     choose_sampler,
 )
 from gpufleet.common.errors import Unavailable
+from tests.support.nvml_fake import FakeGpus, load_fake_pynvml
 
 
 class FakeActivity:
@@ -36,6 +38,9 @@ class FakeNvml:
     """The slice of pynvml the agent uses; readings[i][d] is device d's i-th reading."""
 
     class NVMLError(Exception):
+        pass
+
+    class NVMLError_NotSupported(NVMLError):
         pass
 
     def __init__(
@@ -76,6 +81,12 @@ class FakeNvml:
         self.reads += 1
         return SimpleNamespace(gpu=self.readings[row][handle], memory=0)
 
+    def nvmlDeviceGetEncoderUtilization(self, handle: int) -> list[int]:
+        return [0, 167000]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: int) -> list[int]:
+        raise self.NVMLError_NotSupported()  # a GPU without NVDEC reads 0
+
 
 def nvml_sampler(nvml: FakeNvml, activity: FakeActivity, pauses: list[float], readings: int) -> NvmlSampler:
     return NvmlSampler(nvml, activity, real_seconds=lambda s: s / 10, pause=pauses.append, readings=readings)
@@ -93,6 +104,31 @@ def test_nvml_averages_every_gpu_over_the_window() -> None:
     assert sample.sampler_name == "nvml"
     # Readings spread over the window's real duration (6 clock s -> 0.6 real s here).
     assert pauses == pytest.approx([0.2, 0.2])
+
+
+def test_nvml_sample_carries_encoder_decoder_and_memory(tmp_path: Path) -> None:
+    """An encode-bound phase: the SMs read 0 %, NVENC 60 % — the sample says so."""
+    gpus = FakeGpus(tmp_path / "nvml.json", devices=2)
+    gpus.set(0, gpu=0, encoder=60, decoder=10, memory=4)
+    gpus.set(1, gpu=0, encoder=20, decoder=0, memory=2)
+    nvml = load_fake_pynvml(gpus)
+    nvml.nvmlInit()
+    sampler = NvmlSampler(nvml, FakeActivity(), real_seconds=lambda s: s, pause=lambda s: None, readings=2)
+    sample = sampler.sample(timedelta(seconds=2))
+    assert sample.gpu_utilization_percent == 0
+    assert sample.encoder_utilization_percent == pytest.approx(40)
+    assert sample.decoder_utilization_percent == pytest.approx(5)
+    assert sample.memory_utilization_percent == pytest.approx(3)
+
+
+def test_a_lost_gpu_is_unavailable_not_idle(tmp_path: Path) -> None:
+    gpus = FakeGpus(tmp_path / "nvml.json")
+    nvml = load_fake_pynvml(gpus)
+    nvml.nvmlInit()
+    sampler = NvmlSampler(nvml, FakeActivity(), real_seconds=lambda s: s, pause=lambda s: None, readings=1)
+    gpus.set(0, lost=True)
+    with pytest.raises(Unavailable, match="GPU is lost"):
+        sampler.sample(timedelta(seconds=1))
 
 
 def test_nvml_read_failure_is_unavailable_not_idle() -> None:

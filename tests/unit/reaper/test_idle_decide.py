@@ -20,7 +20,12 @@ from gpufleet.reaper.idle_scanner import (
 from gpufleet.reaper.refusal import MachineSnapshot
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-POLICY = IdlePolicy(stop_after=timedelta(minutes=5), destroy_after=timedelta(hours=2), gpu_busy_percent=5.0)
+POLICY = IdlePolicy(
+    stop_after=timedelta(minutes=5),
+    destroy_after=timedelta(hours=2),
+    gpu_busy_percent=5.0,
+    engine_busy_percent=1.0,
+)
 EARLIER = NOW - timedelta(minutes=1)
 
 READY = MachineSnapshot(
@@ -34,6 +39,9 @@ READY = MachineSnapshot(
 )
 ARMED = replace(READY, stop_due_at=EARLIER + POLICY.stop_after, destroy_due_at=EARLIER + POLICY.destroy_after)
 QUIET = UtilisationSample(gpu_utilization_percent=4.9, running_attempts=0, requests_since_last_sample=0)
+UNDER_THE_FLOOR = replace(
+    QUIET, encoder_utilization_percent=0.9, decoder_utilization_percent=0.9, memory_utilization_percent=0.9
+)
 
 ARM = ArmIdleTimers(stop_due_at=NOW + timedelta(minutes=5), destroy_due_at=NOW + timedelta(hours=2))
 OK = ProbeSucceeded(NOW)
@@ -47,6 +55,35 @@ CASES: list[tuple[str, MachineSnapshot, UtilisationSample | None, list[IdleActio
         ARMED,
         replace(QUIET, gpu_utilization_percent=5.0),
         [OK, ClearIdleTimers()],
+    ),
+    (
+        "an encode-bound phase is traffic (SM 0 %, NVENC 60 %)",
+        ARMED,
+        replace(QUIET, gpu_utilization_percent=0.0, encoder_utilization_percent=60.0),
+        [OK, ClearIdleTimers()],
+    ),
+    (
+        "a decoder at the floor is traffic",
+        ARMED,
+        replace(QUIET, decoder_utilization_percent=1.0),
+        [OK, ClearIdleTimers()],
+    ),
+    (
+        "memory traffic at the floor clears even when nothing is armed",
+        READY,
+        replace(QUIET, memory_utilization_percent=1.0),
+        [OK, ClearIdleTimers()],
+    ),
+    (
+        "engines under the floor stay quiet",
+        READY,
+        replace(
+            QUIET,
+            encoder_utilization_percent=0.9,
+            decoder_utilization_percent=0.9,
+            memory_utilization_percent=0.9,
+        ),
+        [OK, ARM],
     ),
     ("a running attempt is traffic", ARMED, replace(QUIET, running_attempts=1), [OK, ClearIdleTimers()]),
     ("a request is traffic", ARMED, replace(QUIET, requests_since_last_sample=1), [OK, ClearIdleTimers()]),

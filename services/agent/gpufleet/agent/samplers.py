@@ -6,6 +6,11 @@ the GPUs through NVML (``nvidia-ml-py``; the only NVML code in gpufleet), and
 machine's running jobs would do to one. Either way a sample also carries the running
 attempts and the StartJob/CancelJob calls since the previous sample, so any traffic keeps
 a machine from being called idle, whatever the GPU reads.
+
+Besides the SM utilisation, a sample carries the video encoder (NVENC), decoder (NVDEC)
+and memory utilisation: an encode-bound phase of a video job can read near 0 % GPU
+utilisation while NVENC is busy (NVIDIA's exporter reports ``ENC_UTIL``/``DEC_UTIL``
+apart for the same reason), and the idle scanner counts each of them as traffic.
 """
 
 from __future__ import annotations
@@ -29,6 +34,23 @@ class Sample:
     running_attempts: int
     requests_since_last_sample: int
     sampler_name: str
+    encoder_utilization_percent: float = 0.0
+    decoder_utilization_percent: float = 0.0
+    memory_utilization_percent: float = 0.0
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One look at every GPU: each engine's mean over the devices, in percent."""
+
+    gpu: float
+    memory: float
+    encoder: float
+    decoder: float
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
 
 
 class MachineActivity(Protocol):
@@ -69,7 +91,8 @@ class RequestCounter:
 
 
 class NvmlSampler:
-    """Average GPU utilisation over every device, over several readings in the window.
+    """Average utilisation (SM, memory, NVENC, NVDEC) over every device, over several
+    readings in the window.
 
     NVML's own figure is a percentage of its last sample period, so readings are spread
     over the window in real time: ``real_seconds`` converts the clock window (a sped-up
@@ -94,13 +117,25 @@ class NvmlSampler:
         self.readings = max(1, readings)
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
 
-    def _read(self) -> float:
-        rates = [float(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu) for h in self.handles]
-        return sum(rates) / len(rates)
+    def _engine(self, read: Callable[[Any], list[int]], handle: Any) -> float:
+        """An NVENC/NVDEC reading; a GPU without that engine (NOT_SUPPORTED) reads 0."""
+        try:
+            return float(read(handle)[0])
+        except self.nvml.NVMLError_NotSupported:
+            return 0.0
+
+    def _read(self) -> Reading:
+        rates = [self.nvml.nvmlDeviceGetUtilizationRates(h) for h in self.handles]
+        return Reading(
+            gpu=_mean([float(r.gpu) for r in rates]),
+            memory=_mean([float(r.memory) for r in rates]),
+            encoder=_mean([self._engine(self.nvml.nvmlDeviceGetEncoderUtilization, h) for h in self.handles]),
+            decoder=_mean([self._engine(self.nvml.nvmlDeviceGetDecoderUtilization, h) for h in self.handles]),
+        )
 
     def sample(self, window: timedelta) -> Sample:
         interval = self.real_seconds(window.total_seconds()) / self.readings
-        values: list[float] = []
+        values: list[Reading] = []
         try:
             for index in range(self.readings):
                 if index:
@@ -110,10 +145,13 @@ class NvmlSampler:
             # A GPU that cannot be read is no evidence of idleness: the caller fails safe.
             raise Unavailable(f"NVML could not read utilisation: {err}") from err
         return Sample(
-            gpu_utilization_percent=sum(values) / len(values),
+            gpu_utilization_percent=_mean([v.gpu for v in values]),
             running_attempts=self.activity.running_attempts(),
             requests_since_last_sample=self.activity.take_requests(),
             sampler_name=self.name,
+            encoder_utilization_percent=_mean([v.encoder for v in values]),
+            decoder_utilization_percent=_mean([v.decoder for v in values]),
+            memory_utilization_percent=_mean([v.memory for v in values]),
         )
 
 

@@ -193,6 +193,9 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
             requests_since_last_sample=sample.requests_since_last_sample,
             sampler=sample.sampler_name,
             sample_time=sample_time,
+            encoder_utilization_percent=sample.encoder_utilization_percent,
+            decoder_utilization_percent=sample.decoder_utilization_percent,
+            memory_utilization_percent=sample.memory_utilization_percent,
         )
 
     @_from_control_plane

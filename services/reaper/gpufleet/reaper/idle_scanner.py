@@ -66,6 +66,10 @@ class UtilisationSample:
     gpu_utilization_percent: float
     running_attempts: int
     requests_since_last_sample: int
+    # NVENC, NVDEC and memory traffic: a video job's encode-bound phase can read ~0 % GPU.
+    encoder_utilization_percent: float = 0.0
+    decoder_utilization_percent: float = 0.0
+    memory_utilization_percent: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,9 @@ class IdlePolicy:
     destroy_after: timedelta = timedelta(hours=2)
     # At or above this GPU utilisation the machine counts as busy.
     gpu_busy_percent: float = 5.0
+    # At or above this encoder, decoder or memory utilisation it counts as busy too: a
+    # small floor, since an idle GPU reads 0 on each and any real use is traffic.
+    engine_busy_percent: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,8 @@ IdleAction = ArmIdleTimers | ClearIdleTimers | ProbeSucceeded | ProbeFailed
 
 
 def is_quiet(machine: MachineSnapshot, sample: UtilisationSample, policy: IdlePolicy) -> bool:
-    """Quiet = no running attempt (agent's or ours), no request, GPU under the threshold.
+    """Quiet = no running attempt (agent's or ours), no request, GPU under the threshold,
+    and the encoder, decoder and memory each under the engine floor.
 
     A live attempt recorded here counts as traffic even before the agent has started it:
     work has been assigned, so the machine is not idle.
@@ -111,6 +119,9 @@ def is_quiet(machine: MachineSnapshot, sample: UtilisationSample, policy: IdlePo
         and machine.live_attempts == 0
         and sample.requests_since_last_sample == 0
         and sample.gpu_utilization_percent < policy.gpu_busy_percent
+        and sample.encoder_utilization_percent < policy.engine_busy_percent
+        and sample.decoder_utilization_percent < policy.engine_busy_percent
+        and sample.memory_utilization_percent < policy.engine_busy_percent
     )
 
 
@@ -163,6 +174,9 @@ class GrpcAgentSampler:
             gpu_utilization_percent=resp.gpu_utilization_percent,
             running_attempts=resp.running_attempts,
             requests_since_last_sample=resp.requests_since_last_sample,
+            encoder_utilization_percent=resp.encoder_utilization_percent,
+            decoder_utilization_percent=resp.decoder_utilization_percent,
+            memory_utilization_percent=resp.memory_utilization_percent,
         )
 
 

@@ -48,6 +48,9 @@ class Settings(StoreSettings):
     idle_stop_after_s: float = Field(default=300.0, gt=0)
     idle_destroy_after_s: float = Field(default=7200.0, gt=0)
     idle_gpu_busy_percent: float = Field(default=5.0, ge=0, le=100)
+    # The floor for encoder (NVENC), decoder (NVDEC) and memory utilisation: at or above it
+    # on any of them a sample is traffic (a video job's encode phase can read ~0 % GPU).
+    idle_engine_busy_percent: float = Field(default=1.0, gt=0, le=100)
     # Real seconds the agent samples for (a GPU's utilisation is measured in real time).
     idle_sample_window_s: float = Field(default=2.0, gt=0)
     idle_sample_concurrency: int = Field(default=16, ge=1)
@@ -151,6 +154,7 @@ class Settings(StoreSettings):
             stop_after=timedelta(seconds=self.idle_stop_after_s),
             destroy_after=timedelta(seconds=self.idle_destroy_after_s),
             gpu_busy_percent=self.idle_gpu_busy_percent,
+            engine_busy_percent=self.idle_engine_busy_percent,
         )
 
     def auto_stop_policy(self) -> AutoStopPolicy:
