@@ -153,6 +153,8 @@ class Ec2Faults:
         self._lost: deque[tuple[str, Exception]] = deque()
         self._stockouts: set[str] = set()
         self._extra_fields: dict[str, dict[str, Any]] = {}
+        self._lagging = False
+        self._not_described_yet: set[str] = set()
         self.calls: list[Call] = []
 
     # ---- the script -------------------------------------------------------------------
@@ -182,6 +184,18 @@ class Ec2Faults:
         e.g. the SpotInstanceRequestId EC2 gives a spot instance)."""
         with self._lock:
             self._extra_fields[instance_id] = dict(fields)
+
+    def lag_describe(self, lag: bool = True) -> None:
+        """While on, an instance that RunInstances launches is not in DescribeInstances
+        answers until :meth:`catch_up` — EC2's documented eventual consistency: a describe
+        right after a launch may not show the instance yet."""
+        with self._lock:
+            self._lagging = lag
+
+    def catch_up(self) -> None:
+        """DescribeInstances shows every instance launched so far."""
+        with self._lock:
+            self._not_described_yet.clear()
 
     def calls_of(self, operation: str) -> list[Call]:
         with self._lock:
@@ -233,6 +247,16 @@ class Ec2Faults:
         if http_response.status_code >= 300:
             return
         with self._lock:
+            if model.name == "RunInstances" and self._lagging:
+                self._not_described_yet.update(i["InstanceId"] for i in parsed.get("Instances", []))
+            if model.name == "DescribeInstances" and self._not_described_yet:
+                for reservation in parsed.get("Reservations", []):
+                    reservation["Instances"] = [
+                        i
+                        for i in reservation.get("Instances", [])
+                        if i.get("InstanceId") not in self._not_described_yet
+                    ]
+                parsed["Reservations"] = [r for r in parsed.get("Reservations", []) if r["Instances"]]
             if model.name == "DescribeInstances" and self._extra_fields:
                 for reservation in parsed.get("Reservations", []):
                     for instance in reservation.get("Instances", []):

@@ -95,6 +95,19 @@ class Cloud(Protocol):
         ``machine_id`` as the provisioner would have labelled it; returns its provider id."""
         ...
 
+    def lag_lists(self) -> None:
+        """From now on the cloud's list trails its creates: a new instance is not listed
+        until :meth:`catch_up` (EC2's eventually consistent describe, GCE's list view)."""
+        ...
+
+    def catch_up(self) -> None:
+        """The cloud's list shows every instance made so far."""
+        ...
+
+    def vanish(self, machine_id: str) -> None:
+        """The machine's instance is deleted behind the platform's back."""
+        ...
+
 
 def labelled(cloud: Cloud, machine_id: str) -> list[Seen]:
     """The live instances at the provider that carry ``machine_id``'s label."""
@@ -162,6 +175,17 @@ class GcpCloud:
     def preempt(self, machine_id: str) -> None:
         (inst,) = labelled(self, machine_id)
         self.fake.preempt(inst.zone, instance_name(machine_id))
+
+    def lag_lists(self) -> None:
+        self.fake.lag_lists()
+
+    def catch_up(self) -> None:
+        self.fake.catch_up_lists()
+
+    def vanish(self, machine_id: str) -> None:
+        (inst,) = labelled(self, machine_id)
+        with self.fake.state.lock:
+            del self.fake.state.instances[(inst.zone, instance_name(machine_id))]
 
     def plant(self, machine_id: str, deployment_id: str, zone: str) -> str:
         made = self.fake.plant(
@@ -251,6 +275,16 @@ class AwsCloud:
         # through a plain client of the test, so it is not among the platform's calls.
         (inst,) = labelled(self, machine_id)
         self.moto.client(self.region).stop_instances(InstanceIds=[inst.provider_instance_id])
+
+    def lag_lists(self) -> None:
+        self.faults.lag_describe()
+
+    def catch_up(self) -> None:
+        self.faults.catch_up()
+
+    def vanish(self, machine_id: str) -> None:
+        (inst,) = labelled(self, machine_id)
+        self.moto.client(self.region).terminate_instances(InstanceIds=[inst.provider_instance_id])
 
     def plant(self, machine_id: str, deployment_id: str, zone: str) -> str:
         tags = [

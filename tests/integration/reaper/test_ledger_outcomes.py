@@ -45,6 +45,11 @@ EXPECTED = {
     "boot_failed": "REPLACE_MACHINE",
     "went_silent": "REPLACE_MACHINE",
     "preempted": "REPLACE_MACHINE",
+    # The cloud stopped a spot machine: its work is replaced, the machine kept stopped.
+    "spot_stopped": "REPLACE_MACHINE",
+    # The clouds' list races: a record, nothing moves.
+    "not_yet_listed": "NOTHING",
+    "destroy_unconfirmed": "NOTHING",
     "machine_lost": "NOTHING",
     "instance_gone": "REPLACE_MACHINE",
     # The dead-man switch halted an idle machine: whatever was thought to run there is ended.

@@ -127,6 +127,9 @@ class Script:
     stockouts: set[str] = field(default_factory=set)
     gpu_quota: dict[str, int] = field(default_factory=dict)  # region -> L4s allowed
     refuse_credentials: int = 0  # 0, or the status every request gets (401/403)
+    # aggregatedList's view lags: instances inserted while lagging are not in it yet.
+    lagging_lists: bool = False
+    not_listed_yet: set[int] = field(default_factory=set)
 
 
 class Project:
@@ -283,6 +286,8 @@ class Project:
             self._fail(op, shapes.quota_error("NVIDIA_L4_GPUS", region, float(limit)), 403)
             return op
         self.instances[(zone, name)] = inst
+        if self.script.lagging_lists:
+            self.script.not_listed_yet.add(inst.id)
         op = self._operation("insert", zone, inst, request_id)
         inst.phases = [
             (None if op.done_at is None else op.done_at - (op.done_at - now) / 2, "PROVISIONING"),

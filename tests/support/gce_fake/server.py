@@ -170,6 +170,18 @@ class GceFake:
         with self.state.lock:
             self.state.script.gpu_quota[region] = l4s
 
+    def lag_lists(self, lag: bool = True) -> None:
+        """While on, an instance inserted is not in aggregatedList answers until
+        :meth:`catch_up_lists` — GCE's list is served from a view that can trail a create by
+        seconds, while ``instances.get`` of the instance by name answers at once."""
+        with self.state.lock:
+            self.state.script.lagging_lists = lag
+
+    def catch_up_lists(self) -> None:
+        """aggregatedList shows every instance inserted so far."""
+        with self.state.lock:
+            self.state.script.not_listed_yet.clear()
+
     def refuse_credentials(self, status: int = 401) -> None:
         """Every request answers ``status`` (401: no valid credentials; 403: no permission); 0 ends it."""
         with self.state.lock:
@@ -312,9 +324,11 @@ class GceFake:
         size = int(query.get("maxResults") or 500)
         if not 0 < size <= 500:
             raise HttpError(400, shapes.invalid("maxResults", str(size), "Must be between 0 and 500."))
+        lagging = self.state.script.not_listed_yet
         found = [
             self._instance_json(i)
             for i in sorted(self.state.instances.values(), key=lambda i: (i.zone, i.name))
+            if i.id not in lagging
         ]
         found = [i for i in found if all(t.matches(i) for t in terms)]
         start = 0

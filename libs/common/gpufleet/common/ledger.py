@@ -67,6 +67,16 @@ class FailureClass(StrEnum):
     MACHINE_STOPPED_ITSELF = "machine_stopped_itself"
     ORPHAN_FOUND = "orphan_found"
     PREEMPTED = "preempted"
+    # A spot machine the cloud *stopped* (GCE's instanceTerminationAction=STOP, EC2's
+    # interruption behaviour "stop"): a pre-emption whose instance and disk remain. Its work
+    # is replaced; the machine is kept STOPPED as warm capacity the scale step may restart.
+    SPOT_STOPPED = "spot_stopped"
+    # A machine missing from its provider's list within the grace after its create: kept,
+    # neither dropped nor re-created, and looked for again on the next list.
+    NOT_YET_LISTED = "not_yet_listed"
+    # A destroy call answered, and the provider does not show the instance gone yet (EC2
+    # shutting-down, a GCE delete still running): the machine stays DESTROYING, re-read.
+    DESTROY_UNCONFIRMED = "destroy_unconfirmed"
     STOCKOUT = "stockout"
     QUOTA_EXCEEDED = "quota_exceeded"
     AUTH_FAILED = "auth_failed"
@@ -101,6 +111,11 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     FailureClass.MACHINE_STOPPED_ITSELF: LedgerOutcome.REPLACE_MACHINE,
     FailureClass.ORPHAN_FOUND: LedgerOutcome.NOTHING,
     FailureClass.PREEMPTED: LedgerOutcome.REPLACE_MACHINE,
+    FailureClass.SPOT_STOPPED: LedgerOutcome.REPLACE_MACHINE,
+    # The record is the act: nothing moves while the list catches up with the create.
+    FailureClass.NOT_YET_LISTED: LedgerOutcome.NOTHING,
+    # Nothing moves: the stuck-transition net reads it again; past its limit it alerts.
+    FailureClass.DESTROY_UNCONFIRMED: LedgerOutcome.NOTHING,
     FailureClass.STOCKOUT: LedgerOutcome.STOP_HARDWARE_CONFIG,
     FailureClass.QUOTA_EXCEEDED: LedgerOutcome.HALT_PROVISIONING,
     FailureClass.AUTH_FAILED: LedgerOutcome.HALT_PROVISIONING,

@@ -18,7 +18,7 @@ recorded straight into ``PROVISIONING``, intent first) and is not a state here;
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -94,6 +94,28 @@ FINAL = frozenset({S.DESTROYED})
 # these machines (they cost money whatever their health), and its GPU-seconds billed and
 # spend rate are measured over them.
 BILLING_STATES = frozenset(set(S) - {S.STOPPED, S.DESTROYED})
+
+
+def not_yet_listed(
+    requested_at: datetime | None, provider_seen_at: datetime | None, now: datetime, grace: timedelta
+) -> bool:
+    """Whether a machine missing from its provider's list is merely *not yet listed*: it has
+    never been listed (``provider_seen_at`` is unset) and its create was requested less
+    than ``grace`` ago. A provider's list lags its creates (EC2's DescribeInstances is
+    eventually consistent; a list read while a create is in flight cannot show it), and a
+    record dropped on that absence leaks the instance that then appears (SkyPilot #4431),
+    while re-creating on it buys a second one.
+
+    A named condition, not a lifecycle state: the machine's state stays what it is doing
+    (BOOTING, READY) so every other net keeps its own gate and deadline on it (the boot
+    failure and provision deadlines still run from ``requested_at``); it is derived afresh
+    from two recorded columns on every pass, so it can never be left behind by a crash; and
+    it ends by itself — the next list that shows the instance writes ``provider_seen_at``,
+    and after the grace the ordinary loss path (a fresh read, then instance gone) applies.
+    """
+    if provider_seen_at is not None or requested_at is None:
+        return False
+    return now - requested_at < grace
 
 
 class IllegalTransition(GpufleetError):

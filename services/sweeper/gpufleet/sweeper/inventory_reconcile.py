@@ -19,6 +19,11 @@ Rules that keep it from doing harm:
 - A machine whose state changed after the list was read (a start that just finished) is
   not judged by that older list; an instance merely missing from the list is confirmed
   with a fresh read of that one instance before anything is concluded.
+- A machine never listed whose create was requested less than ``not_listed_grace`` ago
+  is *not yet listed* (:func:`gpufleet.common.lifecycle.not_yet_listed`): a provider's
+  list lags its creates, so its absence proves nothing yet. The record is kept, nothing
+  is re-created, one ``not_yet_listed`` ledger row says so, and the next pass looks again;
+  after the grace the loss path above applies.
 - Conclusions (attempts ended, machines moved) are leader-only and fenced; a replica
   that is not the leader only writes the observation.
 
@@ -33,18 +38,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from opentelemetry import trace
 from sqlalchemy import func, literal, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common import lifecycle
 from gpufleet.common.convert import offering_of_machine
 from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineOrigin, MachineState
-from gpufleet.common.db.models import Machine, UTCDateTime
+from gpufleet.common.db.models import Failure, Machine, UTCDateTime
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.ledger import OutcomePolicy
+from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.common.metrics.catalog import REAPER_DETECTION_LATENCY
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.provider_errors import InstanceNotFound
@@ -71,6 +77,7 @@ class ReconcileMachine:
     capacity_type: str = "ON_DEMAND"
     state_changed_at: datetime | None = None
     provider_seen_at: datetime | None = None
+    requested_at: datetime | None = None
 
 
 @dataclass
@@ -86,6 +93,8 @@ class ReconcileDecision:
     # Not running at the provider, but nothing can be concluded yet (the instance is
     # pending or stopping, the machine is mid-transition, or changed after the list).
     unsettled: list[str] = field(default_factory=list)
+    # Missing from the list within the grace after its create: kept, looked for again.
+    not_yet_listed: list[str] = field(default_factory=list)
 
 
 def reconcilable(m: ReconcileMachine) -> bool:
@@ -102,11 +111,13 @@ def decide(
     machines: Iterable[ReconcileMachine],
     instances: Iterable[ListedInstance],
     unreachable: Iterable[str],
+    not_listed_grace: timedelta = timedelta(0),
 ) -> ReconcileDecision:
     """Match machines to listed instances by (provider, instance id), else by our label.
 
     ``listed_at`` is when the list was read: a machine whose state changed after it is
-    not judged by it.
+    not judged by it, nor one missing from it that is not yet listed (its create less
+    than ``not_listed_grace`` before the list, and never listed since).
     """
     by_id = {(i.provider, i.provider_instance_id): i for i in instances if i.provider_instance_id}
     by_label = {(i.provider, i.machine_label): i for i in by_id.values() if i.machine_label}
@@ -125,6 +136,11 @@ def decide(
         status = inst.status if inst is not None else ""
         if status == "RUNNING":
             decision.seen.append(m.machine_id)
+            continue
+        if inst is None and lifecycle.not_yet_listed(
+            m.requested_at, m.provider_seen_at, listed_at, not_listed_grace
+        ):
+            decision.not_yet_listed.append(m.machine_id)
             continue
         loss = classify_loss(m.capacity_type, status, inst is not None and inst.stopped_by_itself)
         if (
@@ -159,11 +175,13 @@ class InventoryReconcile:
         provider: Provisioner,
         *,
         outcomes: OutcomePolicy | None = None,
+        not_listed_grace: timedelta = timedelta(minutes=10),
         instruments: Instruments = PROCESS,
     ) -> None:
         self.sessions = sessions
         self.provider = provider
         self.outcomes = outcomes or OutcomePolicy()
+        self.not_listed_grace = not_listed_grace
         self._latency = instruments.histogram(REAPER_DETECTION_LATENCY)
 
     def scan(self) -> list[ReconcileMachine]:
@@ -181,6 +199,7 @@ class InventoryReconcile:
                     Machine.capacity_type,
                     Machine.state_changed_at,
                     Machine.provider_seen_at,
+                    Machine.requested_at,
                 ).where(
                     Machine.state != MachineState.DESTROYED.value,
                     Machine.intent == MachineIntent.RUNNING.value,
@@ -200,6 +219,7 @@ class InventoryReconcile:
                 capacity_type=r[7],
                 state_changed_at=r[8],
                 provider_seen_at=r[9],
+                requested_at=r[10],
             )
             for r in rows
         ]
@@ -221,9 +241,11 @@ class InventoryReconcile:
         instances = [ListedInstance.from_proto(i) for i in listed]
         result.unreachable = [provider_name(p) for p in down]
         result.instances_seen = len(instances)
-        decision = decide(now, self.scan(), instances, result.unreachable)
+        decision = decide(now, self.scan(), instances, result.unreachable, self.not_listed_grace)
         seen = self._write_seen(now, decision.seen, lease)
         result.report.actions["provider_seen"] += seen
+        if decision.not_yet_listed:
+            self._not_yet_listed(now, decision.not_yet_listed, lease, result)
         losses = self._conclude(now, decision.losses, lease, result) if decision.losses else []
         result.machines_updated = seen + len(losses)
         if decision.provider_unreachable:
@@ -329,6 +351,47 @@ class InventoryReconcile:
             state_changed_at=loss.state_changed_at,
             last_known_running=loss.last_known_running,
         )
+
+    def _not_yet_listed(
+        self, now: datetime, machine_ids: Sequence[str], lease: LeaderLease | None, result: SweepResult
+    ) -> None:
+        """Keep each machine as it is and say so: one ``not_yet_listed`` ledger row per
+        machine (its first missing list; later passes within the grace add none), written by
+        the leader. Counted as a refusal to conclude, every pass it holds."""
+        result.report.refusals["NOT_YET_LISTED"] += len(machine_ids)
+        trace.get_current_span().add_event(
+            "refused",
+            {"gpufleet.net": NAME, "gpufleet.gate": "NOT_YET_LISTED", "gpufleet.machines": len(machine_ids)},
+        )
+        log.info("%s: not yet listed, kept and looked for again: %s", NAME, ", ".join(machine_ids))
+        if lease is None:
+            return
+        with self.sessions() as session, session.begin():
+            lease.fence(session)
+            recorded = set(
+                session.execute(
+                    select(Failure.machine_id).where(
+                        Failure.machine_id.in_(list(machine_ids)),
+                        Failure.failure_class == FailureClass.NOT_YET_LISTED.value,
+                    )
+                ).scalars()
+            )
+            for machine_id in machine_ids:
+                if machine_id in recorded:
+                    continue
+                record_failure(
+                    session,
+                    now,
+                    FailureClass.NOT_YET_LISTED.value,
+                    NAME,
+                    machine_id=machine_id,
+                    details=(
+                        "missing from the provider's list within "
+                        f"{self.not_listed_grace.total_seconds():.0f}s of its create and never listed: "
+                        "kept (not dropped, not re-created) and looked for again on the next list"
+                    ),
+                )
+                result.report.actions["not_yet_listed"] += 1
 
     def _write_seen(self, now: datetime, machine_ids: Sequence[str], lease: LeaderLease | None) -> int:
         if not machine_ids:

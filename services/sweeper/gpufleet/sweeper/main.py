@@ -10,7 +10,7 @@ loop, releases the lease and stops the server gracefully.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -90,7 +90,12 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
         )
         provider = owned
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
-    reconcile = InventoryReconcile(sessions, provider, outcomes=settings.outcome_policy())
+    reconcile = InventoryReconcile(
+        sessions,
+        provider,
+        outcomes=settings.outcome_policy(),
+        not_listed_grace=timedelta(seconds=settings.not_listed_grace_s),
+    )
     orphans = OrphanSweep(
         sessions,
         provider,

@@ -22,6 +22,10 @@ class Settings(StoreSettings):
     # An orphan is destroyed only once older than this by both the provider's launch time
     # and the first sweep that saw it (DESIGN §4: 30 min).
     orphan_grace_s: float = Field(default=1800.0, ge=0)
+    # A machine never listed whose create was requested less than this ago is *not yet
+    # listed* when its provider's list lacks it (lists lag creates): kept, neither dropped
+    # nor re-created, looked for again; after it, its absence is a loss as always.
+    not_listed_grace_s: float = Field(default=600.0, ge=0)
     # Orphan sweeps in a row that could not list a provider before an incident opens.
     unlisted_rounds_before_incident: int = Field(default=3, ge=1)
     # Listing every instance at every provider may page through many results.
