@@ -59,6 +59,7 @@ from gpufleet.provisioner.drivers.base import (
     Provider,
     instance_labels,
 )
+from gpufleet.provisioner.drivers.local_faults import PROXY_PORT_FILE, FaultInjection
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +138,13 @@ class LocalDriver:
         self.host = host
         self._lock = threading.Lock()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        # The soak's fault-injection hook: a no-op unless its file exists under the root.
+        self.faults = FaultInjection(self.root)
 
     # ---- the Driver contract -------------------------------------------------------------
 
     def create(self, spec: InstanceSpec) -> InstanceInfo:
+        self.faults.before("create")
         if not _safe_name(spec.machine_id):
             raise InvalidArgument("must name a folder under the local root", field="machine_id")
         with self._host_lock():
@@ -148,7 +152,7 @@ class LocalDriver:
             if existing is not None:
                 if existing.labels.get(DEPLOYMENT_LABEL) != self.deployment_id:
                     raise AlreadyExists(f"machine folder {spec.machine_id} belongs to another deployment")
-                return self._info(existing)
+                return self.faults.after("create", self._info(existing))
             records = self._all_records()
             if self.max_machines and len(records) >= self.max_machines:
                 raise InsufficientCapacity(f"this host runs at most {self.max_machines} local machines")
@@ -169,19 +173,21 @@ class LocalDriver:
             (folder / "logs").mkdir(exist_ok=True)
             self._write(record)  # before the spawn: a crash in between leaves it adoptable
             record = self._spawn(record)
-        return self._await_agent(record)
+        return self.faults.after("create", self._await_agent(record))
 
     def start(self, ref: InstanceRef) -> InstanceInfo:
+        self.faults.before("start")
         with self._host_lock():
             record = self._require(ref)
             if self._alive(record):
                 if record.status != InstanceStatus.RUNNING.value:  # a stop that has not finished
                     raise Transient(f"local machine {ref.machine_id} is still stopping")
-                return self._info(record)
+                return self.faults.after("start", self._info(record))
             record = self._spawn(record)
-        return self._await_agent(record)
+        return self.faults.after("start", self._await_agent(record))
 
     def stop(self, ref: InstanceRef) -> InstanceInfo:
+        self.faults.before("stop")
         with self._host_lock():
             record = self._require(ref)
             record = replace(record, status=InstanceStatus.STOPPED.value)
@@ -189,9 +195,10 @@ class LocalDriver:
             self._end(record)
             record = replace(record, pgid=None)
             self._write(record)
-            return self._info(record)
+            return self.faults.after("stop", self._info(record))
 
     def destroy(self, ref: InstanceRef) -> bool:
+        self.faults.before("destroy")
         with self._host_lock():
             record = self._find(ref)
             if record is None:
@@ -200,15 +207,18 @@ class LocalDriver:
             self._end(record)
             self._release(record)
             shutil.rmtree(self._folder(record.machine_id))
-            return True
+        return self.faults.after("destroy", True)
 
     def get(self, ref: InstanceRef) -> InstanceInfo:
-        return self._info(self._require(ref))
+        self.faults.before("get")
+        return self.faults.after("get", self._info(self._require(ref)))
 
     def list(self) -> builtins.list[InstanceInfo]:
-        return [
+        self.faults.before("list")
+        found = [
             self._info(r) for r in self._all_records() if r.labels.get(DEPLOYMENT_LABEL) == self.deployment_id
         ]
+        return self.faults.after("list", found)
 
     # ---- folders and records -----------------------------------------------------------
 
@@ -326,7 +336,7 @@ class LocalDriver:
     def _spawn(self, record: _Record) -> _Record:
         folder = self._folder(record.machine_id)
         # So we wait for this boot's answer, and a later crash is not taken for a self-stop.
-        for stale in (PORT_FILE, PID_FILE, DEAD_MAN_MARKER, STOPPING_MARKER):
+        for stale in (PORT_FILE, PID_FILE, DEAD_MAN_MARKER, STOPPING_MARKER, PROXY_PORT_FILE):
             (folder / "disk" / stale).unlink(missing_ok=True)
         child = local_procs.spawn_session(
             self.agent_command, self._agent_env(record), folder, folder / "logs" / "agent.log"
@@ -359,7 +369,7 @@ class LocalDriver:
 
     def _agent_port(self, record: _Record) -> int | None:
         try:
-            text = (self._folder(record.machine_id) / "disk" / PORT_FILE).read_text().strip()
+            text = (self._folder(record.machine_id) / "disk" / self.faults.port_file()).read_text().strip()
             return int(text) if text else None
         except (OSError, ValueError):
             return None  # not written yet, or caught mid-write
