@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.agent import platform_kills
+from gpufleet.agent import lease, platform_kills
 from gpufleet.agent.launcher import CurrentUserLauncher, OpenSlot, SlotError, SlotLauncher
 from gpufleet.agent.runner import Runner, StopReason, decide_outcome, exit_code_of, job_base_environment
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome
 from gpufleet.agent.statedir import AttemptFiles, StateDir
 from gpufleet.common.clock import ManualClock
+from gpufleet.common.lease_fence import runner_fence_s
 from tests.unit.agent.factories import spec
 
 
@@ -35,6 +36,9 @@ from tests.unit.agent.factories import spec
         (143, StopReason.TIMED_OUT, Outcome.TIMED_OUT, "time limit"),
         (143, StopReason.RUNNER_STOPPED, Outcome.INFRA_ERROR, "runner was stopped"),
         (0, StopReason.RUNNER_STOPPED, Outcome.INFRA_ERROR, "runner was stopped"),
+        # The lease's fence: ours, whatever the job's exit says.
+        (143, StopReason.LEASE_FENCED, Outcome.INFRA_ERROR, "lease fence"),
+        (0, StopReason.LEASE_FENCED, Outcome.INFRA_ERROR, "lease fence"),
     ],
 )
 def test_outcome_rules(exit_code: int, stopped: StopReason | None, outcome: Outcome, message: str) -> None:
@@ -319,3 +323,69 @@ def test_a_job_killed_at_its_memory_limit_fails_on_its_own_account(tmp_path: Pat
     result = runner.run()
     assert (result.outcome, result.exit_code) == (Outcome.FAILED, 137)
     assert result.message == "the job was killed by SIGKILL at its memory limit (out of memory)"
+
+
+def test_a_job_whose_lease_goes_unrenewed_past_the_fence_is_stopped_as_ours(tmp_path: Path) -> None:
+    clock = ManualClock()
+    job = spec("a-1")
+    runner = make_runner(tmp_path, job, SLEEP, clock)
+    lease.renew(runner.files, clock.now(), 90.0)  # as the worker does at launch
+    thread, results = run_in_thread(runner)
+    wait_started(runner)
+    clock.advance(runner_fence_s(90.0) - 1)
+    thread.join(0.3)
+    assert thread.is_alive()  # one clock second short of the fence
+    clock.advance(1)
+    thread.join(10)
+    assert results[0].outcome is Outcome.INFRA_ERROR
+    assert "lease fence" in results[0].message and "45 s" in results[0].message
+
+
+def test_each_renewal_moves_the_fence(tmp_path: Path) -> None:
+    clock = ManualClock()
+    runner = make_runner(tmp_path, spec("a-1"), SLEEP, clock)
+    lease.renew(runner.files, clock.now(), 90.0)
+    thread, results = run_in_thread(runner)
+    wait_started(runner)
+    for _ in range(4):  # 120 clock seconds in all, renewed every 30
+        clock.advance(30)
+        lease.renew(runner.files, clock.now(), 90.0)
+    thread.join(0.3)
+    assert thread.is_alive()
+    runner.files.cancel.write_text("done\n")
+    thread.join(10)
+    assert results[0].outcome is Outcome.CANCELLED
+
+
+def test_a_fenced_job_that_ignores_sigterm_is_killed_inside_the_margin(tmp_path: Path) -> None:
+    clock = ManualClock()
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('deaf', flush=True); time.sleep(60)"
+    )
+    runner = make_runner(tmp_path, spec("a-1"), stubborn, clock)
+    runner.kill_grace_s = 60.0  # far past any margin: the fence's cap must win
+    lease.renew(runner.files, clock.now(), 90.0)
+    thread, results = run_in_thread(runner)
+    wait_started(runner)
+    for _ in range(500):  # until SIGTERM is ignored
+        if runner.files.job_log.exists() and "deaf" in runner.files.job_log.read_text():
+            break
+        threading.Event().wait(0.01)
+    clock.advance(runner_fence_s(90.0))
+    thread.join(10)  # the manual clock's real_seconds(cap) is 0.05 s, not 60 s
+    assert not thread.is_alive()
+    assert (results[0].outcome, results[0].exit_code) == (Outcome.INFRA_ERROR, 137)
+
+
+def test_an_attempt_without_a_lease_file_is_not_fenced(tmp_path: Path) -> None:
+    clock = ManualClock()
+    runner = make_runner(tmp_path, spec("a-1"), SLEEP, clock)
+    thread, results = run_in_thread(runner)
+    wait_started(runner)
+    clock.advance(10_000)
+    thread.join(0.3)
+    assert thread.is_alive()
+    runner.files.cancel.write_text("done\n")
+    thread.join(10)
+    assert results[0].outcome is Outcome.CANCELLED

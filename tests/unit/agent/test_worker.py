@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.agent.reporter import ReportRefused, Running
+from gpufleet.agent.lease import Renewal, read_renewal
+from gpufleet.agent.reporter import HeartbeatAnswer, ReportRefused, Running
 from gpufleet.agent.specs import AttemptResult, Outcome
 from gpufleet.agent.statedir import AttemptFiles, StateDir
 from gpufleet.agent.worker import Worker
@@ -28,13 +29,15 @@ class FakeReports:
         self.cancel_next: list[str] = []
         self.heartbeat_error: Exception | None = None
         self.complete_errors: list[Exception] = []
+        # The lease the scheduler grants, as its answer states it (0: does not say).
+        self.lease_s = 90.0
 
-    def heartbeat(self, running: Sequence[Running], now: datetime) -> list[str]:
+    def heartbeat(self, running: Sequence[Running], now: datetime) -> HeartbeatAnswer:
         if self.heartbeat_error:
             raise self.heartbeat_error
         self.heartbeats.append((now, list(running)))
         cancel, self.cancel_next = self.cancel_next, []
-        return cancel
+        return HeartbeatAnswer(cancel, self.lease_s)
 
     def complete(self, result: AttemptResult) -> None:
         self.completions.append(result)
@@ -281,3 +284,54 @@ def test_an_unreadable_spec_is_set_aside(worker: Worker, state: StateDir, proces
     worker.tick()
     assert processes.spawned == ["good"]
     assert (state.inbox / "bad.unreadable").exists()
+
+
+def test_a_launched_attempt_starts_with_a_lease_counted_from_its_launch(
+    worker: Worker, state: StateDir, clock: ManualClock, reports: FakeReports
+) -> None:
+    reports.heartbeat_error = Unavailable("scheduler down")  # nothing renews it yet
+    launched_at = clock.now()
+    accept(state, "a-1")
+    worker.tick()
+    assert read_renewal(state.attempt("a-1")) == Renewal(launched_at, 90.0)
+
+
+def test_an_acknowledged_heartbeat_renews_the_leases_it_was_granted_from_when_it_asked(
+    worker: Worker, state: StateDir, clock: ManualClock, reports: FakeReports
+) -> None:
+    reports.lease_s = 40.0
+    accept(state, "a-1")
+    accept(state, "a-2", slot=1)
+    worker.tick()
+    clock.advance(HEARTBEAT_S)
+    asked_at = clock.now()
+    reports.cancel_next = ["a-2"]  # the control plane ended a-2: not renewed
+    worker.tick()
+    assert read_renewal(state.attempt("a-1")) == Renewal(asked_at, 40.0)
+    a2 = read_renewal(state.attempt("a-2"))
+    assert a2 is not None and a2.at < asked_at
+
+
+def test_an_undelivered_heartbeat_renews_nothing(
+    worker: Worker, state: StateDir, clock: ManualClock, reports: FakeReports
+) -> None:
+    accept(state, "a-1")
+    worker.tick()
+    renewed = read_renewal(state.attempt("a-1"))
+    reports.heartbeat_error = Unavailable("the path is cut")
+    clock.advance(HEARTBEAT_S)
+    worker.tick()
+    assert read_renewal(state.attempt("a-1")) == renewed
+
+
+def test_a_scheduler_that_states_no_lease_leaves_the_last_one_known(
+    worker: Worker, state: StateDir, clock: ManualClock, reports: FakeReports
+) -> None:
+    reports.lease_s = 60.0
+    worker.tick()
+    reports.lease_s = 0.0
+    accept(state, "a-1")
+    clock.advance(HEARTBEAT_S)
+    worker.tick()
+    renewal = read_renewal(state.attempt("a-1"))
+    assert renewal is not None and renewal.lease_s == 60.0

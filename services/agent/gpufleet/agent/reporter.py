@@ -30,6 +30,17 @@ class Running:
     slot: int
 
 
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    """What an acknowledged heartbeat says back."""
+
+    # Attempts to stop: the control plane ended them (or never gave them to this machine).
+    cancel_ids: list[str]
+    # The lease the scheduler granted the other attempts named, in its clock seconds (0: it
+    # did not say).
+    lease_s: float = 0.0
+
+
 class ReportRefused(Exception):
     """The scheduler answered and will never accept this report (unknown attempt, bad
     request, attempt already ended otherwise): retrying cannot help."""
@@ -40,9 +51,9 @@ _FINAL = (errors.InvalidArgument, errors.NotFound, errors.FailedPrecondition)
 
 
 class SchedulerReports(Protocol):
-    def heartbeat(self, running: Sequence[Running], now: datetime) -> list[str]:
-        """Report liveness and the attempts running; returns attempt ids to cancel.
-        Raises GpufleetError when the scheduler cannot be reached."""
+    def heartbeat(self, running: Sequence[Running], now: datetime) -> HeartbeatAnswer:
+        """Report liveness and the attempts running; the attempt ids to cancel and the
+        lease granted the rest. Raises GpufleetError when the scheduler cannot be reached."""
         ...
 
     def complete(self, result: AttemptResult) -> None:
@@ -80,7 +91,7 @@ class GrpcSchedulerReports:
     def close(self) -> None:
         self._channel.close()
 
-    def heartbeat(self, running: Sequence[Running], now: datetime) -> list[str]:
+    def heartbeat(self, running: Sequence[Running], now: datetime) -> HeartbeatAnswer:
         report_time = Timestamp()
         report_time.FromDatetime(now)
         request = worker_service_pb2.ReportHeartbeatRequest(
@@ -93,7 +104,7 @@ class GrpcSchedulerReports:
         response = grpcclient.call(
             self._stub.ReportHeartbeat, request, timeout=self.timeout_s, idempotent=True, attempts=1
         )
-        return list(response.cancel_attempt_ids)
+        return HeartbeatAnswer(list(response.cancel_attempt_ids), float(response.lease_s))
 
     def complete(self, result: AttemptResult) -> None:
         request = worker_service_pb2.ReportCompletionRequest(

@@ -7,6 +7,12 @@ pipeline command behind the slot launcher's prefix) — never a shell — and ha
 spec as a file named in ``GPUFLEET_JOB_SPEC``, so tenant values stay data. It enforces
 the attempt's time limit on the injected clock, obeys a cancel marker, and writes the
 result (outcome, exit code, clock slot-seconds) atomically before it exits.
+
+It also keeps the machine's side of the attempt's lease (gpufleet.agent.lease): a job
+whose lease the worker has not renewed for half of the granted lease is stopped as our
+failure (INFRA_ERROR), so it is gone before the control plane declares the attempt lost
+and runs the job elsewhere — the runner needs nobody to tell it, since a dead, paused or
+cut-off worker is exactly what cannot.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path, PurePosixPath
 
-from gpufleet.agent import platform_kills
+from gpufleet.agent import lease, platform_kills
 from gpufleet.agent.checkpoints import CheckpointError, Snapshots, restore_file, unpack
 from gpufleet.agent.launcher import OpenSlot, SlotError, SlotLauncher
 from gpufleet.agent.redact import Redactor
@@ -35,6 +41,7 @@ from gpufleet.agent.walls.setup import WallsUnavailable, build_launcher
 from gpufleet.agent.walls.wipe import remove_tree
 from gpufleet.common import telemetry
 from gpufleet.common.clock import Clock
+from gpufleet.common.lease_fence import fenced_grace_cap_s, runner_fence_s
 from gpufleet.common.signals import on_signals
 
 # The job's tokens, one file per scope, inside its own folder (GPUFLEET_TOKENS_DIR).
@@ -50,6 +57,7 @@ class StopReason(Enum):
 
     CANCELLED = "cancelled"
     TIMED_OUT = "timed out"
+    LEASE_FENCED = "lease not renewed"
     RUNNER_STOPPED = "runner stopped"
 
 
@@ -60,6 +68,7 @@ def decide_outcome(
     *,
     killed_by_platform: str = "",
     out_of_memory: bool = False,
+    fence_message: str = "",
 ) -> tuple[Outcome, str]:
     """The outcome of an attempt from how its job ended; pure, so it is tested by table.
 
@@ -67,11 +76,14 @@ def decide_outcome(
     even when the job's exit is seen first: the job died of the same signal. So does a job
     that failed after the platform said it would kill it (``killed_by_platform``, read from
     :mod:`gpufleet.agent.platform_kills`): ours, never charged nor counted against the
-    job's retry budget. Every other failure — its own signal, its own exit code, the kernel
+    job's retry budget. So does a job stopped by its lease's fence (``fence_message``
+    says for how long nobody renewed it). Every other failure — its own signal, its own exit code, the kernel
     killing it at its memory limit — is the job's.
     """
     if stopped is StopReason.RUNNER_STOPPED:
         return Outcome.INFRA_ERROR, "the runner was stopped (machine stopping or agent shutdown)"
+    if stopped is StopReason.LEASE_FENCED:
+        return Outcome.INFRA_ERROR, fence_message or "stopped by the lease fence: the lease was not renewed"
     if stopped is StopReason.CANCELLED:
         return Outcome.CANCELLED, f"cancelled: {cancel_reason}" if cancel_reason else "cancelled"
     if stopped is StopReason.TIMED_OUT:
@@ -145,6 +157,8 @@ class Runner:
         self.pipeline_source = pipeline_source
         self.stop = threading.Event()
         self.signalled = False
+        # The renewal whose fence stopped the job (None: the fence did not).
+        self.fenced_by: lease.Renewal | None = None
 
     def on_signal(self, signum: int) -> None:
         log.warning("runner received %s; stopping the job", signal.Signals(signum).name)
@@ -274,7 +288,7 @@ class Runner:
         while (returncode := proc.poll()) is None:
             stopped = self._stop_reason(deadline)
             if stopped is not None:
-                returncode = self._terminate(proc, slot)
+                returncode = self._terminate(proc, slot, self._grace_s(stopped))
                 break
             if snapshots is not None:
                 snapshots.maybe(self.clock.now().timestamp())
@@ -292,6 +306,7 @@ class Runner:
             # Read after the job ended: a kill is recorded before it is sent.
             killed_by_platform=platform_kills.recorded_kill(self.files) if exit_code else "",
             out_of_memory=bool(exit_code) and slot.out_of_memory(),
+            fence_message=self._fence_message(),
         )
         return self._finish(start, outcome, exit_code, message)
 
@@ -300,9 +315,39 @@ class Runner:
             return StopReason.RUNNER_STOPPED
         if self.files.cancel.exists():
             return StopReason.CANCELLED
-        if deadline is not None and self.clock.now() >= deadline:
+        now = self.clock.now()
+        renewal = lease.read_renewal(self.files)
+        if lease.fenced(now, renewal):
+            self.fenced_by = renewal
+            log.warning(
+                "attempt %s: %s; stopping the job so that it never runs beside its retry",
+                self.spec.attempt_id,
+                self._fence_message(),
+                extra={"fields": {"attempt_id": self.spec.attempt_id, "fence": "stop"}},
+            )
+            return StopReason.LEASE_FENCED
+        if deadline is not None and now >= deadline:
             return StopReason.TIMED_OUT
         return None
+
+    def _fence_message(self) -> str:
+        renewal = self.fenced_by
+        if renewal is None:
+            return ""
+        return (
+            f"stopped by the machine's lease fence: the attempt's lease was last renewed at "
+            f"{renewal.at.isoformat()} and not again for {runner_fence_s(renewal.lease_s):g} s "
+            f"(half of the {renewal.lease_s:g} s lease); the control plane could not be reached "
+            f"or this machine's worker was gone or paused"
+        )
+
+    def _grace_s(self, stopped: StopReason) -> float:
+        """Real seconds between SIGTERM and SIGKILL: the configured grace, but a fenced job
+        must be gone inside the lease's margin (gpufleet.common.lease_fence)."""
+        if stopped is StopReason.LEASE_FENCED and self.fenced_by is not None:
+            cap = self.clock.real_seconds(fenced_grace_cap_s(self.fenced_by.lease_s))
+            return min(self.kill_grace_s, cap)
+        return self.kill_grace_s
 
     def _cancel_reason(self) -> str:
         try:
@@ -310,11 +355,11 @@ class Runner:
         except FileNotFoundError:
             return ""
 
-    def _terminate(self, proc: subprocess.Popen[bytes], slot: OpenSlot) -> int:
+    def _terminate(self, proc: subprocess.Popen[bytes], slot: OpenSlot, grace_s: float) -> int:
         """SIGTERM to everything the job started, a grace period, then SIGKILL."""
         slot.signal(proc.pid, signal.SIGTERM)
         try:
-            return proc.wait(timeout=self.kill_grace_s)
+            return proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             slot.signal(proc.pid, signal.SIGKILL)
             return proc.wait()

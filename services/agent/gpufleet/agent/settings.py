@@ -53,8 +53,13 @@ class Settings(BaseServiceSettings):
     # Real seconds: how fast the worker and runners notice a new spec, a cancel or an exit.
     # Latency only; every rule (limits, cadences) is measured on the clock.
     poll_s: float = Field(default=0.2, gt=0, le=5)
-    # Real seconds a job gets between SIGTERM and SIGKILL when it is cancelled or timed out.
+    # Real seconds a job gets between SIGTERM and SIGKILL when it is cancelled or timed out
+    # (a job stopped by its lease's fence gets at most a quarter of the lease's margin).
     kill_grace_s: float = Field(default=5.0, ge=0)
+    # Clock seconds: the attempt lease assumed until the scheduler's first acknowledged
+    # heartbeat states the one it grants (its attempt_lease_s). A runner whose attempt is
+    # not renewed for half of the lease stops its job (docs/leases.md).
+    assumed_lease_s: float = Field(default=90.0, gt=0)
 
     # The dead-man switch (dead_man.py): an idle machine no control-plane identity has called
     # for this long (clock seconds) stops itself — "shutdown" (a cloud image: shutdown -h),

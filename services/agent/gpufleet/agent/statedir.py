@@ -17,7 +17,8 @@ Layout (``<state_dir>/``)::
     cancel/<attempt>               CancelJob -> worker: its text is the reason
     attempts/<attempt>/            one per launched attempt (see ``AttemptFiles``); its
                                    ``platform_kill`` says the platform killed its job
-                                   (``gpufleet.agent.platform_kills``)
+                                   (``gpufleet.agent.platform_kills``), its ``lease`` when
+                                   the scheduler last renewed it (``gpufleet.agent.lease``)
     finished/<attempt>/            the scheduler acknowledged its completion
     refused/<attempt>/             the scheduler refused its completion for good
 """
@@ -104,6 +105,11 @@ class AttemptFiles:
     def cancel(self) -> Path:
         """Present once the attempt must stop; its text is the reason."""
         return self.folder / "cancel"
+
+    @property
+    def lease(self) -> Path:
+        """The attempt's last renewal (worker): its runner stops the job when it is stale."""
+        return self.folder / "lease"
 
     @property
     def result(self) -> Path:

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO
 
+from gpufleet.agent import lease
 from gpufleet.agent.checkpoints import restore_file
 from gpufleet.agent.courier import CheckpointCourier
 from gpufleet.agent.launcher import CurrentUserLauncher, SlotLauncher
@@ -66,8 +67,12 @@ class Worker:
         completion_retry_s: float,
         launcher: SlotLauncher | None = None,
         checkpoint_send_per_tick_bytes: int = 8 << 20,
+        assumed_lease_s: float = 90.0,
     ) -> None:
         self.state = state
+        # The lease the scheduler grants, as its last acknowledged heartbeat said (until
+        # one has: the assumed one): every renewal written for a runner carries it.
+        self.lease_s = assumed_lease_s
         self.courier = CheckpointCourier(reports, send_per_tick_bytes=checkpoint_send_per_tick_bytes)
         # Closes the slot of an attempt whose runner died (nobody else would wipe it).
         self.launcher = launcher or CurrentUserLauncher()
@@ -129,6 +134,8 @@ class Worker:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         spec.save(staging / files.spec.name)
+        # Its first lease counts from now: the scheduler's started at dispatch, earlier.
+        lease.renew(AttemptFiles(staging), self.clock.now(), self.lease_s)
         if spec.checkpoint_id and not self.state.cancel_request(spec.attempt_id).exists():
             # Read before the folder appears: its runner finds the checkpoint or none.
             self.courier.fetch(spec, staging / restore_file(files).name)
@@ -234,15 +241,30 @@ class Worker:
     def _heartbeat(self, now: datetime, running: Sequence[Running]) -> None:
         self._next_heartbeat = now + timedelta(seconds=self.heartbeat_s)
         try:
-            cancel_ids = self.reports.heartbeat(running, now)
+            answer = self.reports.heartbeat(running, now)
         except GpufleetError as err:
             log.warning("heartbeat not delivered (%s); next in %.1fs", err, self.heartbeat_s)
             return
-        for attempt_id in cancel_ids:
+        if answer.lease_s > 0:
+            self.lease_s = answer.lease_s
+        self._renew_leases(now, running, set(answer.cancel_ids))
+        for attempt_id in answer.cancel_ids:
             if self.state.known(attempt_id):
                 atomic_write_text(
                     self.state.cancel_request(attempt_id), "the control plane no longer wants this attempt\n"
                 )
+
+    def _renew_leases(self, asked_at: datetime, running: Sequence[Running], cancel: set[str]) -> None:
+        """Each attempt the scheduler renewed gets a new lease file, dated when the renewal
+        was asked for (before the scheduler granted it, so the fence stays early); one it
+        named to cancel is not renewed, so its runner stops even if the cancel is lost."""
+        for r in running:
+            if r.attempt_id in cancel:
+                continue
+            try:
+                lease.renew(self.state.attempt(r.attempt_id), asked_at, self.lease_s)
+            except OSError as err:  # the attempt ended and was filed away meanwhile
+                log.debug("attempt %s: lease not renewed (%s)", r.attempt_id, err)
 
 
 def take_worker_lock(state: StateDir) -> IO[str] | None:
@@ -295,6 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         completion_retry_s=settings.completion_retry_s,
         launcher=_launcher_or_none(settings),
         checkpoint_send_per_tick_bytes=settings.checkpoint_send_per_tick_bytes,
+        assumed_lease_s=settings.assumed_lease_s,
     )
     stop = threading.Event()
     stop_on_signals(stop)

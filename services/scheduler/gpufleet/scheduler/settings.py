@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_settings import NoDecode
 
+from gpufleet.common.lease_fence import lease_violation
 from gpufleet.common.settings import StoreSettings
 from gpufleet.scheduler.checkpoint_location import CheckpointLocation, parse_checkpoint_location
 from gpufleet.scheduler.watchdogs.paid_wait import PaidWaitPolicy
@@ -28,7 +29,9 @@ class Settings(StoreSettings):
     catalog_file: str | None = None
     # The fleet tick (demand -> scale -> assign -> limits -> leases), seconds of clock time.
     tick_s: float = Field(default=5.0, gt=0)
-    # A worker's report renews its attempts' leases for this long.
+    # A worker's report renews its attempts' leases for this long. Machines stop a job
+    # not renewed for half of it (docs/leases.md); it must exceed dispatch_deadline_s by
+    # the margin lease_fence.lease_violation states, or the scheduler refuses to start.
     attempt_lease_s: float = Field(default=90.0, gt=0)
     # Only machines whose worker reported within this window are given new work.
     worker_fresh_s: float = Field(default=60.0, gt=0)
@@ -105,6 +108,14 @@ class Settings(StoreSettings):
 
     def paid_wait_policy(self) -> PaidWaitPolicy:
         return PaidWaitPolicy(after=timedelta(seconds=self.paid_wait_after_s))
+
+    @model_validator(mode="after")
+    def _lease_outlasts_the_machines_fence(self) -> Settings:
+        # Machines stop a job whose lease was not renewed for half of it (lease_fence.py):
+        # the other half must hold the first lease's hand-off and the job's stop.
+        if (why := lease_violation(self.attempt_lease_s, self.dispatch_deadline_s)) is not None:
+            raise ValueError(why)
+        return self
 
     @model_validator(mode="after")
     def _api_processes_need_postgres(self) -> Settings:
