@@ -38,6 +38,8 @@ class PostgresServer:
     root: Path
     port: int
     user: str
+    # pg_ctl's -o options it was started with (start_again uses them: same port, same socket).
+    options: str = ""
 
     @property
     def socket_dir(self) -> str:
@@ -63,14 +65,53 @@ class PostgresServer:
         )
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def shut_down(self, mode: str = "immediate") -> None:
+        """Stop the server and keep its data, as a restart or a failover stops it:
+        ``immediate`` drops every connection at once, like a crash (no checkpoint);
+        ``fast`` is an operator's restart (sessions told ``57P01``, then dropped)."""
+        subprocess.run(
+            self._as_owner([_bin("pg_ctl"), "-D", str(self.root / "data"), "-m", mode, "-w", "stop"]),
+            capture_output=True,
+            cwd=self.root,
+            check=True,
+        )
+
+    def start_again(self) -> None:
+        """Start the server :meth:`shut_down` stopped, on the same port, with its data
+        (after ``immediate``, PostgreSQL's crash recovery replays its WAL first)."""
+        subprocess.run(
+            self._as_owner(
+                [
+                    _bin("pg_ctl"),
+                    "-D",
+                    str(self.root / "data"),
+                    "-o",
+                    self.options,
+                    "-l",
+                    str(self.root / "log"),
+                    "-w",
+                    "start",
+                ]
+            ),
+            capture_output=True,
+            cwd=self.root,
+            check=True,
+        )
+
     def _as_owner(self, argv: list[str]) -> list[str]:
         if os.geteuid() == 0:
             return ["runuser", "-u", "postgres", "--", *argv]
         return argv
 
 
-def start_postgres() -> PostgresServer:
-    """initdb + start; ready in about a second."""
+def start_postgres(*, durable_commits: bool = False) -> PostgresServer:
+    """initdb + start; ready in about a second.
+
+    ``durable_commits`` keeps ``synchronous_commit`` on, for a server a test stops with
+    ``immediate`` (tests/integration/outage): off, a commit acknowledged to a client may
+    still be in the server's memory when it is killed, and the restart loses it — the
+    test's setting, not the system's. fsync stays off either way: the operating system's
+    cache outlives a killed server."""
     root = Path(tempfile.mkdtemp(prefix="gfpg-", dir="/tmp"))
     user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
     server = PostgresServer(root=root, port=free_port(), user=user)
@@ -91,8 +132,10 @@ def start_postgres() -> PostgresServer:
     run([_bin("initdb"), "-D", str(root / "data"), "-A", "trust", "-U", user, "--no-sync"])
     opts = (
         f"-p {server.port} -k {root / 's'} -c listen_addresses=127.0.0.1 -c fsync=off "
-        "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        f"-c synchronous_commit={'on' if durable_commits else 'off'} -c full_page_writes=off "
+        "-c max_connections=300"
     )
+    server.options = opts
     run([_bin("pg_ctl"), "-D", str(root / "data"), "-o", opts, "-l", str(root / "log"), "-w", "start"])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

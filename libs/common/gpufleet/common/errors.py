@@ -112,6 +112,16 @@ class Unavailable(GpufleetError):
     default_retry_after_s = 1.0
 
 
+class DatabaseUnavailable(Unavailable):
+    """The store cannot be reached or cannot write (a PostgreSQL restart, a failover, a
+    standby answering read-only). Retrying the same call once it is back is safe: a write
+    cut off before its commit left nothing, and one whose commit's answer was lost is
+    found again by its request id (gpufleet.common.db.outage says which errors these are)."""
+
+    default_reason = "DATABASE_UNAVAILABLE"
+    default_retry_after_s = 2.0
+
+
 class PermissionDenied(GpufleetError):
     """The caller is who it says, and may not do this."""
 

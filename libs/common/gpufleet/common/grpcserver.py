@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import server_interceptor
 
 from gpufleet.common.aio_handlers import on_lane, responses
+from gpufleet.common.db.outage import is_outage, unavailable
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.handler_cache import WrappedHandlers
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
@@ -80,13 +81,16 @@ def _guard_stream(method: str, behavior: Callable[..., Iterator[Any]]) -> Callab
 
 def _answer(context: grpc.ServicerContext, method: str, error: Exception) -> None:
     """The status a handler's exception ends its call with (each branch aborts, which
-    raises): a GpufleetError's own; the one the handler chose before it raised (an abort of
+    raises): a GpufleetError's own; UNAVAILABLE for the database's loss
+    (gpufleet.common.db.outage); the one the handler chose before it raised (an abort of
     its own, or a generated servicer's method the service does not implement: it sets
     UNIMPLEMENTED, then raises NotImplementedError); else INTERNAL, the one case logged
     with its stack."""
     chosen = context.code()  # type: ignore[attr-defined]
     if isinstance(error, GpufleetError):
         _abort(context, error)
+    elif is_outage(error):
+        _abort(context, _database_unavailable(method, error))
     elif isinstance(chosen, grpc.StatusCode) and chosen is not grpc.StatusCode.OK:
         given = context.details()  # type: ignore[attr-defined]  # bytes, as the threaded server keeps it
         details = given.decode("utf-8", "replace") if isinstance(given, bytes) else given
@@ -95,6 +99,14 @@ def _answer(context: grpc.ServicerContext, method: str, error: Exception) -> Non
     else:
         log.error("unexpected error in %s", method, exc_info=error)
         context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
+
+
+def _database_unavailable(method: str, error: Exception) -> GpufleetError:
+    """A call cut off by the database's loss: UNAVAILABLE naming it, retry advised, one
+    line in the log (a known condition, no stack; the database watch says when it ends)."""
+    answer = unavailable(error)
+    log.warning("%s answered UNAVAILABLE: %s", method, answer.message)
+    return answer
 
 
 class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg,misc]
@@ -150,8 +162,13 @@ class ServiceServer:
         self.names = list(names)
         self.health_only = health_only
         self.health_port = health_port
+        self._stopping = False
 
     def set_serving(self, serving: bool) -> None:
+        """Answer the health check SERVING or NOT_SERVING (the database watch's view while
+        it runs); once stopping, NOT_SERVING whatever is reported after."""
+        if serving and self._stopping:
+            return
         status = (
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
@@ -160,6 +177,7 @@ class ServiceServer:
 
     def stop(self, grace: float = 5.0) -> None:
         """Refuse new calls, let running ones finish for ``grace`` seconds, then stop."""
+        self._stopping = True
         self.set_serving(False)
         if self.health_only is not None:
             self.health_only.stop(0)
@@ -304,12 +322,15 @@ def _guard_async_stream(method: str, behavior: Callable[..., Any]) -> Callable[.
 
 async def _answer_async(context: grpc.aio.ServicerContext[Any, Any], method: str, error: Exception) -> None:
     """The status a handler's exception ends its call with (each branch aborts, which
-    raises): a GpufleetError's own; the one the handler chose before it raised (a generated
+    raises): a GpufleetError's own; UNAVAILABLE for the database's loss; the one the
+    handler chose before it raised (a generated
     servicer's method the service does not implement sets UNIMPLEMENTED, then raises
     NotImplementedError); else INTERNAL, the one case logged with its stack."""
     chosen = context.code()
     if isinstance(error, GpufleetError):
         await _abort_async(context, error)
+    elif is_outage(error):
+        await _abort_async(context, _database_unavailable(method, error))
     elif isinstance(chosen, grpc.StatusCode) and chosen is not grpc.StatusCode.OK:
         details = context.details() or chosen.value[1]
         log.info("%s answered %s: %s", method, chosen.name, details)
@@ -395,11 +416,14 @@ class AioServiceServer:
         self.health = health_servicer
         self.names = list(names)
         self.executors = list(executors)
+        self._stopping = False
 
     def _run(self, coro: Any, timeout: float | None = 30.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def set_serving(self, serving: bool) -> None:
+        if serving and self._stopping:
+            return
         status = (
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
@@ -408,11 +432,14 @@ class AioServiceServer:
             for name in [*self.names, ""]:
                 await self.health.set(name, status)
 
+        if not self.loop.is_running():
+            return  # stopped: nothing left to answer a health check
         self._run(mark())
 
     def stop(self, grace: float = 5.0) -> None:
         if not self.loop.is_running():
             return
+        self._stopping = True
         self.set_serving(False)
         if self.health_only is not None:
             self._run(self.health_only.stop(0))

@@ -7,6 +7,13 @@ holder, and when the lease ends. The leader renews it; every write a leader make
 refuses the write if the epoch moved on — so a leader that was paused past its lease
 (SIGSTOP, a long GC, a VM migration) cannot act on stale decisions when it wakes.
 
+A leader that lost sight of the database (a renewal failed: a restart, a failover) cannot
+know whether its lease lapsed meanwhile, nor what changed: when the database is back its
+next acquisition starts a new term (a new epoch) even if the row still names it, and a
+pass that read its snapshot in the old term (:meth:`LeaderLease.term`) is refused every
+write after that — the fence compares the row with the epoch the pass began under, not
+with whatever the lease holds now.
+
 Each lease reports ``gpufleet.leader.leading`` (1 while held, 0 while standing by), so
 every timer service shows whether it has a leader without a line of its own: summed over
 replicas it is 1 in a healthy deployment, 0 with none.
@@ -14,7 +21,9 @@ replicas it is 1 in a healthy deployment, 0 with none.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
@@ -54,6 +63,11 @@ class LeaderLease:
         # When the lease this replica last wrote runs out: past it another replica may lead,
         # whatever ``epoch`` still says (a paused process learns it only at its next write).
         self._held_until: datetime | None = None
+        # Set when a renewal failed or the database was seen gone: the next acquisition is
+        # a new term, and passes of the old one write nothing until then.
+        self._interrupted = False
+        # The epoch the pass running on this thread read its snapshot under (see term()).
+        self._pass = threading.local()
         self._observing = _observe_leading(self, instruments)
 
     @property
@@ -68,8 +82,35 @@ class LeaderLease:
         held_until = self._held_until
         return self.epoch is not None and held_until is not None and self.clock.now() < held_until
 
+    def interrupted(self) -> None:
+        """The database went away (or a renewal failed): this replica may have lost the
+        lease meanwhile without knowing it. Its next acquisition starts a new term."""
+        if self.epoch is not None and not self._interrupted:
+            log.warning("lost sight of the database while leading %s (epoch %d)", self.name, self.epoch)
+        self._interrupted = True
+
+    @contextlib.contextmanager
+    def term(self) -> Iterator[None]:
+        """Run a pass under the current term: every :meth:`fence` on this thread inside it
+        refuses to write once the lease was interrupted or re-acquired, so nothing the
+        pass read before an outage is applied after it."""
+        self._pass.epoch = self.epoch
+        try:
+            yield
+        finally:
+            self._pass.epoch = None
+
     def try_acquire(self) -> bool:
         """Take or renew the lease; returns whether this replica now leads."""
+        try:
+            return self._try_acquire()
+        except Exception:
+            # Whatever failed (most often the database itself), this renewal did not
+            # happen: whether the lease still holds is unknown until the next one.
+            self.interrupted()
+            raise
+
+    def _try_acquire(self) -> bool:
         now = self.clock.now()
         expires = now + self.ttl
         with self.sessions() as session, session.begin():
@@ -86,14 +127,15 @@ class LeaderLease:
                     return False
                 self._became(1, expires)
                 return True
-            if row.holder == self.holder and row.epoch == self.epoch:
+            if row.holder == self.holder and row.epoch == self.epoch and not self._interrupted:
                 row.expires_at = expires
                 self._held_until = expires
                 return True
             if row.expires_at > now and row.holder != self.holder:
                 self._lost()
                 return False
-            # Expired (or ours from an earlier life): take over with a new epoch.
+            # Expired, ours from an earlier life, or ours across an outage: take over with
+            # a new epoch.
             row.holder = self.holder
             row.epoch = row.epoch + 1
             row.expires_at = expires
@@ -103,24 +145,34 @@ class LeaderLease:
     def _became(self, epoch: int, expires: datetime) -> None:
         if self.epoch != epoch:
             log.info(
-                "leader of %s with epoch %d",
+                "leader of %s with epoch %d%s",
                 self.name,
                 epoch,
+                " (a new term after losing sight of the database)" if self._interrupted else "",
                 extra={"fields": {"lease": self.name, "epoch": epoch}},
             )
         self.epoch = epoch
         self._held_until = expires
+        self._interrupted = False
 
     def _lost(self) -> None:
         if self.epoch is not None:
             log.warning("lost leadership of %s (epoch %d)", self.name, self.epoch)
         self.epoch = None
         self._held_until = None
+        self._interrupted = False
 
     def fence(self, session: Session) -> int:
-        """Inside a write transaction: lock the lease row and refuse a stale epoch."""
+        """Inside a write transaction: lock the lease row and refuse a stale epoch — and,
+        inside a :meth:`term`, a pass older than the lease's current term."""
         if self.epoch is None:
             raise Fenced(f"not the leader of {self.name}")
+        began = getattr(self._pass, "epoch", None)
+        if began is not None and (self._interrupted or began != self.epoch):
+            raise Fenced(
+                f"this pass read its snapshot in epoch {began} of {self.name}, before the "
+                "database was lost; the lease must be re-acquired and the pass run again"
+            )
         row = session.execute(
             select(LeaseRow.epoch, LeaseRow.holder).where(LeaseRow.name == self.name).with_for_update()
         ).one_or_none()

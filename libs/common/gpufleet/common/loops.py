@@ -6,6 +6,14 @@ longer than the lease (a reaper net waiting out a provider's bounded stop) does 
 leadership to a standby mid-pass — and records each run in ``watchdog_stats`` so operators
 can see every watchdog's cadence, last run and counts. A task returns a
 :class:`TickReport` of what it did and what it refused, by gate.
+
+The database going away is not a bug of a task's: the Ticker logs one line, backs off
+until it answers again, and never dies of it. A pass cut off by the outage is run again
+whole, in a new term of the lease (gpufleet.common.leadership). And after the database
+returns, no pass runs for ``settle_s`` of the clock: the machines' reports, heartbeats and
+lease renewals were refused while it was gone, so the silence a net would read then is
+the outage's, not the machines'. ``settle_s`` is a few of the agents' report periods, so
+every live machine and attempt has reported again before any net judges them.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.models import WatchdogStat
+from gpufleet.common.db.outage import DatabaseWatch, describe, is_outage
 from gpufleet.common.errors import Fenced
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.telemetry import tracer
@@ -57,6 +66,10 @@ class Ticker:
         lease: LeaderLease,
         tasks: list[PeriodicTask],
         renew_s: float,
+        *,
+        watch: DatabaseWatch | None = None,
+        settle_s: float = 0.0,
+        max_backoff_s: float = 5.0,
     ) -> None:
         self.service = service
         self.clock = clock
@@ -64,10 +77,39 @@ class Ticker:
         self.lease = lease
         self.tasks = tasks
         self.renew_s = renew_s
+        self.watch = watch
+        self.settle = timedelta(seconds=settle_s)
+        self.max_backoff_s = max_backoff_s
         self._tracer = tracer(f"gpufleet.{service}")
-        self._register()
+        self._registered = False
+        self._outage_passes = 0
+        if watch is not None:
+            watch.on_change(self._database_changed)
+        try:
+            self._register()
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            # Started while the database is away: registered at the first pass instead.
+            log.warning("%s: the database is unavailable; the watchdogs register once it answers", service)
+
+    def _database_changed(self, up: bool) -> None:
+        if not up:
+            self.lease.interrupted()
+
+    def settled(self) -> bool:
+        """Whether passes may run: the database answers, and it has answered for
+        ``settle_s`` of the clock since it last came back."""
+        if self.watch is None:
+            return True
+        if not self.watch.up:
+            return False
+        back = self.watch.recovered_at
+        return back is None or self.clock.now() >= back + self.settle
 
     def _register(self) -> None:
+        if self._registered:
+            return
         with self.sessions() as session, session.begin():
             for task in self.tasks:
                 row = session.get(WatchdogStat, task.name)
@@ -85,9 +127,15 @@ class Ticker:
                 else:
                     row.cadence_s = task.cadence_s
                     row.service = self.service
+        self._registered = True
 
     def run_due(self) -> None:
-        """Run every task whose time has come (one pass; leader only)."""
+        """Run every task whose time has come (one pass; leader only). A pass the
+        database's loss cuts off ends here, its task still due: it runs again whole once
+        the lease is re-acquired and the fleet has settled."""
+        if not self.settled():
+            return
+        self._register()
         for task in self.tasks:
             now = self.clock.now()
             if task.next_at is not None and now < task.next_at:
@@ -97,13 +145,17 @@ class Ticker:
             with (
                 self._tracer.start_as_current_span(f"{self.service}.{task.name}.tick") as span,
                 self._lease_kept(task.name),
+                self.lease.term(),
             ):
                 try:
                     report = task.run(now)
                 except Fenced as exc:
                     log.warning("%s: %s", task.name, exc)
                     return
-                except Exception:
+                except Exception as exc:
+                    if is_outage(exc):
+                        self._lost_database(task.name, exc)
+                        return
                     log.exception("task %s failed; it runs again at its next cadence", task.name)
                     report = TickReport()
                     report.refusals["ERROR"] += 1
@@ -111,6 +163,13 @@ class Ticker:
                 span.set_attribute("gpufleet.refusals", sum(report.refusals.values()))
             task.next_at = now + timedelta(seconds=task.cadence_s)
             self._record(task, now, report)
+
+    def _lost_database(self, during: str, exc: BaseException) -> None:
+        """One line, no stack: a known condition, not a bug of the task's."""
+        self.lease.interrupted()
+        if self.watch is not None:
+            self.watch.suspect()
+        log.warning("%s: the database is unavailable (%s); backing off", during, describe(exc))
 
     @contextlib.contextmanager
     def _lease_kept(self, task: str) -> Iterator[None]:
@@ -132,8 +191,11 @@ class Ticker:
                     if not self.lease.try_acquire():
                         log.warning("lost the %s lease while %s ran", self.service, task)
                         return
-                except Exception:
-                    log.exception("leader lease renewal during %s failed", task)
+                except Exception as exc:
+                    if is_outage(exc):
+                        self._lost_database(f"lease renewal during {task}", exc)
+                    else:
+                        log.exception("leader lease renewal during %s failed", task)
 
         keeper = threading.Thread(target=keep, name=f"{self.service}-lease-keeper", daemon=True)
         keeper.start()
@@ -162,15 +224,30 @@ class Ticker:
         return max(0.0, min(waits))
 
     def run_forever(self, stop: threading.Event) -> None:
-        """Acquire/renew the lease and run due tasks until ``stop`` is set."""
+        """Acquire/renew the lease and run due tasks until ``stop`` is set. While the
+        database is away it only retries, every back-off of real seconds (doubling up to
+        ``max_backoff_s``): nothing else can be done without it."""
+        backoff = 0.0
         while not stop.is_set():
+            ran = False
             try:
                 self.lease.try_acquire()
-            except Exception:
-                log.exception("leader lease renewal failed")
-            if self.lease.is_leader:
-                self.run_due()
-            wait = self.next_wait() if self.lease.is_leader else self.renew_s
+                if self.lease.is_leader and self.settled():
+                    self.run_due()
+                    ran = True
+                backoff = 0.0
+            except Exception as exc:
+                if not is_outage(exc):
+                    log.exception("the %s leader's loop failed", self.service)
+                else:
+                    self._lost_database("the leader's loop", exc)
+                    backoff = min(max(2 * backoff, 0.25), self.max_backoff_s)
+                    if stop.wait(backoff):
+                        break
+                    continue
+            # Settling after an outage, a standby and a failed pass all look again at the
+            # next renewal.
+            wait = self.next_wait() if ran else self.renew_s
             if self.clock.wait(min(wait, self.renew_s), stop):
                 break
         try:

@@ -186,6 +186,10 @@ class StoreSettings(BaseServiceSettings):
     lease_ttl_s: float = Field(default=15.0, gt=0)
     lease_renew_s: float = Field(default=5.0, gt=0)
     instance_name: str = Field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
+    # After the database comes back from an outage, the leader's passes wait this long
+    # (clock seconds) so every live machine has reported again (the agents' heartbeat is
+    # 10 s) before a net reads their silence (gpufleet.common.loops).
+    outage_settle_s: float = Field(default=30.0, ge=0)
 
     # Ledger outcomes, the same for every detector in every service: how long a stocked-out
     # offering and a halted provider/region stay quarantined (0 = until a human clears it),

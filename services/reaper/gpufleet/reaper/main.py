@@ -28,6 +28,7 @@ from gpufleet.common.calls import CallPool
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from gpufleet.common.db.outage import DatabaseWatch
 from gpufleet.common.grpcserver import (
     ServiceBinding,
     create_server,
@@ -187,7 +188,17 @@ def build(
     lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
     calls = CallPool(settings.provider_call_workers, "provider-calls")
     tasks = build_watchdogs(settings, sessions, lease, clock, provider, sampler, prober, calls=calls)
-    ticker = Ticker(SERVICE, clock, sessions, lease, tasks, renew_s=settings.lease_renew_s)
+    watch = DatabaseWatch(engine, clock)
+    ticker = Ticker(
+        SERVICE,
+        clock,
+        sessions,
+        lease,
+        tasks,
+        renew_s=settings.lease_renew_s,
+        watch=watch,
+        settle_s=settings.outage_settle_s,
+    )
     side_loops: list[SideLoop] = [FleetStateGauges(sessions, clock, lease, settings.state_metrics_every_s)]
     webhook = settings.incident_webhook()
     if webhook is None:
@@ -207,6 +218,8 @@ def build(
         transport=transport,
         health_address=settings.health_listen_address,
     )
+    watch.on_change(server.set_serving)
+    watch.start()
     return Reaper(
         name=SERVICE,
         settings=settings,
@@ -215,7 +228,7 @@ def build(
         ticker=ticker,
         server=server,
         provider=owned_provider,
-        others=(calls,),
+        others=(calls, watch),
         calls=calls,
         drain_s=settings.provider_call_drain_s,
         side_loops=tuple(side_loops),

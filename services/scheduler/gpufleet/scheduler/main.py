@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.catalog import load_catalog
+from gpufleet.common.catalog import Catalog, load_catalog
 from gpufleet.common.clients.agent import AgentClient
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from gpufleet.common.db.outage import DatabaseWatch, describe, is_outage
 from gpufleet.common.grpcserver import (
     AioServiceServer,
     Lane,
@@ -118,20 +119,37 @@ def _server(
     )
 
 
+def _sync_catalog(sessions: sessionmaker[Session], catalog: Catalog) -> bool:
+    """Write the catalogue file into the store; False when the database is unavailable."""
+    for _ in range(5):  # replicas starting together may race on the first insert
+        try:
+            with sessions() as session, session.begin():
+                sync_catalog(session, catalog)
+            return True
+        except (IntegrityError, OperationalError) as exc:
+            if is_outage(exc):
+                log.warning("catalogue not synced: the database is unavailable (%s)", describe(exc))
+                return False
+            log.info("catalogue sync raced another replica; retrying")
+    return True
+
+
 def build(settings: Settings) -> TimerService:
     """Wire the scheduler: its three gRPC services, the leader's fleet tick, and the extra
     API processes it is configured with."""
     clock = settings.make_clock()
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
+    watch = DatabaseWatch(engine, clock)
     catalog = load_catalog(settings.catalog_file)
-    for _ in range(5):  # replicas starting together may race on the first insert
-        try:
-            with sessions() as session, session.begin():
-                sync_catalog(session, catalog)
-            break
-        except (IntegrityError, OperationalError):
-            log.info("catalogue sync raced another replica; retrying")
+    if not _sync_catalog(sessions, catalog):
+        # Started while the database is away: it answers UNAVAILABLE meanwhile, and the
+        # catalogue is synced as soon as the database answers.
+        def sync_when_back(up: bool) -> None:
+            if up:
+                _sync_catalog(sessions, catalog)
+
+        watch.on_change(sync_when_back)
     transport = settings.transport(SERVICE)
     provisioner = ProvisionerClient(
         settings.provisioner_address,
@@ -178,10 +196,14 @@ def build(settings: Settings) -> TimerService:
             PeriodicTask(POOL_IDLE, settings.pool_idle_every_s, PoolIdleRelease(sessions, lease).run),
         ],
         settings.lease_renew_s,
+        watch=watch,
+        settle_s=settings.outage_settle_s,
     )
     jobs = JobService(sessions, clock, transport)
     server = _server(settings, sessions, clock, jobs, transport)
-    others: list[Closable] = [tick, jobs, offerings_client]
+    watch.on_change(server.set_serving)
+    watch.start()
+    others: list[Closable] = [tick, jobs, offerings_client, watch]
     if settings.api_processes > 1:
         host = settings.listen_address.rsplit(":", 1)[0]
         extra = ApiProcesses(settings.api_processes - 1, host, server.port)
@@ -215,10 +237,14 @@ def serve_api_only(settings: Settings) -> int:
     transport = settings.transport(SERVICE)
     jobs = JobService(sessions, clock, transport)
     server = _server(settings, sessions, clock, jobs, transport)
+    watch = DatabaseWatch(engine, clock)
+    watch.on_change(server.set_serving)
+    watch.start()
     announce_port(server.port, settings.port_file)
     try:
         run_until_signalled(server, threading.Event())
     finally:
+        watch.close()
         jobs.close()
         engine.dispose()
     return 0

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from gpufleet.common.db.outage import DatabaseWatch
 from gpufleet.common.grpcserver import (
     ServiceBinding,
     create_server,
@@ -104,7 +105,17 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
         rounds_before_incident=settings.unlisted_rounds_before_incident,
     )
     passes = TimedPasses(reconcile, orphans, sessions, lease, clock)
-    ticker = Ticker(SERVICE, clock, sessions, lease, passes.tasks(settings), renew_s=settings.lease_renew_s)
+    watch = DatabaseWatch(engine, clock)
+    ticker = Ticker(
+        SERVICE,
+        clock,
+        sessions,
+        lease,
+        passes.tasks(settings),
+        renew_s=settings.lease_renew_s,
+        watch=watch,
+        settle_s=settings.outage_settle_s,
+    )
     server = create_server(
         settings.listen_address,
         [
@@ -117,6 +128,8 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
         transport=transport,
         health_address=settings.health_listen_address,
     )
+    watch.on_change(server.set_serving)
+    watch.start()
     return Sweeper(
         name=SERVICE,
         settings=settings,
@@ -125,7 +138,7 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
         ticker=ticker,
         server=server,
         provider=owned,
-        others=(orphans,),
+        others=(orphans, watch),
     )
 
 

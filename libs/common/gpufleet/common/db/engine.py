@@ -78,8 +78,22 @@ def make_engine(url: str, *, instruments: Instruments = PROCESS, **kwargs: Any) 
         # Connections are opened lazily; keeping up to 20 open means a burst of API calls
         # (32 server threads) reuses them instead of opening and closing a PostgreSQL
         # connection per call beyond the pool (profiled: 6 % of SubmitJob's time at 5+10).
-        # A paused process must not hold row locks (e.g. the leader lease) forever.
-        connect_args={"options": "-c idle_in_transaction_session_timeout=30000"},
+        connect_args={
+            # A paused process must not hold row locks (e.g. the leader lease) forever.
+            "options": "-c idle_in_transaction_session_timeout=30000",
+            # A server that vanished without a word (a failover moving its address, a
+            # partition) must fail a connect or a statement in seconds, not at the
+            # kernel's TCP timeout, so callers get UNAVAILABLE and the health check says
+            # NOT_SERVING (gpufleet.common.db.outage): connect within 5 s; a silent peer
+            # is given up after 20 s of unacknowledged data, or 10 + 3 x 3 s of unanswered
+            # keepalives when idle.
+            "connect_timeout": 5,
+            "tcp_user_timeout": 20000,
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 3,
+            "keepalives_count": 3,
+        },
         **kwargs,
     )
     _ping_when_idle(engine)

@@ -52,7 +52,7 @@ from sqlalchemy import Engine, Table, TextClause
 
 from gpufleet.common.db.engine import writer_lock
 from gpufleet.common.db.operation_durations import OperationDurations, durations_of
-from gpufleet.common.errors import Unavailable
+from gpufleet.common.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +98,10 @@ class StatementPool:
                     return await cursor.fetchone()
             except psycopg.OperationalError as err:
                 if attempt == 2:
-                    raise Unavailable(f"database unavailable: {err}") from err
+                    raise DatabaseUnavailable(f"database unavailable: {err}") from err
                 log.info("statement failed on a dropped connection; retrying on another: %s", err)
             except PoolTimeout as err:
-                raise Unavailable(f"no database connection within {self._timeout_s:.0f}s") from err
+                raise DatabaseUnavailable(f"no database connection within {self._timeout_s:.0f}s") from err
         raise AssertionError("unreachable")
 
     async def _opened(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
