@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from gpufleet.common.errors import Unavailable
 from gpufleet.common.grpcserver import ServiceBinding, ServiceServer, create_server
-from gpufleet.v1 import worker_service_pb2, worker_service_pb2_grpc
+from gpufleet.v1 import machine_pb2, worker_service_pb2, worker_service_pb2_grpc
 from tests.support import tls
 
 T = TypeVar("T")
@@ -23,6 +23,7 @@ class Heartbeat:
     received_at: float  # real monotonic seconds
     machine_id: str
     running: dict[str, int]  # attempt id -> slot
+    gpu_health: machine_pb2.GpuHealth | None = None  # None: not reported
 
 
 @dataclass
@@ -42,7 +43,10 @@ class FakeWorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         with self.lock:
             self.heartbeats.append(
                 Heartbeat(
-                    time.monotonic(), request.machine_id, {r.attempt_id: r.slot for r in request.running}
+                    time.monotonic(),
+                    request.machine_id,
+                    {r.attempt_id: r.slot for r in request.running},
+                    request.gpu_health if request.HasField("gpu_health") else None,
                 )
             )
             cancel, self.cancel_next = sorted(self.cancel_next), set()

@@ -14,10 +14,12 @@ import os
 import sys
 import threading
 from datetime import timedelta
+from typing import Any
 
 from gpufleet.agent import views
 from gpufleet.agent.dead_man import Contact, DeadManSwitch
 from gpufleet.agent.dead_man import Policy as DeadManPolicy
+from gpufleet.agent.gpu_health import GpuHealthWatcher, health_file, load_report
 from gpufleet.agent.samplers import RequestCounter, choose_sampler, load_pynvml
 from gpufleet.agent.servicer import AgentServicer, StateActivity
 from gpufleet.agent.settings import AGENT_VERSION, Settings
@@ -49,6 +51,15 @@ def _prepare_walls(settings: Settings, state: StateDir) -> None:
     state.walls_error.unlink(missing_ok=True)
 
 
+def _nvml_or_none() -> Any:
+    """The NVML bindings, or None where the package itself is missing (no GPU support)."""
+    try:
+        return load_pynvml()
+    except ImportError as err:
+        log.info("no NVML bindings: %s", err)
+        return None
+
+
 def main() -> int:
     settings = Settings()
     settings.pin_clock_origin()
@@ -66,6 +77,17 @@ def main() -> int:
 
     requests = RequestCounter()
     pause = threading.Event()
+    # Before the sampler: initialisation is retried once here, and a second failure is a
+    # critical finding the worker's heartbeat carries (the sampler then falls back).
+    gpu_health = GpuHealthWatcher(
+        _nvml_or_none(),
+        clock,
+        settings.gpu_health_policy(),
+        report_path=health_file(state.root),
+        pause=pause.wait,
+        previous=load_report(health_file(state.root)),
+    )
+    gpu_health.start(retry_after_s=settings.gpu_init_retry_after_s)
     sampler = choose_sampler(
         StateActivity(state, requests),
         load_nvml=load_pynvml,
@@ -83,6 +105,7 @@ def main() -> int:
         clock=clock,
         pipeline_command=settings.pipeline_command,
         contact=contact,
+        gpu_health=gpu_health,
     )
     full_name = agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
     server = create_server(
@@ -110,6 +133,9 @@ def main() -> int:
         policy=DeadManPolicy(timedelta(seconds=settings.dead_man_after_s), settings.dead_man_action),
         marker_dir=state.root,
     )
+    threading.Thread(
+        target=gpu_health.run, args=(stopping, settings.gpu_health_poll_s), name="gpu-health", daemon=True
+    ).start()
     if settings.dead_man_action != "off":
         threading.Thread(
             target=switch.run, args=(stopping, settings.dead_man_every_s), name="dead-man", daemon=True

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from gpufleet.agent.gpu_health import load_report, to_proto
 from gpufleet.agent.specs import AttemptResult
 from gpufleet.common import errors, grpcclient
 from gpufleet.common.trust.identity import Role
@@ -82,9 +84,19 @@ class GrpcSchedulerReports:
     the clock, so a down scheduler never stalls the loop for a back-off.
     """
 
-    def __init__(self, address: str, machine_id: str, timeout_s: float, transport: Transport) -> None:
+    def __init__(
+        self,
+        address: str,
+        machine_id: str,
+        timeout_s: float,
+        transport: Transport,
+        *,
+        gpu_health_file: Path | None = None,
+    ) -> None:
         self.machine_id = machine_id
         self.timeout_s = timeout_s
+        # The agent's GPU health watcher writes it; every heartbeat carries what it says.
+        self.gpu_health_file = gpu_health_file
         self._channel = grpcclient.open_channel(address, transport, Role.SCHEDULER)
         self._stub = worker_service_pb2_grpc.WorkerServiceStub(self._channel)
 
@@ -101,6 +113,10 @@ class GrpcSchedulerReports:
                 worker_service_pb2.RunningAttempt(attempt_id=r.attempt_id, slot=r.slot) for r in running
             ],
         )
+        if self.gpu_health_file is not None:
+            health = load_report(self.gpu_health_file)
+            if health is not None:
+                request.gpu_health.CopyFrom(to_proto(health))
         response = grpcclient.call(
             self._stub.ReportHeartbeat, request, timeout=self.timeout_s, idempotent=True, attempts=1
         )

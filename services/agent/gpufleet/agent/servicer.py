@@ -20,6 +20,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpufleet.agent import views
 from gpufleet.agent.dead_man import Contact
+from gpufleet.agent.gpu_health import GpuHealthWatcher, to_proto
 from gpufleet.agent.samplers import RequestCounter, UtilizationSampler
 from gpufleet.agent.settings import AGENT_VERSION
 from gpufleet.agent.specs import JobSpec
@@ -151,8 +152,10 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
         clock: Clock,
         pipeline_command: list[str],
         contact: Contact | None = None,
+        gpu_health: GpuHealthWatcher | None = None,
     ) -> None:
         self.contact = contact
+        self.gpu_health = gpu_health
         self.machine_id = machine_id
         self.slots = slots
         self.state = state
@@ -175,6 +178,7 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
             startup_error=error,
             slots=self.slots,
             sampler=self.sampler.name,
+            gpu_health=to_proto(self.gpu_health.report() if self.gpu_health else None),
         )
 
     @_from_control_plane

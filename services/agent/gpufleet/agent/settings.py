@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from gpufleet.agent.gpu_health import CRITICAL_XIDS, HealthPolicy
 from gpufleet.common.host_names import HostNames, machine_walls_name
 from gpufleet.common.settings import BaseServiceSettings
 
@@ -105,6 +106,17 @@ class Settings(BaseServiceSettings):
     # it; empty: the bundled sample pipeline.
     pipeline_source: Path | None = None
 
+    # GPU health (gpu_health.py): real seconds between two reads of the ECC counts and
+    # remapped rows (Xid events arrive as they happen), the real seconds before the one
+    # retry of a failed NVML initialisation, volatile uncorrectable ECC errors that make a
+    # GPU critical, correctable ones that raise a warning, and the Xids that are critical
+    # (a JSON list; default: NVIDIA's catalogue's reset/reboot/RMA codes).
+    gpu_health_poll_s: float = Field(default=10.0, gt=0)
+    gpu_init_retry_after_s: float = Field(default=1.0, ge=0)
+    gpu_ecc_uncorrectable_critical: int = Field(default=1, ge=1)
+    gpu_ecc_correctable_warning: int = Field(default=100, ge=1)
+    gpu_critical_xids: list[int] = Field(default_factory=lambda: sorted(CRITICAL_XIDS))
+
     @field_validator("agent_state_dir")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
@@ -117,6 +129,13 @@ class Settings(BaseServiceSettings):
         if not value or not value[0]:
             raise ValueError("pipeline_command must be a non-empty JSON argv list")
         return value
+
+    def gpu_health_policy(self) -> HealthPolicy:
+        return HealthPolicy(
+            critical_xids=frozenset(self.gpu_critical_xids),
+            ecc_uncorrectable_critical=self.gpu_ecc_uncorrectable_critical,
+            ecc_correctable_warning=self.gpu_ecc_correctable_warning,
+        )
 
     @property
     def host_names(self) -> HostNames:

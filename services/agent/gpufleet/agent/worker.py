@@ -28,6 +28,7 @@ from typing import IO
 from gpufleet.agent import lease
 from gpufleet.agent.checkpoints import restore_file
 from gpufleet.agent.courier import CheckpointCourier
+from gpufleet.agent.gpu_health import health_file
 from gpufleet.agent.launcher import CurrentUserLauncher, SlotLauncher
 from gpufleet.agent.procs import is_alive
 from gpufleet.agent.reporter import GrpcSchedulerReports, ReportRefused, Running, SchedulerReports
@@ -306,7 +307,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     atomic_write_text(state.worker_pid, f"{os.getpid()}\n")
     reports = GrpcSchedulerReports(
-        settings.scheduler_address, settings.machine_id, settings.rpc_timeout_s, transport
+        settings.scheduler_address,
+        settings.machine_id,
+        settings.rpc_timeout_s,
+        transport,
+        gpu_health_file=health_file(state.root),
     )
     worker = Worker(
         state,
