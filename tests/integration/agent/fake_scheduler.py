@@ -37,20 +37,39 @@ class FakeWorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     cancel_next: set[str] = field(default_factory=set)
     # How many further ReportCompletion calls to answer UNAVAILABLE.
     refuse_completions: int = 0
+    # The lease a heartbeat grants, in clock seconds (the e2e stacks' 900 by default), and
+    # the clock's speed, to keep the scheduler's books: when (real monotonic seconds) each
+    # attempt's lease runs out, as the real scheduler would find it expired.
+    lease_s: float = 900.0
+    clock_speed: float = 1.0
+    lease_ends: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def grant(self, attempt_id: str, at: float) -> None:
+        """A lease from ``at`` (monotonic), as dispatch and every heartbeat grant one."""
+        with self.lock:
+            self.lease_ends[attempt_id] = at + self.lease_s / self.clock_speed
+
+    def lease_end(self, attempt_id: str) -> float:
+        with self.lock:
+            return self.lease_ends[attempt_id]
+
     def ReportHeartbeat(self, request: Any, context: Any) -> Any:
+        received = time.monotonic()
         with self.lock:
             self.heartbeats.append(
                 Heartbeat(
-                    time.monotonic(),
+                    received,
                     request.machine_id,
                     {r.attempt_id: r.slot for r in request.running},
                     request.gpu_health if request.HasField("gpu_health") else None,
                 )
             )
             cancel, self.cancel_next = sorted(self.cancel_next), set()
-        return worker_service_pb2.ReportHeartbeatResponse(cancel_attempt_ids=cancel)
+            for r in request.running:
+                if r.attempt_id not in cancel:
+                    self.lease_ends[r.attempt_id] = received + self.lease_s / self.clock_speed
+        return worker_service_pb2.ReportHeartbeatResponse(cancel_attempt_ids=cancel, lease_s=self.lease_s)
 
     def ReportCompletion(self, request: Any, context: Any) -> Any:
         with self.lock:

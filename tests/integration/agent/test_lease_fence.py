@@ -1,0 +1,240 @@
+"""A lease is a fence on the machine too (#27): real agents, workers, runners and jobs
+behind their walls, against the test's WorkerService, which keeps the scheduler's books on
+each attempt's lease (a heartbeat renews it for ``lease_s`` of the clock from when it was
+received). Three ways the renewals stop — the worker killed, the path to the scheduler
+cut, the worker paused — and in each the first attempt's job must be gone before its
+lease runs out; the test then plays the scheduler's retry at the earliest instant it could
+come (the lease's end) on a second machine, and reads the kernel's own record of both
+jobs' processes: at no instant do two attempts of the job run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpufleet.agent.specs import AttemptResult, Outcome
+from gpufleet.v1 import job_pb2
+from tests.integration.agent.conftest import (
+    CLOCK_SPEED,
+    AgentLauncher,
+    AgentProcess,
+    start_request,
+    wait_running,
+)
+from tests.integration.agent.fake_scheduler import FakeWorkerService, wait_for
+from tests.integration.agent.partition import PartitionablePath
+
+# Clock seconds (3 s of real time at the tests' speed): the fence falls at half of it.
+LEASE_S = 60.0
+LEASE_ENV = {"GPUFLEET_ASSUMED_LEASE_S": str(LEASE_S)}
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _boot_seconds() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _group_members(pgid: int) -> list[tuple[int, float]]:
+    """The live (not zombie) processes of a process group, with their start times in
+    seconds since boot as the kernel recorded them."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            # state ppid pgrp ... starttime is the 22nd field of stat, the 20th after comm.
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                members.append((int(entry.name), int(fields[19]) / _TICKS))
+    return members
+
+
+@dataclass
+class Lifetime:
+    """A job's processes as /proc shows them: the first start, and the first look that
+    found none left (an upper bound on its end, a poll late at most)."""
+
+    started: float
+    gone: float | None = None
+
+
+class JobWatch:
+    """Polls /proc for the process groups of the jobs it is given (each job is its own
+    group, its leader's pid recorded in runner.json)."""
+
+    def __init__(self) -> None:
+        self.lives: dict[str, Lifetime] = {}
+        self._groups: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def track(self, attempt_id: str, agent: AgentProcess) -> None:
+        state = json.loads((agent.state_dir / "attempts" / attempt_id / "runner.json").read_text())
+        pgid = int(state["job_pid"])
+        members = _group_members(pgid)
+        assert members, f"the job of {attempt_id} is not running"
+        with self._lock:
+            self._groups[attempt_id] = pgid
+            self.lives[attempt_id] = Lifetime(started=min(start for _, start in members))
+
+    def gone_at(self, attempt_id: str) -> float | None:
+        with self._lock:
+            return self.lives[attempt_id].gone
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            with self._lock:
+                groups = dict(self._groups)
+            for attempt_id, pgid in groups.items():
+                if self.lives[attempt_id].gone is None and not _group_members(pgid):
+                    with self._lock:
+                        self.lives[attempt_id].gone = _boot_seconds()
+                        del self._groups[attempt_id]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def short_leases(fake_scheduler: FakeWorkerService) -> None:
+    fake_scheduler.lease_s = LEASE_S
+    fake_scheduler.clock_speed = CLOCK_SPEED
+
+
+@pytest.fixture
+def watch() -> Iterator[JobWatch]:
+    jobs = JobWatch()
+    yield jobs
+    jobs.close()
+
+
+def _monotonic_to_boot(at: float) -> float:
+    return at + (_boot_seconds() - time.monotonic())
+
+
+def _run_the_fault(
+    launcher: AgentLauncher,
+    fake: FakeWorkerService,
+    watch: JobWatch,
+    tmp_path: Path,
+    name: str,
+    fault: Callable[[AgentProcess], None],
+    agent_env: dict[str, str] | None = None,
+) -> AgentProcess:
+    """Attempt 1 of job ``name`` on machine A, the fault, then the earliest retry on B."""
+    machine_a = launcher.start(
+        tmp_path / "a", machine_id=f"{name}-a", slots=1, extra_env={**LEASE_ENV, **(agent_env or {})}
+    )
+    machine_b = launcher.start(tmp_path / "b", machine_id=f"{name}-b", slots=1, extra_env=LEASE_ENV)
+    first, retry = f"{name}-1", f"{name}-2"
+    fake.grant(first, time.monotonic())  # dispatch: the scheduler's lease starts before StartJob
+    with machine_a.client() as client:
+        request = start_request(first, duration_s=10_000)
+        request.job_id = f"job-{name}"
+        client.start_job(request)
+    wait_running(machine_a, first)
+    watch.track(first, machine_a)
+    wait_for(
+        lambda: any(first in h.running for h in fake.heartbeats_since(time.monotonic() - 0.5)),
+        what="a heartbeat that renews the first attempt",
+    )
+
+    fault(machine_a)
+
+    # The scheduler's lease of the first attempt runs out: from here it may run it elsewhere.
+    lease_end = fake.lease_end(first)
+    time.sleep(max(0.0, lease_end - time.monotonic()))
+    assert fake.lease_end(first) == lease_end  # nobody renewed it meanwhile
+    gone = watch.gone_at(first)
+    assert gone is not None, "the first attempt's job outlived its lease"
+    assert gone < _monotonic_to_boot(lease_end)
+
+    with machine_b.client() as client:
+        request = start_request(retry, duration_s=20)
+        request.job_id = f"job-{name}"
+        client.start_job(request)
+    wait_running(machine_b, retry)
+    watch.track(retry, machine_b)
+    # The kernel's start time of the retry's job against the first look that found the
+    # first attempt's job gone: never both at once.
+    assert gone <= watch.lives[retry].started
+    return machine_a
+
+
+def _verdict(agent: AgentProcess, attempt_id: str) -> AttemptResult:
+    def written() -> AttemptResult | None:
+        for folder in ("attempts", "finished"):
+            result = AttemptResult.load(agent.state_dir / folder / attempt_id / "result.json")
+            if result is not None:
+                return result
+        return None
+
+    return wait_for(written, what=f"the verdict of {attempt_id}")
+
+
+def test_a_killed_worker_leaves_no_job_running_past_its_lease(
+    launcher: AgentLauncher, fake_scheduler: FakeWorkerService, watch: JobWatch, tmp_path: Path
+) -> None:
+    def kill_the_worker(agent: AgentProcess) -> None:
+        os.kill(agent.worker_pid(), signal.SIGKILL)
+
+    machine_a = _run_the_fault(launcher, fake_scheduler, watch, tmp_path, "killed", kill_the_worker)
+    result = _verdict(machine_a, "killed-1")
+    assert result.outcome is Outcome.INFRA_ERROR
+    assert "lease fence" in result.message
+
+
+def test_a_cut_path_leaves_no_job_running_past_its_lease(
+    launcher: AgentLauncher, fake_scheduler: FakeWorkerService, watch: JobWatch, tmp_path: Path
+) -> None:
+    scheduler_address = f"127.0.0.1:{launcher.scheduler_port}"
+    path = PartitionablePath(scheduler_address)
+    try:
+        machine_a = _run_the_fault(
+            launcher,
+            fake_scheduler,
+            watch,
+            tmp_path,
+            "cut",
+            lambda agent: path.cut(),
+            agent_env={"GPUFLEET_SCHEDULER_ADDRESS": path.address, "GPUFLEET_RPC_TIMEOUT_S": "1"},
+        )
+        assert machine_a.proc.poll() is None and machine_a.client().probe().worker_alive
+        path.heal()
+        # The worker, which never stopped, reports the fenced attempt as ours once it can.
+        done = wait_for(lambda: fake_scheduler.completion("cut-1"), what="the fenced attempt's report")
+        assert done.outcome == job_pb2.ATTEMPT_STATE_INFRA_ERROR
+        assert "lease fence" in done.message
+    finally:
+        path.close()
+
+
+def test_a_paused_worker_leaves_no_job_running_past_its_lease(
+    launcher: AgentLauncher, fake_scheduler: FakeWorkerService, watch: JobWatch, tmp_path: Path
+) -> None:
+    paused: list[int] = []
+
+    def pause_the_worker(agent: AgentProcess) -> None:
+        paused.append(agent.worker_pid())
+        os.kill(paused[0], signal.SIGSTOP)
+
+    try:
+        _run_the_fault(launcher, fake_scheduler, watch, tmp_path, "paused", pause_the_worker)
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+    done = wait_for(lambda: fake_scheduler.completion("paused-1"), what="the fenced attempt's report")
+    assert done.outcome == job_pb2.ATTEMPT_STATE_INFRA_ERROR
+    assert "lease fence" in done.message
