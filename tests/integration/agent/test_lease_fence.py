@@ -9,14 +9,10 @@ jobs' processes: at no instant do two attempts of the job run."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,79 +28,11 @@ from tests.integration.agent.conftest import (
 )
 from tests.integration.agent.fake_scheduler import FakeWorkerService, wait_for
 from tests.integration.agent.partition import PartitionablePath
+from tests.support.job_lifetimes import JobWatch, monotonic_to_boot
 
 # Clock seconds (3 s of real time at the tests' speed): the fence falls at half of it.
 LEASE_S = 60.0
 LEASE_ENV = {"GPUFLEET_ASSUMED_LEASE_S": str(LEASE_S)}
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _boot_seconds() -> float:
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
-def _group_members(pgid: int) -> list[tuple[int, float]]:
-    """The live (not zombie) processes of a process group, with their start times in
-    seconds since boot as the kernel recorded them."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            # state ppid pgrp ... starttime is the 22nd field of stat, the 20th after comm.
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                members.append((int(entry.name), int(fields[19]) / _TICKS))
-    return members
-
-
-@dataclass
-class Lifetime:
-    """A job's processes as /proc shows them: the first start, and the first look that
-    found none left (an upper bound on its end, a poll late at most)."""
-
-    started: float
-    gone: float | None = None
-
-
-class JobWatch:
-    """Polls /proc for the process groups of the jobs it is given (each job is its own
-    group, its leader's pid recorded in runner.json)."""
-
-    def __init__(self) -> None:
-        self.lives: dict[str, Lifetime] = {}
-        self._groups: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def track(self, attempt_id: str, agent: AgentProcess) -> None:
-        state = json.loads((agent.state_dir / "attempts" / attempt_id / "runner.json").read_text())
-        pgid = int(state["job_pid"])
-        members = _group_members(pgid)
-        assert members, f"the job of {attempt_id} is not running"
-        with self._lock:
-            self._groups[attempt_id] = pgid
-            self.lives[attempt_id] = Lifetime(started=min(start for _, start in members))
-
-    def gone_at(self, attempt_id: str) -> float | None:
-        with self._lock:
-            return self.lives[attempt_id].gone
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            with self._lock:
-                groups = dict(self._groups)
-            for attempt_id, pgid in groups.items():
-                if self.lives[attempt_id].gone is None and not _group_members(pgid):
-                    with self._lock:
-                        self.lives[attempt_id].gone = _boot_seconds()
-                        del self._groups[attempt_id]
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -118,10 +46,6 @@ def watch() -> Iterator[JobWatch]:
     jobs = JobWatch()
     yield jobs
     jobs.close()
-
-
-def _monotonic_to_boot(at: float) -> float:
-    return at + (_boot_seconds() - time.monotonic())
 
 
 def _run_the_fault(
@@ -145,7 +69,7 @@ def _run_the_fault(
         request.job_id = f"job-{name}"
         client.start_job(request)
     wait_running(machine_a, first)
-    watch.track(first, machine_a)
+    watch.track(first, machine_a.state_dir / "attempts" / first)
     wait_for(
         lambda: any(first in h.running for h in fake.heartbeats_since(time.monotonic() - 0.5)),
         what="a heartbeat that renews the first attempt",
@@ -159,14 +83,14 @@ def _run_the_fault(
     assert fake.lease_end(first) == lease_end  # nobody renewed it meanwhile
     gone = watch.gone_at(first)
     assert gone is not None, "the first attempt's job outlived its lease"
-    assert gone < _monotonic_to_boot(lease_end)
+    assert gone < monotonic_to_boot(lease_end)
 
     with machine_b.client() as client:
         request = start_request(retry, duration_s=20)
         request.job_id = f"job-{name}"
         client.start_job(request)
     wait_running(machine_b, retry)
-    watch.track(retry, machine_b)
+    watch.track(retry, machine_b.state_dir / "attempts" / retry)
     # The kernel's start time of the retry's job against the first look that found the
     # first attempt's job gone: never both at once.
     assert gone <= watch.lives[retry].started
