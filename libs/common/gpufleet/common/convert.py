@@ -9,6 +9,7 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from gpufleet.common import gpu_health
 from gpufleet.common.db import models
 from gpufleet.v1 import machine_pb2
 
@@ -122,4 +123,5 @@ def machine_to_proto(m: models.Machine, slots_busy: int = 0) -> machine_pb2.Mach
         spot_hours=m.spot_seconds / 3600.0,
         earmarked_for_job=m.earmarked_for or "",
         earmarked_at=ts(m.earmarked_at),
+        gpu_health=gpu_health.to_proto(m.gpu_health, m.gpu_findings, m.gpu_health_at),
     )

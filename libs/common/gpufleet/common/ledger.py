@@ -77,6 +77,12 @@ class FailureClass(StrEnum):
     # A destroy call answered, and the provider does not show the instance gone yet (EC2
     # shutting-down, a GCE delete still running): the machine stays DESTROYING, re-read.
     DESTROY_UNCONFIRMED = "destroy_unconfirmed"
+    # A machine's heartbeat reported a critical GPU finding (an Xid such as 79, an
+    # uncorrectable ECC error, a row remap failure, a lost GPU, a failed initialisation):
+    # the machine is cordoned and replaced, its attempts ended as our failure.
+    GPU_FAULT = "gpu_fault"
+    # The same GPU fault on machines of one offering within the window: the offering goes.
+    GPU_FAULT_REPEATED = "gpu_fault_repeated"
     STOCKOUT = "stockout"
     QUOTA_EXCEEDED = "quota_exceeded"
     AUTH_FAILED = "auth_failed"
@@ -116,6 +122,8 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     FailureClass.NOT_YET_LISTED: LedgerOutcome.NOTHING,
     # Nothing moves: the stuck-transition net reads it again; past its limit it alerts.
     FailureClass.DESTROY_UNCONFIRMED: LedgerOutcome.NOTHING,
+    FailureClass.GPU_FAULT: LedgerOutcome.REPLACE_MACHINE,
+    FailureClass.GPU_FAULT_REPEATED: LedgerOutcome.STOP_HARDWARE_CONFIG,
     FailureClass.STOCKOUT: LedgerOutcome.STOP_HARDWARE_CONFIG,
     FailureClass.QUOTA_EXCEEDED: LedgerOutcome.HALT_PROVISIONING,
     FailureClass.AUTH_FAILED: LedgerOutcome.HALT_PROVISIONING,

@@ -11,6 +11,7 @@ from pydantic_settings import NoDecode
 from gpufleet.common.lease_fence import lease_violation
 from gpufleet.common.settings import StoreSettings
 from gpufleet.scheduler.checkpoint_location import CheckpointLocation, parse_checkpoint_location
+from gpufleet.scheduler.gpu_faults import GpuFaultPolicy
 from gpufleet.scheduler.watchdogs.paid_wait import PaidWaitPolicy
 from gpufleet.scheduler.watchdogs.stuck_dispatch import StuckDispatchPolicy
 
@@ -54,6 +55,10 @@ class Settings(StoreSettings):
     # past its attempt's time limit it lives at most (it dies with its attempt anyway).
     token_spend_cap_micros: int = Field(default=20_000_000, ge=0)
     token_expiry_margin_s: float = Field(default=900.0, ge=0)
+    # GPU health (gpu_faults.py): the same critical GPU fault on this many machines of one
+    # offering within this window (clock seconds) quarantines the offering.
+    gpu_fault_repeat_count: int = Field(default=2, ge=1)
+    gpu_fault_repeat_window_s: float = Field(default=86400.0, gt=0)
     # Where checkpoints are kept (every scheduler process of a deployment must see the same
     # folder), and the largest one accepted.
     checkpoint_dir: str = "var/checkpoints"
@@ -102,6 +107,12 @@ class Settings(StoreSettings):
 
     def checkpoint_location(self) -> CheckpointLocation:
         return self.checkpoint_url or CheckpointLocation.folder(self.checkpoint_dir)
+
+    def gpu_fault_policy(self) -> GpuFaultPolicy:
+        return GpuFaultPolicy(
+            repeat_window=timedelta(seconds=self.gpu_fault_repeat_window_s),
+            repeat_count=self.gpu_fault_repeat_count,
+        )
 
     def stuck_dispatch_policy(self) -> StuckDispatchPolicy:
         return StuckDispatchPolicy(after=timedelta(seconds=self.stuck_dispatch_after_s))

@@ -38,7 +38,7 @@ from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.trust.authz import require_self
 from gpufleet.common.trust.identity import Identity
 from gpufleet.common.trust.peer import identity_of
-from gpufleet.scheduler import validation
+from gpufleet.scheduler import gpu_faults, validation
 from gpufleet.scheduler.checkpoint_store import open_checkpoint_store
 from gpufleet.scheduler.checkpoints import CheckpointService
 from gpufleet.scheduler.jobstate import end_attempt, set_job_state
@@ -111,6 +111,8 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     ) -> worker_service_pb2.ReportHeartbeatResponse:
         machine_id = require(request.machine_id, "machine_id", JOB_ID, "machine id")
         _for_itself(context, machine_id)
+        if request.HasField("gpu_health"):
+            gpu_faults.validate(request.gpu_health)
         now = self.clock.now()
         lease_until = now + timedelta(seconds=self.settings.attempt_lease_s)
         reported = {r.attempt_id: r.slot for r in request.running}
@@ -122,6 +124,17 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             if machine.state == MachineState.DESTROYED.value:
                 raise FailedPrecondition("machine is destroyed", field="machine_id")
             machine.worker_report_at = now
+            if request.HasField("gpu_health"):
+                # Before the leases: a critical fault ends the attempts, which then go back
+                # to the worker as cancels below.
+                gpu_faults.apply(
+                    session,
+                    machine,
+                    request.gpu_health,
+                    now,
+                    policy=self.settings.gpu_fault_policy(),
+                    outcomes=self.settings.outcome_policy(),
+                )
             if machine.state == MachineState.BOOTING.value and transition(
                 session,
                 machine_id,

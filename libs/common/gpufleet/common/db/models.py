@@ -195,6 +195,12 @@ class Machine(Base):
     # One of its pool's warm machines (the pool's warm_target, while not released): the
     # money chain does not stop or destroy it for being idle.
     warm_held: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Its GPUs' health as its worker last reported it (gpufleet.scheduler.gpu_faults):
+    # unmonitored / ok / warning / critical (NULL: never reported), the findings (a list of
+    # {kind, severity, gpu_index, code, message, first_seen, count}) and when it was read.
+    gpu_health: Mapped[str | None] = mapped_column(String(16))
+    gpu_findings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    gpu_health_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         # Every scan excludes destroyed machines: partial indexes keep scans proportional

@@ -202,6 +202,12 @@ FILM_STATE = Label(
 )
 LEASE = Label("lease", "a leader lease: one per timer-driven service (`scheduler`, `reaper`, `sweeper`)")
 QUARANTINE_KIND = Label("quarantine_kind", "what is quarantined: `OFFERING` or `PROVIDER_REGION`")
+SEVERITY = Label("severity", "a GPU finding's severity: `warning` or `critical`")
+FINDING = Label(
+    "finding",
+    "what a GPU health finding is: `xid`, `ecc_uncorrectable`, `ecc_correctable`, `retired_pages_pending`, "
+    "`row_remap_pending`, `row_remap_failure`, `gpu_lost`, `init_failed`; `other` for any other",
+)
 
 LABELS: dict[str, Label] = {
     label.key: label
@@ -228,6 +234,8 @@ LABELS: dict[str, Label] = {
         FILM_STATE,
         LEASE,
         QUARANTINE_KIND,
+        SEVERITY,
+        FINDING,
     )
 }
 
@@ -804,6 +812,18 @@ LEDGER_FAILURES = Metric(
     stability=Stability.BETA,
 )
 
+GPU_FINDINGS = Metric(
+    name="gpufleet.gpu.findings",
+    instrument=Instrument.COUNTER,
+    unit="{finding}",
+    labels=(SEVERITY, FINDING),
+    description="GPU health findings the machines' heartbeats reported for the first time (an Xid, an "
+    "ECC count past its threshold, a row remap failure, a lost GPU, a failed initialisation, ...), by "
+    "severity and kind. A critical one also cordons its machine and writes a `gpu_fault` ledger row; a "
+    "warning is only counted and logged.",
+    stability=Stability.ALPHA,
+)
+
 # -- OpenTelemetry's semantic conventions: gRPC and the database -----------------------------
 # No instrumentation library records these for gpufleet's stack (gpufleet.common.rpc_durations
 # and gpufleet.common.db.operation_durations say why); gpufleet records them itself, as the
@@ -880,6 +900,7 @@ CATALOGUE: tuple[Metric, ...] = (
     INCIDENTS_OPEN,
     INCIDENT_NOTIFICATIONS,
     LEDGER_FAILURES,
+    GPU_FINDINGS,
     SCHEDULER_TICK_PHASE_DURATION,
     SCHEDULER_ASSIGNMENTS,
     SCHEDULER_DISPATCH_FAILURES,
