@@ -1,4 +1,5 @@
-"""`gpufleet machines ID`: one machine's detail view says who changed its state last, and why."""
+"""`gpufleet machines ID`: one machine's detail view says who changed its state last, and why;
+the list and the detail show its GPUs' health."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from gpufleet.cli.machines import machine_detail
+from gpufleet.cli.machines import health, machine_detail, machines_table
 from gpufleet.v1 import machine_pb2
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -43,3 +44,31 @@ def test_the_detail_names_the_actor_and_the_reason() -> None:
 def test_a_row_from_before_the_actor_was_recorded_says_so() -> None:
     m = machine_pb2.Machine(machine_id="m", state=machine_pb2.MACHINE_STATE_READY)
     assert "changed - by ?" in lines(m)
+
+
+def test_gpu_health_shows_in_the_list_and_the_detail() -> None:
+    m = machine_pb2.Machine(
+        machine_id="0b7c1e2a-0000-4000-8000-000000000001",
+        state=machine_pb2.MACHINE_STATE_READY,
+        cordoned=True,
+        gpu_health=machine_pb2.GpuHealth(
+            state=machine_pb2.GPU_HEALTH_STATE_CRITICAL,
+            findings=[
+                machine_pb2.GpuFinding(
+                    kind="xid",
+                    severity=machine_pb2.GPU_FINDING_SEVERITY_CRITICAL,
+                    gpu_index=0,
+                    code=79,
+                    message="Xid 79 on GPU 0",
+                )
+            ],
+            read_time=at(NOW - timedelta(seconds=20)),
+        ),
+    )
+    assert health(m) == "critical:xid79"
+    assert "HEALTH" in machines_table([m], NOW).splitlines()[0]
+    assert "critical:xid79" in machines_table([m], NOW)
+    assert "gpu health critical, read 20s ago — critical xid 79 on GPU 0: Xid 79 on GPU 0" in lines(m)
+    assert health(machine_pb2.Machine(machine_id="m")) == "-"
+    ok = machine_pb2.Machine(gpu_health=machine_pb2.GpuHealth(state=machine_pb2.GPU_HEALTH_STATE_OK))
+    assert health(ok) == "ok"

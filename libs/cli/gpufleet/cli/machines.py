@@ -106,6 +106,30 @@ def flags(m: machine_pb2.Machine) -> str:
     return ",".join(f for f, on in named if on) or "-"
 
 
+def health(m: machine_pb2.Machine) -> str:
+    """The GPUs' health as the worker last reported it: ``-`` never reported, else the state
+    and, when something was found, the worst finding (``critical:xid79``)."""
+    if m.gpu_health.state == machine_pb2.GPU_HEALTH_STATE_UNSPECIFIED:
+        return "-"
+    state = output.enum_short(machine_pb2.GpuHealthState, m.gpu_health.state, "GPU_HEALTH_STATE_").lower()
+    if not m.gpu_health.findings:
+        return state
+    worst = m.gpu_health.findings[0]  # the agent sends the worst first
+    return f"{state}:{worst.kind.replace('_', '-')}{worst.code if worst.kind == 'xid' else ''}"
+
+
+def health_detail(m: machine_pb2.Machine, now: datetime) -> str:
+    if m.gpu_health.state == machine_pb2.GPU_HEALTH_STATE_UNSPECIFIED:
+        return "- (never reported)"
+    state = output.enum_short(machine_pb2.GpuHealthState, m.gpu_health.state, "GPU_HEALTH_STATE_").lower()
+    found = "; ".join(
+        f"{output.enum_short(machine_pb2.GpuFindingSeverity, f.severity, 'GPU_FINDING_SEVERITY_').lower()} "
+        f"{f.kind} {f.code}" + (f" on GPU {f.gpu_index}" if f.gpu_index >= 0 else "") + f": {f.message}"
+        for f in m.gpu_health.findings
+    )
+    return f"{state}, read {output.when(m.gpu_health.read_time, now)}" + (f" — {found}" if found else "")
+
+
 def machines_table(rows: list[machine_pb2.Machine], now: datetime) -> str:
     return output.table(
         [
@@ -116,6 +140,7 @@ def machines_table(rows: list[machine_pb2.Machine], now: datetime) -> str:
             Col("BY", optional=True),
             Col("INTENT", optional=True),
             "SLOTS",
+            "HEALTH",
             Col("WORKER", optional=True),
             Col("PROBE", optional=True),
             Col("PROVIDER", optional=True),
@@ -133,6 +158,7 @@ def machines_table(rows: list[machine_pb2.Machine], now: datetime) -> str:
                 m.state_changed_by or "-",
                 output.enum_short(machine_pb2.MachineIntent, m.intent, "MACHINE_INTENT_"),
                 f"{m.slots_busy}/{m.slots_total}",
+                health(m),
                 output.when(m.liveness.worker_report_at, now),
                 output.when(m.liveness.probe_ok_at, now),
                 output.when(m.liveness.provider_seen_at, now),
@@ -173,6 +199,7 @@ def machine_detail(m: machine_pb2.Machine, now: datetime) -> str:
             ("state", f"{state}, intent {intent}" + (", cordoned" if m.cordoned else "")),
             ("changed", changed),
             ("slots", f"{m.slots_busy}/{m.slots_total} busy"),
+            ("gpu health", health_detail(m, now)),
             (
                 "held for",
                 f"film {m.earmarked_for_job} since {output.when(m.earmarked_at, now)}"
