@@ -50,6 +50,8 @@ EXPECTED = {
     # The clouds' list races: a record, nothing moves.
     "not_yet_listed": "NOTHING",
     "destroy_unconfirmed": "NOTHING",
+    "gpu_fault": "REPLACE_MACHINE",
+    "gpu_fault_repeated": "STOP_HARDWARE_CONFIG",
     "machine_lost": "NOTHING",
     "instance_gone": "REPLACE_MACHINE",
     # The dead-man switch halted an idle machine: whatever was thought to run there is ended.
@@ -60,7 +62,7 @@ EXPECTED = {
     "paid_wait": "ALERT_HUMAN",
     "pool_idle_release": "NOTHING",
     "orphan_found": "NOTHING",
-    "lease_expired": "NOTHING",
+    "lease_expired": "RETRY_SAME_MACHINE",
     "stockout": "STOP_HARDWARE_CONFIG",
     "quota_exceeded": "HALT_PROVISIONING",
     "auth_failed": "HALT_PROVISIONING",
@@ -70,7 +72,7 @@ EXPECTED = {
     "transition_reissued": "NOTHING",
     "slot_could_not_be_closed": "RETRY_SAME_MACHINE",
     "job_infra_error": "RETRY_SAME_MACHINE",
-    "job_failed": "FAIL_JOB",
+    "job_failed": "RETRY_SAME_MACHINE",
     "job_timed_out": "FAIL_JOB",
 }
 

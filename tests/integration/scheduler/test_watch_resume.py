@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.attempts import set_job_state
+from gpufleet.common.job_writer import set_job_state
 from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.db.enums import JobState

@@ -8,9 +8,12 @@ answer.
 :func:`apply_outcome` is the one place an outcome takes effect:
 
 - ``NOTHING`` — the row is the record; nothing else moves.
-- ``RETRY_SAME_MACHINE`` / ``FAIL_JOB`` — the job's own retry budget decides; the
-  scheduler, which owns jobs, applies these where it records them. Here they change
-  nothing, so a class routed to them can never end a job twice.
+- ``RETRY_SAME_MACHINE`` / ``FAIL_JOB`` — the job-level routes: they name what the job
+  lifecycle (:mod:`gpufleet.common.job_lifecycle`) does for the attempt's end that the row
+  records — back to the queue on a retry budget (any machine, despite the wire name;
+  FAILED once spent), or ended. The writer that ends the attempt applies it through the
+  lifecycle's one writer; here they change nothing, so a class routed to them can never
+  end a job twice. A test holds the two tables together.
 - ``REPLACE_MACHINE`` — the machine's live attempts end ``LOST`` and uncharged and their
   jobs go back to the queue (:func:`gpufleet.common.attempts.end_live_attempts_lost`),
   counted as lost, retried under the row's class, or finished (:mod:`gpufleet.common.job_outcomes`).
@@ -47,6 +50,7 @@ from gpufleet.common.attempts import LostAttempt, end_live_attempts_lost
 from gpufleet.common.db.enums import IncidentState, LedgerOutcome, QuarantineKind
 from gpufleet.common.db.models import Failure, Incident, Machine, Quarantine
 from gpufleet.common.db.when_committed import when_committed
+from gpufleet.common.job_lifecycle import EndCause
 from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.metrics.catalog import LEDGER_FAILURES
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
@@ -133,10 +137,12 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     # The re-issued call is the whole act; the row is its record (and counts re-issues).
     FailureClass.TRANSITION_REISSUED: LedgerOutcome.NOTHING,
     FailureClass.SLOT_NOT_CLOSED: LedgerOutcome.RETRY_SAME_MACHINE,
-    FailureClass.JOB_FAILED: LedgerOutcome.FAIL_JOB,
+    # The tenant's own failure: retried on the kind's budget, FAILED once it is spent.
+    FailureClass.JOB_FAILED: LedgerOutcome.RETRY_SAME_MACHINE,
     FailureClass.JOB_INFRA_ERROR: LedgerOutcome.RETRY_SAME_MACHINE,
     FailureClass.JOB_TIMED_OUT: LedgerOutcome.FAIL_JOB,
-    FailureClass.LEASE_EXPIRED: LedgerOutcome.NOTHING,
+    # Our failure: the attempt ends LOST and the job is retried on the patient budget.
+    FailureClass.LEASE_EXPIRED: LedgerOutcome.RETRY_SAME_MACHINE,
     # The watchdog fails the job where it records the row (the scheduler owns jobs).
     FailureClass.QUEUE_WAIT_TIMEOUT: LedgerOutcome.FAIL_JOB,
     FailureClass.NO_CONSUMER: LedgerOutcome.FAIL_JOB,
@@ -297,6 +303,7 @@ def _replace(
         now,
         why=f"machine replaced ({failure_class}, by {detector})",
         lost_retry_backoff_s=policy.lost_retry_backoff_s,
+        cause=replace_cause(failure_class),
     )
     tally = OutcomeTally()
     for attempt in lost:
@@ -305,6 +312,12 @@ def _replace(
     if tally:
         when_committed(session, functools.partial(JobOutcomes(instruments).committed, tally))
     return lost
+
+
+def replace_cause(failure_class: str) -> EndCause:
+    """How a replaced machine's attempts end: a GPU fault ends them as that (our failure,
+    INFRA_ERROR), any other replacement as a lost machine (LOST)."""
+    return EndCause.GPU_FAULT if failure_class == EndCause.GPU_FAULT.value else EndCause.MACHINE_LOST
 
 
 def _append(

@@ -21,7 +21,7 @@ from gpufleet.common.clients.agent import AgentClient, AgentClients
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name, enum_value, ts
 from gpufleet.common.db import models
-from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, TERMINAL_JOB_STATES, AttemptState, JobState
+from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, TERMINAL_JOB_STATES, JobState
 from gpufleet.common.db.statements import SqliteWriter, StatementPool
 from gpufleet.common.errors import (
     AlreadyExists,
@@ -31,14 +31,15 @@ from gpufleet.common.errors import (
     NotFound,
     ResourceExhausted,
 )
+from gpufleet.common.job_lifecycle import EndCause, Mover, RetryPolicy
 from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
+from gpufleet.common.job_writer import end_attempt, move_job
 from gpufleet.common.metrics.catalog import JOBS_SUBMITTED
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.trust.transport import Transport
 from gpufleet.common.violations import Violations
 from gpufleet.scheduler import validation
 from gpufleet.scheduler.events import EventHub
-from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import job_from_row, job_to_proto
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 
@@ -430,13 +431,23 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                     models.Attempt.state.in_([s.value for s in LIVE_ATTEMPT_STATES]),
                 )
             ).all()
+            job.cancel_requested = True
             for attempt, machine in live:
                 # A cancelled attempt is charged for the GPU time it held until now.
-                end_attempt(session, attempt, AttemptState.CANCELLED, now, charged=True, on_machine=True)
+                end_attempt(
+                    session,
+                    attempt,
+                    EndCause.CANCEL_REQUESTED,
+                    now,
+                    by=Mover.CANCEL,
+                    policy=RetryPolicy(),
+                    why=message,
+                    on_machine=True,
+                )
                 if machine.agent_address:
                     to_cancel.append((machine.id, machine.agent_address, attempt.id))
-            job.cancel_requested = True
-            set_job_state(session, job, JobState.CANCELLED, now, message)
+            if job.state != JobState.CANCELLED.value:  # no live attempt ended it
+                move_job(session, job, JobState.CANCELLED, now, by=Mover.CANCEL, message=message)
             tally.job_moved(job.kind_id, before, job.state)
         self._outcomes.committed(tally)
         # After commit: tell the machines, off the API's threads (best effort; the next

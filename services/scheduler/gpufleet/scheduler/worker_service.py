@@ -17,7 +17,6 @@ import grpc
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.attempts import requeue_after_loss
 from gpufleet.common.clock import Clock
 from gpufleet.common.convert import enum_name, machine_to_proto
 from gpufleet.common.db import models
@@ -31,8 +30,10 @@ from gpufleet.common.db.enums import (
     WorkloadClass,
 )
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from gpufleet.common.job_lifecycle import Mover, RetryPolicy, cause_of_report
 from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
-from gpufleet.common.ledger import FailureClass, record_failure
+from gpufleet.common.job_writer import end_attempt, move_job, start_attempt_running
+from gpufleet.common.ledger import record_failure
 from gpufleet.common.lifecycle import Actor, transition
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.trust.authz import require_self
@@ -41,7 +42,6 @@ from gpufleet.common.trust.peer import identity_of
 from gpufleet.scheduler import gpu_faults, validation
 from gpufleet.scheduler.checkpoint_store import open_checkpoint_store
 from gpufleet.scheduler.checkpoints import CheckpointService
-from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.render import attempt_to_proto
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.validation import IDENT, JOB_ID, require
@@ -84,6 +84,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self.settings = settings
         # Jobs finished and retried by the completions reported here.
         self.outcomes = JobOutcomes(instruments)
+        self.retry_policy = RetryPolicy(settings.retry_backoff_s, settings.lost_retry_backoff_s)
         store = open_checkpoint_store(settings.checkpoint_location(), settings.checkpoint_max_bytes)
         self.checkpoints = CheckpointService(sessions, clock, store)
 
@@ -161,9 +162,9 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
                     ):
                         attempt.lease_expires_at = lease_until
                         if attempt.state == AttemptState.STARTING.value:
-                            attempt.state = AttemptState.RUNNING.value
+                            start_attempt_running(attempt, by=Mover.WORKER)
                         if job.state == JobState.DISPATCHING.value:
-                            set_job_state(session, job, JobState.RUNNING, now, "running")
+                            move_job(session, job, JobState.RUNNING, now, by=Mover.WORKER, message="running")
                     else:
                         cancel.append(attempt.id)
                 cancel.extend(a for a in reported if a not in known)
@@ -216,92 +217,37 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         now: datetime,
         tally: OutcomeTally,
     ) -> None:
+        """The worker's word on how the attempt ended: the job lifecycle decides the rest
+        (a failure on our side costs nothing and is retried patiently; the job's own
+        outcome is charged)."""
         outcome = AttemptState(enum_name(job_pb2.AttemptState, "ATTEMPT_STATE_", request.outcome))
-        job = session.get_one(models.Job, attempt.job_id)
-        before = job.state
-        machine = session.get_one(models.Machine, attempt.machine_id)
-        kind = session.get_one(models.JobKind, job.kind_id)
+        cause = cause_of_report(outcome, slot_not_closed=request.slot_not_closed)
         attempt.exit_code = request.exit_code
-        # A failure on our side costs nothing; the job's own outcome is charged.
-        end_attempt(
+        machine_id = attempt.machine_id
+        detail = f"attempt {attempt.id} on {machine_id}: exit {request.exit_code} {request.message}".strip()
+        ended = end_attempt(
             session,
             attempt,
-            outcome,
+            cause,
             now,
+            by=Mover.WORKER,
+            policy=self.retry_policy,
+            exit_code=request.exit_code,
             slot_seconds=request.slot_seconds,
-            charged=outcome is not AttemptState.INFRA_ERROR,
             message=request.message,
+            tally=tally,
         )
-        detail = f"attempt {attempt.id} on {machine.id}: exit {request.exit_code} {request.message}".strip()
-        # The ledger class of the attempt's end (None: the job's own success or cancel).
-        failure_class: FailureClass | None = None
-        if outcome is AttemptState.SUCCEEDED:
-            set_job_state(session, job, JobState.SUCCEEDED, now, "succeeded")
-        elif outcome is AttemptState.CANCELLED:
-            set_job_state(session, job, JobState.CANCELLED, now, "cancelled")
-        elif outcome is AttemptState.TIMED_OUT:
-            failure_class = FailureClass.JOB_TIMED_OUT
+        if ended.update.ledger_class is not None:
             record_failure(
                 session,
                 now,
-                failure_class,
+                ended.update.ledger_class,
                 "runner",
-                machine_id=machine.id,
-                job_id=job.id,
+                machine_id=machine_id,
+                job_id=ended.job.id,
                 attempt_id=attempt.id,
                 details=detail,
             )
-            set_job_state(session, job, JobState.TIMED_OUT, now, "timed out")
-        elif outcome is AttemptState.FAILED:
-            failure_class = FailureClass.JOB_FAILED
-            record_failure(
-                session,
-                now,
-                failure_class,
-                "runner",
-                machine_id=machine.id,
-                job_id=job.id,
-                attempt_id=attempt.id,
-                details=detail,
-            )
-            if job.failure_retries_used < kind.retry_budget:
-                job.failure_retries_used += 1
-                job.not_before = now + timedelta(seconds=self.settings.retry_backoff_s)
-                set_job_state(
-                    session,
-                    job,
-                    JobState.QUEUED,
-                    now,
-                    f"attempt failed (exit {request.exit_code}); retry "
-                    f"{job.failure_retries_used} of {kind.retry_budget}",
-                )
-            else:
-                set_job_state(
-                    session,
-                    job,
-                    JobState.FAILED,
-                    now,
-                    f"failed (exit {request.exit_code}); retry budget spent",
-                )
-        else:  # INFRA_ERROR: ours, uncharged, retried on the patient budget
-            # A slot whose walls could not be built never ran the job: its own class.
-            failure_class = (
-                FailureClass.SLOT_NOT_CLOSED if request.slot_not_closed else FailureClass.JOB_INFRA_ERROR
-            )
-            record_failure(
-                session,
-                now,
-                failure_class,
-                "runner",
-                machine_id=machine.id,
-                job_id=job.id,
-                attempt_id=attempt.id,
-                details=detail,
-            )
-            requeue_after_loss(
-                session, job, kind, now, self.settings.lost_retry_backoff_s, "infrastructure error"
-            )
-        tally.job_moved(job.kind_id, before, job.state, failure_class.value if failure_class else None)
 
     def RegisterMachine(
         self, request: worker_service_pb2.RegisterMachineRequest, context: grpc.ServicerContext

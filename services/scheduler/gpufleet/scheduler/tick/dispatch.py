@@ -36,7 +36,6 @@ from sqlalchemy import Table, Text, or_, select, update
 from sqlalchemy import cast as cast_
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.attempts import requeue_after_loss, set_jobs_state
 from gpufleet.common.calls import CallPool, Outcomes
 from gpufleet.common.clients.agent import AgentClients
 from gpufleet.common.clock import Clock
@@ -45,12 +44,13 @@ from gpufleet.common.db import models
 from gpufleet.common.db.bulk import among, insert_rows
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState, MachineState
 from gpufleet.common.errors import Fenced, GpufleetError
+from gpufleet.common.job_lifecycle import EndCause, Mover, RetryPolicy
 from gpufleet.common.job_outcomes import OutcomeTally
+from gpufleet.common.job_writer import attempts_running, end_attempt, move_jobs
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
 from gpufleet.scheduler.checkpoints import latest_checkpoints
-from gpufleet.scheduler.jobstate import end_attempt
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.dispatch_failure import (
     BACKS_OFF,
@@ -180,6 +180,7 @@ class DispatchController:
         self.clock = clock
         self.lease = lease
         self.settings = settings
+        self.retry_policy = RetryPolicy(settings.retry_backoff_s, settings.lost_retry_backoff_s)
         self.calls = calls
         self.agents = agents
         self.outcomes = outcomes
@@ -494,13 +495,17 @@ class DispatchController:
                 starting += [r for r in rows if r.state == AttemptState.STARTING.value]
                 gone += [r.id for r in rows if r.state not in _LIVE]
             for part in chunks([r.id for r in starting]):
-                session.execute(
-                    update(_ATTEMPTS)
-                    .where(among(_ATTEMPTS.c.id, part, dialect))
-                    .values(state=AttemptState.RUNNING.value)
-                )
+                attempts_running(session, list(part), by=Mover.DISPATCH)
             for part in chunks([r.job_id for r in starting]):
-                set_jobs_state(session, list(part), JobState.DISPATCHING, JobState.RUNNING, now, "running")
+                move_jobs(
+                    session,
+                    list(part),
+                    JobState.DISPATCHING,
+                    JobState.RUNNING,
+                    now,
+                    by=Mover.DISPATCH,
+                    message="running",
+                )
             for part in chunks(sorted({d.machine_id for d in batch})):
                 session.execute(
                     update(_MACHINES)
@@ -559,15 +564,20 @@ class DispatchController:
         epoch: int,
         tally: OutcomeTally,
     ) -> bool:
-        """End a live attempt INFRA_ERROR, uncharged, and requeue its job."""
+        """End a live attempt INFRA_ERROR, uncharged, and requeue its job (our failure)."""
         attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
         if attempt is None or attempt.state not in _LIVE:
             return False
-        job = session.get_one(models.Job, attempt.job_id)
-        before = job.state
-        kind = session.get_one(models.JobKind, job.kind_id)
-        end_attempt(
-            session, attempt, AttemptState.INFRA_ERROR, now, charged=False, message=why, on_machine=True
+        ended = end_attempt(
+            session,
+            attempt,
+            EndCause.TAKEN_BACK,
+            now,
+            by=Mover.DISPATCH,
+            policy=self.retry_policy,
+            message=why,
+            on_machine=True,
+            tally=tally,
         )
         record_failure(
             session,
@@ -575,14 +585,10 @@ class DispatchController:
             FailureClass.JOB_INFRA_ERROR,
             detector,
             machine_id=attempt.machine_id,
-            job_id=job.id,
+            job_id=ended.job.id,
             attempt_id=attempt.id,
             details=f"{why} (leader epoch {epoch})",
         )
-        requeue_after_loss(
-            session, job, kind, now, self.settings.retry_backoff_s, "could not start on the machine"
-        )
-        tally.job_moved(job.kind_id, before, job.state, FailureClass.JOB_INFRA_ERROR.value)
         return True
 
     def _back_off(self, session: Session, machine_id: str, now: datetime) -> None:

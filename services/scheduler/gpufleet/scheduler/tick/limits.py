@@ -8,14 +8,14 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.attempts import requeue_after_loss
 from gpufleet.common.db import models
-from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState
+from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES
+from gpufleet.common.job_lifecycle import EndCause, Mover, RetryPolicy
 from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
+from gpufleet.common.job_writer import end_attempt
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
-from gpufleet.scheduler.jobstate import end_attempt, set_job_state
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.dispatch import DispatchController
 
@@ -44,6 +44,7 @@ class LimitsController:
         self.settings = settings
         self.dispatch = dispatch
         self.outcomes = outcomes
+        self.retry_policy = RetryPolicy(settings.retry_backoff_s, settings.lost_retry_backoff_s)
 
     def apply(self, expired: list[str], over_limit: list[str], now: datetime, report: TickReport) -> None:
         """At most ``PER_TICK`` of each a tick, ``BATCH`` to a transaction, so that a mass
@@ -77,23 +78,23 @@ class LimitsController:
     def _expire_lease(
         self, session: Session, attempt_id: str, now: datetime, tally: OutcomeTally
     ) -> tuple[str, str] | None:
-        """End one attempt LOST; its machine's id and agent address ("" if none), or None
-        when it was not due after all."""
+        """End one attempt LOST (our failure: uncharged, requeued patiently); its
+        machine's id and agent address ("" if none), or None when it was not due after all."""
         attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
         if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES or attempt.lease_expires_at >= now:
             return None
-        job = session.get_one(models.Job, attempt.job_id)
-        before = job.state
-        kind = session.get_one(models.JobKind, job.kind_id)
         machine = session.get_one(models.Machine, attempt.machine_id)
-        end_attempt(
+        lease_ran_out = attempt.lease_expires_at
+        ended = end_attempt(
             session,
             attempt,
-            AttemptState.LOST,
+            EndCause.LEASE_EXPIRED,
             now,
-            charged=False,
+            by=Mover.LEASE_EXPIRY,
+            policy=self.retry_policy,
             message="lease expired: the machine stopped reporting",
             on_machine=True,
+            tally=tally,
         )
         record_failure(
             session,
@@ -101,15 +102,10 @@ class LimitsController:
             FailureClass.LEASE_EXPIRED,
             "fleet_tick",
             machine_id=attempt.machine_id,
-            job_id=job.id,
+            job_id=ended.job.id,
             attempt_id=attempt.id,
-            details=f"lease ran out at {attempt.lease_expires_at.isoformat()}",
+            details=f"lease ran out at {lease_ran_out.isoformat()}",
         )
-        requeue_after_loss(
-            session, job, kind, now, self.settings.lost_retry_backoff_s, "machine lost (lease expired)"
-        )
-        tally.attempt_lost(job.kind_id)
-        tally.job_moved(job.kind_id, before, job.state, FailureClass.LEASE_EXPIRED.value)
         log.warning(
             "attempt %s lost: lease expired", attempt_id, extra={"fields": {"attempt_id": attempt_id}}
         )
@@ -121,17 +117,17 @@ class LimitsController:
         attempt = session.get(models.Attempt, attempt_id, with_for_update=True)
         if attempt is None or attempt.state not in LIVE_ATTEMPT_STATES:
             return None
-        job = session.get_one(models.Job, attempt.job_id)
-        before = job.state
         machine = session.get_one(models.Machine, attempt.machine_id)
-        end_attempt(
+        ended = end_attempt(
             session,
             attempt,
-            AttemptState.TIMED_OUT,
+            EndCause.TIME_LIMIT,
             now,
-            charged=True,
+            by=Mover.LIMITS,
+            policy=self.retry_policy,
             message="past its kind's time limit",
             on_machine=True,
+            tally=tally,
         )
         record_failure(
             session,
@@ -139,10 +135,8 @@ class LimitsController:
             FailureClass.JOB_TIMED_OUT,
             "fleet_tick",
             machine_id=machine.id,
-            job_id=job.id,
+            job_id=ended.job.id,
             attempt_id=attempt.id,
             details="past its kind's time limit",
         )
-        set_job_state(session, job, JobState.TIMED_OUT, now, "stopped: past its kind's time limit")
-        tally.job_moved(job.kind_id, before, job.state)
         return machine.id, machine.agent_address or ""

@@ -25,11 +25,12 @@ from typing import Protocol
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.attempts import set_job_state
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import JobState, MachineState
 from gpufleet.common.errors import GpufleetError
+from gpufleet.common.job_lifecycle import Mover
 from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
+from gpufleet.common.job_writer import move_job
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
@@ -209,7 +210,7 @@ class NoConsumerDetector:
         if job is None or job.state != JobState.QUEUED.value:
             return False
         message = f"failed: nothing can serve pool {job.pool_id} ({why}); not charged"
-        set_job_state(session, job, JobState.FAILED, now, message)
+        move_job(session, job, JobState.FAILED, now, by=Mover.REQUEST_WATCHDOG, message=message)
         tally.job_moved(job.kind_id, JobState.QUEUED.value, job.state)
         record_failure(session, now, FailureClass.NO_CONSUMER.value, NAME, job_id=job.id, details=message)
         return True

@@ -17,10 +17,11 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.attempts import set_job_state
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import JobState
+from gpufleet.common.job_lifecycle import Mover
 from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
+from gpufleet.common.job_writer import move_job
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
@@ -107,7 +108,7 @@ class QueueWaitTimeout:
             return False  # dispatched, cancelled or ended since the scan
         if waiting_since(job) != expire.job.waiting_since:
             return False  # its wait began again since the scan
-        set_job_state(session, job, JobState.FAILED, now, expire.message)
+        move_job(session, job, JobState.FAILED, now, by=Mover.REQUEST_WATCHDOG, message=expire.message)
         tally.job_moved(job.kind_id, JobState.QUEUED.value, job.state)
         record_failure(
             session, now, FailureClass.QUEUE_WAIT_TIMEOUT.value, NAME, job_id=job.id, details=expire.message

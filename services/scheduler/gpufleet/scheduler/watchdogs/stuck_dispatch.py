@@ -21,9 +21,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.attempts import set_job_state
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, JobState
+from gpufleet.common.job_lifecycle import Mover
+from gpufleet.common.job_writer import move_job
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.loops import TickReport
@@ -122,6 +123,6 @@ class StuckDispatchReset:
             f"back in the queue: dispatching for {waited:.0f} s with no attempt starting; no retry spent"
         )
         job.not_before = None
-        set_job_state(session, job, JobState.QUEUED, now, message)
+        move_job(session, job, JobState.QUEUED, now, by=Mover.REQUEST_WATCHDOG, message=message)
         record_failure(session, now, FailureClass.DISPATCH_STUCK.value, NAME, job_id=job.id, details=message)
         return True
