@@ -17,9 +17,10 @@ import pytest
 
 from gpufleet.agent import lease, platform_kills
 from gpufleet.agent.launcher import CurrentUserLauncher, OpenSlot, SlotError, SlotLauncher
-from gpufleet.agent.runner import Runner, StopReason, decide_outcome, exit_code_of, job_base_environment
+from gpufleet.agent.runner import Runner, job_base_environment
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome
 from gpufleet.agent.statedir import AttemptFiles, StateDir
+from gpufleet.agent.verdict import StopReason, decide_outcome, exit_code_of
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.lease_fence import runner_fence_s
 from tests.unit.agent.factories import spec

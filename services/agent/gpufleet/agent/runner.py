@@ -26,7 +26,6 @@ import tarfile
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from enum import Enum
 from pathlib import Path, PurePosixPath
 
 from gpufleet.agent import lease, platform_kills
@@ -36,6 +35,7 @@ from gpufleet.agent.redact import Redactor
 from gpufleet.agent.settings import Settings
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome, iso
 from gpufleet.agent.statedir import AttemptFiles, atomic_write_json, atomic_write_text
+from gpufleet.agent.verdict import StopReason, decide_outcome, exit_code_of
 from gpufleet.agent.walls import pipelines
 from gpufleet.agent.walls.setup import WallsUnavailable, build_launcher
 from gpufleet.agent.walls.wipe import remove_tree
@@ -50,66 +50,6 @@ TOKENS_FOLDER = "tokens"
 CHECKPOINT_FOLDER = "checkpoint"
 
 log = logging.getLogger(__name__)
-
-
-class StopReason(Enum):
-    """Why the runner stopped the job before it ended by itself."""
-
-    CANCELLED = "cancelled"
-    TIMED_OUT = "timed out"
-    LEASE_FENCED = "lease not renewed"
-    RUNNER_STOPPED = "runner stopped"
-
-
-def decide_outcome(
-    exit_code: int,
-    stopped: StopReason | None,
-    cancel_reason: str = "",
-    *,
-    killed_by_platform: str = "",
-    out_of_memory: bool = False,
-    fence_message: str = "",
-) -> tuple[Outcome, str]:
-    """The outcome of an attempt from how its job ended; pure, so it is tested by table.
-
-    A runner that was itself told to stop (the machine is stopping) reports INFRA_ERROR
-    even when the job's exit is seen first: the job died of the same signal. So does a job
-    that failed after the platform said it would kill it (``killed_by_platform``, read from
-    :mod:`gpufleet.agent.platform_kills`): ours, never charged nor counted against the
-    job's retry budget. So does a job stopped by its lease's fence (``fence_message``
-    says for how long nobody renewed it). Every other failure — its own signal, its own exit code, the kernel
-    killing it at its memory limit — is the job's.
-    """
-    if stopped is StopReason.RUNNER_STOPPED:
-        return Outcome.INFRA_ERROR, "the runner was stopped (machine stopping or agent shutdown)"
-    if stopped is StopReason.LEASE_FENCED:
-        return Outcome.INFRA_ERROR, fence_message or "stopped by the lease fence: the lease was not renewed"
-    if stopped is StopReason.CANCELLED:
-        return Outcome.CANCELLED, f"cancelled: {cancel_reason}" if cancel_reason else "cancelled"
-    if stopped is StopReason.TIMED_OUT:
-        return Outcome.TIMED_OUT, "stopped at the attempt's time limit"
-    if exit_code == 0:
-        return Outcome.SUCCEEDED, ""
-    if killed_by_platform:
-        return Outcome.INFRA_ERROR, f"killed by the platform ({killed_by_platform}), exit {exit_code}"
-    if exit_code > 128:
-        name = _signal_name(exit_code - 128)
-        if out_of_memory:
-            return Outcome.FAILED, f"the job was killed by {name} at its memory limit (out of memory)"
-        return Outcome.FAILED, f"the job was killed by {name}"
-    return Outcome.FAILED, f"the job exited with code {exit_code}"
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def exit_code_of(returncode: int) -> int:
-    """Popen's ``-N`` (killed by signal N) as the shell's ``128 + N``."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def job_base_environment(
