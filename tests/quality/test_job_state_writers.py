@@ -134,3 +134,19 @@ def test_the_check_catches_each_kind_of_write(source: str) -> None:
 )
 def test_the_check_leaves_other_states_alone(source: str) -> None:
     assert writes(source) == []
+
+
+def test_the_simulator_ends_attempts_with_the_lifecycles_decision_and_no_rule_of_its_own() -> None:
+    """The simulator keeps its jobs in memory (its own records, written in place), but what
+    an attempt's end does to its job is the services' decision, never a copy: no budget
+    compared, no back-off computed in the world."""
+    tree = ast.parse((REPO / "libs" / "sim" / "gpufleet" / "sim" / "world.py").read_text())
+    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "decide_attempt_end" in calls
+    budgets = {"retry_budget", "lost_retry_budget", "losses", "failures", "lost_retry_backoff_s"}
+    copies = [
+        f"{n.lineno}: {ast.unparse(n)}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Compare | ast.BinOp) and _names(n) & budgets
+    ]
+    assert copies == []

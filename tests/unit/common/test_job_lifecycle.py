@@ -30,6 +30,8 @@ from gpufleet.common.job_lifecycle import (
     decide_attempt_end,
 )
 from gpufleet.common.ledger import ROUTES, FailureClass, replace_cause, route
+from gpufleet.common.outcome_policy import OutcomePolicy
+from gpufleet.scheduler.settings import Settings
 
 C = EndCause
 A = AttemptState
@@ -235,3 +237,11 @@ def test_a_lease_that_ran_out_routes_as_the_job_is_requeued() -> None:
 def test_a_replaced_machines_attempts_end_as_a_loss_or_a_gpu_fault() -> None:
     assert replace_cause(FailureClass.PREEMPTED) is C.MACHINE_LOST
     assert replace_cause("gpu_fault") is C.GPU_FAULT
+
+
+def test_the_default_back_offs_are_the_settings_defaults() -> None:
+    """The simulator builds its RetryPolicy from these defaults: they must be the services'."""
+    fields = Settings.model_fields
+    assert RetryPolicy().retry_backoff_s == fields["retry_backoff_s"].default
+    assert RetryPolicy().lost_retry_backoff_s == fields["lost_retry_backoff_s"].default
+    assert RetryPolicy().lost_retry_backoff_s == OutcomePolicy().lost_retry_backoff_s

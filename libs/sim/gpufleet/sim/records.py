@@ -61,7 +61,8 @@ class Job:
     state: str = "QUEUED"  # QUEUED, DISPATCHING/RUNNING (live attempt), SUCCEEDED, FAILED, TIMED_OUT
     queued_since: float = 0.0
     backoff_until: float = 0.0
-    losses: int = 0
+    losses: int = 0  # the patient budget spent (our failures)
+    failures: int = 0  # the ordinary budget spent (the job's own failures)
     live: Attempt | None = None
     first_start: float | None = None
     created_dt: datetime | None = None

@@ -27,8 +27,9 @@ from typing import Any
 
 from gpufleet.common import lifecycle
 from gpufleet.common.catalog import DEFAULT_CATALOG
-from gpufleet.common.db.enums import LedgerOutcome, MachineState
-from gpufleet.common.ledger import FailureClass, route
+from gpufleet.common.db.enums import JobState, LedgerOutcome, MachineState
+from gpufleet.common.job_lifecycle import OUR_FAILURES, EndCause, JobCounters, RetryPolicy, decide_attempt_end
+from gpufleet.common.ledger import FailureClass, replace_cause, route
 from gpufleet.common.outcome_policy import OutcomePolicy
 from gpufleet.reaper import (
     auto_destroy,
@@ -199,6 +200,7 @@ class Sim:
         self.tick_policy = Policy(max_running_machines=config.machines, worker_fresh_s=60.0)
         self.tick_policies: dict[int, Policy] = {}
         self.outcomes = OutcomePolicy()
+        self.retries = RetryPolicy(lost_retry_backoff_s=self.outcomes.lost_retry_backoff_s)
         self.nets = {
             "idle_scanner": (30.0, idle_scanner.IdlePolicy()),
             "auto_stop": (30.0, auto_stop.AutoStopPolicy()),
@@ -427,11 +429,11 @@ class Sim:
         for aid in plan.expired_leases:
             a = attempts.get(aid)
             if a is not None and a.state in ("STARTING", "RUNNING"):
-                self._end_attempt(a, "LOST", charged=False, why="lease_expired")
+                self._end_attempt(a, EndCause.LEASE_EXPIRED)
         for aid in plan.over_limit:
             a = attempts.get(aid)
             if a is not None and a.state in ("STARTING", "RUNNING"):
-                self._end_attempt(a, "TIMED_OUT", charged=True, why="job_timed_out")
+                self._end_attempt(a, EndCause.TIME_LIMIT)
         for r in plan.releases:
             m = self.machines[r.machine_id]
             m.earmarked_for = None
@@ -514,7 +516,7 @@ class Sim:
             return
         a.machine.dispatch_backoff_until = dt(self.q.now + 60.0)
         self.q.after(61.0, lambda: self._touch(a.machine.offering.pool))  # it may take jobs again
-        self._end_attempt(a, "TAKEN_BACK", charged=False, why="dispatch_deadline", spend_retry=False)
+        self._end_attempt(a, EndCause.TAKEN_BACK)
 
     def _job_done(self, a: Attempt, gen: int, state: str) -> None:
         if a.state != "RUNNING" or a.end_event != gen:
@@ -522,14 +524,19 @@ class Sim:
         m = a.machine
         if not m.reporting(self.q.now):
             return  # its worker cannot report the end: the lease will say what happened
-        self._end_attempt(a, state, charged=True, why="job_failed" if state == "FAILED" else "")
+        self._end_attempt(a, EndCause.JOB_FAILED if state == "FAILED" else EndCause.SUCCEEDED)
 
-    def _end_attempt(
-        self, a: Attempt, state: str, *, charged: bool, why: str, spend_retry: bool = True
-    ) -> None:
+    def _end_attempt(self, a: Attempt, cause: EndCause) -> None:
+        """End a live attempt as the services do: the job lifecycle's own decision (its
+        state, its charge, the job's next state, counters and back-off)."""
         now = self.q.now
         m, job = a.machine, a.job
-        a.state = state
+        kind = KINDS[job.kind]
+        counters = JobCounters(
+            JobState(job.state), job.failures, job.losses, kind.retry_budget, kind.lost_retry_budget
+        )
+        update = decide_attempt_end(cause, counters, self.retries)
+        a.state = update.attempt_state.value
         a.end_event += 1
         for s in a.slots:
             if m.attempts.get(s) is a:
@@ -542,21 +549,14 @@ class Sim:
         slot_s = (now - a.started) * len(a.slots)
         used = self._usage(job.workspace, now) + slot_s
         self.usage[job.workspace] = (used, now)
-        if charged:
-            if state == "LOST":
-                self._broken(f"attempt {a.id} lost on our side was charged")
+        if update.charged:
             a.charged_micros = round(slot_s * m.offering.hourly_price_micros / SLOTS_PER_MACHINE / 3600.0)
-        if state in ("SUCCEEDED", "FAILED", "TIMED_OUT"):
-            job.state = state
-        elif state == "LOST":
-            job.losses += 1
-            if job.losses > KINDS[job.kind].lost_retry_budget:
-                job.state = "FAILED"
-                job.failed_our_side = True
-            else:
-                self._requeue(job, now + self.outcomes.lost_retry_backoff_s * 2 ** (job.losses - 1))
-        else:  # taken back before it started: back to the queue, no retry spent
-            self._requeue(job, now)
+        job.failures, job.losses = update.failure_retries_used, update.lost_retries_used
+        if update.job_state is JobState.QUEUED:
+            self._requeue(job, now + (update.backoff_s or 0.0))
+        elif update.job_state is not None:
+            job.state = update.job_state.value
+            job.failed_our_side = update.job_state is JobState.FAILED and cause in OUR_FAILURES
         if not m.attempts:
             self._idle(m, now)
             self.idle_watch.add(m.id)
@@ -913,7 +913,7 @@ class Sim:
                 self.q.at(until, partial(self._touch, pool))
         elif outcome is LedgerOutcome.REPLACE_MACHINE:
             for a in _live(m):
-                self._end_attempt(a, "LOST", charged=False, why=fc.value)
+                self._end_attempt(a, replace_cause(fc))
 
     def _start(self, m: Machine, for_job: str | None) -> None:
         m.intent = "RUNNING"
@@ -1005,7 +1005,7 @@ class Sim:
             if m.destroy_due_at is not None:
                 self._due("auto_destroy", m, secs(m.destroy_due_at))
         for a in _live(m):
-            self._end_attempt(a, "LOST", charged=False, why="machine gone")
+            self._end_attempt(a, EndCause.MACHINE_LOST)
 
     # -- the nets ------------------------------------------------------------------------
 
@@ -1390,7 +1390,7 @@ class Sim:
 
     def _oracle_destroy(self, m: Machine) -> None:
         for a in _live(m):
-            self._end_attempt(a, "LOST", charged=False, why="oracle")
+            self._end_attempt(a, EndCause.MACHINE_LOST)
         self._clear_timers(m)
         if m.state in RUNNING or m.state == "PROVISIONING":
             self._stop_or_destroy(m, "destroy", "oracle", None)
