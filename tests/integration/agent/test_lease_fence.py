@@ -15,9 +15,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from gpufleet.agent.specs import AttemptResult, Outcome
+from gpufleet.common.clients.agent import AgentClient
+from gpufleet.common.errors import GpufleetError
 from gpufleet.v1 import job_pb2
 from tests.integration.agent.conftest import (
     CLOCK_SPEED,
@@ -28,6 +31,7 @@ from tests.integration.agent.conftest import (
 )
 from tests.integration.agent.fake_scheduler import FakeWorkerService, wait_for
 from tests.integration.agent.partition import PartitionablePath
+from tests.support import tls
 from tests.support.job_lifetimes import JobWatch, monotonic_to_boot
 
 # Clock seconds (3 s of real time at the tests' speed): the fence falls at half of it.
@@ -162,3 +166,26 @@ def test_a_paused_worker_leaves_no_job_running_past_its_lease(
     done = wait_for(lambda: fake_scheduler.completion("paused-1"), what="the fenced attempt's report")
     assert done.outcome == job_pb2.ATTEMPT_STATE_INFRA_ERROR
     assert "lease fence" in done.message
+
+
+def test_a_start_the_scheduler_gave_up_on_is_never_launched(
+    launcher: AgentLauncher, fake_scheduler: FakeWorkerService, tmp_path: Path
+) -> None:
+    """A frozen agent that thaws after the scheduler's StartJob call timed out must not
+    start the attempt: the scheduler takes it back and may already run the job elsewhere.
+    (gRPC drops a call whose deadline passed before its handler ran; this keeps it so.)"""
+    agent = launcher.start(tmp_path / "state", machine_id="thawed", slots=1, extra_env=LEASE_ENV)
+    client = AgentClient(agent.machine_id, agent.address, tls.transport("scheduler"), timeout_s=1.0)
+    client.probe()  # the channel is up before the agent freezes
+    os.kill(agent.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(GpufleetError) as refused:
+            client.start_job(start_request("given-up", duration_s=10_000))
+        assert getattr(refused.value, "grpc_code", None) == grpc.StatusCode.DEADLINE_EXCEEDED
+    finally:
+        os.kill(agent.proc.pid, signal.SIGCONT)
+    assert client.probe().worker_alive  # the agent answers again
+    time.sleep(1.0)  # ample for a delivered spec to be launched (the worker polls every 0.05 s)
+    assert not agent.state_dir.joinpath("attempts", "given-up").exists()
+    assert not agent.state_dir.joinpath("inbox", "given-up.json").exists()
+    client.close()
