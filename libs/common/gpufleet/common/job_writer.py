@@ -199,7 +199,8 @@ def end_attempt(
     process may still run there (a cancel, a time limit, a take-back, a lease run out, a
     GPU fault); its slot stays held until the machine's worker reports it gone.
     ``message``: the attempt's own status words (``why`` is the job's). ``tally`` notes the
-    job's move under ``tally_class`` (default: the rule's ledger class) and a lost attempt.
+    job's move under ``tally_class`` (default: the rule's ledger class, else the cause's
+    name — ``gpu_fault`` is the ledger's class too) and a lost attempt.
     """
     rule = check_cause(cause, by)
     if attempt.state not in LIVE_ATTEMPT_STATES:
@@ -241,5 +242,5 @@ def end_attempt(
     if tally is not None:
         if decided.lost:
             tally.attempt_lost(job.kind_id)
-        tally.job_moved(job.kind_id, before, job.state, tally_class or decided.ledger_class)
+        tally.job_moved(job.kind_id, before, job.state, tally_class or decided.ledger_class or cause.value)
     return Ended(decided, job, before, slot_seconds)
