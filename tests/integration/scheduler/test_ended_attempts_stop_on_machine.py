@@ -90,4 +90,5 @@ def test_an_attempt_the_control_plane_ended_is_stopped_on_its_machine(
         None,
     )
     assert list(answer.cancel_attempt_ids) == [attempt_id]
+    assert answer.lease_s == fleet.settings.attempt_lease_s  # what the machine fences by
     assert fleet.row(models.Attempt, attempt_id).lease_expires_at == ended.lease_expires_at  # not renewed

@@ -178,7 +178,10 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
                 )
                 .values(holds_slot=False)
             )
-        resp = worker_service_pb2.ReportHeartbeatResponse(cancel_attempt_ids=cancel)
+        # lease_s: the machine fences its runners short of it (gpufleet.common.lease_fence).
+        resp = worker_service_pb2.ReportHeartbeatResponse(
+            cancel_attempt_ids=cancel, lease_s=self.settings.attempt_lease_s
+        )
         resp.lease_expire_time.FromDatetime(lease_until)
         return resp
 
