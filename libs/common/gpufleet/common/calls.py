@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from gpufleet.common.db.outage import describe, is_outage
 from gpufleet.common.errors import Fenced
 from gpufleet.common.loops import TickReport
 
@@ -68,7 +69,15 @@ class CallPool:
         except Fenced as err:
             # Leadership moved on while the call was out: its answer is not ours to write.
             log.warning("%s: outcome not recorded by a deposed leader (%s)", key, err)
-        except Exception:
+        except Exception as err:
+            if is_outage(err):
+                # The database went away while the call was out: its outcome stays
+                # unwritten, the state transitional, for the watchdogs (or the machine's
+                # own reports) once it is back. A known condition: one line, no stack.
+                log.warning(
+                    "call %s: outcome not recorded, the database is unavailable (%s)", key, describe(err)
+                )
+                return
             # Each call records its own outcome; one that raised anyway is logged and its
             # transitional state stays visible for the watchdogs.
             log.exception("call %s failed", key)

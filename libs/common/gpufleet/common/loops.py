@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -82,7 +83,7 @@ class Ticker:
         self.max_backoff_s = max_backoff_s
         self._tracer = tracer(f"gpufleet.{service}")
         self._registered = False
-        self._outage_passes = 0
+        self._database_back = threading.Event()
         if watch is not None:
             watch.on_change(self._database_changed)
         try:
@@ -94,8 +95,22 @@ class Ticker:
             log.warning("%s: the database is unavailable; the watchdogs register once it answers", service)
 
     def _database_changed(self, up: bool) -> None:
-        if not up:
+        if up:
+            self._database_back.set()  # end the loop's back-off at once
+        else:
             self.lease.interrupted()
+
+    def _back_off(self, seconds: float, stop: threading.Event) -> bool:
+        """Wait ``seconds`` of real time, or less if the watch sees the database return;
+        True when ``stop`` was set."""
+        deadline = time.monotonic() + seconds
+        while not stop.is_set() and not self._database_back.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            stop.wait(min(left, 0.1))
+        self._database_back.clear()
+        return stop.is_set()
 
     def settled(self) -> bool:
         """Whether passes may run: the database answers, and it has answered for
@@ -242,7 +257,7 @@ class Ticker:
                 else:
                     self._lost_database("the leader's loop", exc)
                     backoff = min(max(2 * backoff, 0.25), self.max_backoff_s)
-                    if stop.wait(backoff):
+                    if self._back_off(backoff, stop):
                         break
                     continue
             # Settling after an outage, a standby and a failed pass all look again at the

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import IncidentState, QuarantineKind
 from gpufleet.common.db.models import Incident, Offering, Quarantine, WatchdogStat
+from gpufleet.common.db.outage import describe, is_outage
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, wants_incident
 from gpufleet.common.metrics.catalog import (
@@ -142,8 +143,13 @@ class FleetStateGauges:
         while not self._stop.is_set():
             try:
                 self.refresh()
-            except Exception:
-                log.exception("could not read the fleet's state for its gauges; again in %s s", self.every_s)
+            except Exception as exc:
+                if is_outage(exc):  # a known condition: one line, no stack
+                    log.warning("fleet state gauges: the database is unavailable (%s)", describe(exc))
+                else:
+                    log.exception(
+                        "could not read the fleet's state for its gauges; again in %s s", self.every_s
+                    )
             if self.clock.wait(self.every_s, self._stop):
                 return
 
