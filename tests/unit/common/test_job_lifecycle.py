@@ -6,6 +6,7 @@ move, nothing out of a final state, and the ledger's job routes saying what the 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,7 @@ from gpufleet.common.job_lifecycle import (
     check_cause,
     check_job_move,
     decide_attempt_end,
+    table_rows,
 )
 from gpufleet.common.ledger import ROUTES, FailureClass, replace_cause, route
 from gpufleet.common.outcome_policy import OutcomePolicy
@@ -245,3 +247,10 @@ def test_the_default_back_offs_are_the_settings_defaults() -> None:
     assert RetryPolicy().retry_backoff_s == fields["retry_backoff_s"].default
     assert RetryPolicy().lost_retry_backoff_s == fields["lost_retry_backoff_s"].default
     assert RetryPolicy().lost_retry_backoff_s == OutcomePolicy().lost_retry_backoff_s
+
+
+def test_the_design_doc_lists_every_cause_as_the_code_ends_it() -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "jobs.md").read_text().splitlines()
+    for cause, state, charged, _, _ in table_rows():
+        line = next((x for x in doc if x.startswith(f"| `{cause}`")), "")
+        assert f"| {state} | {charged} |" in line, cause

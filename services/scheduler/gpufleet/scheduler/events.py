@@ -11,8 +11,8 @@ from the sequence when its row is inserted, before its transaction commits, so t
 transactions can commit ids out of order: one global "greatest id seen" would step over
 a smaller id that commits a moment later, and that event would never be streamed. Within
 one job that cannot happen: every writer of a job's events first writes (or locks with
-FOR UPDATE) the job's own row and holds that lock until it commits — ``set_job_state``
-and ``set_jobs_state`` update the row in the same flush (the ORM writes ``jobs`` before
+FOR UPDATE) the job's own row and holds that lock until it commits — the job writer's
+``set_job_state`` and ``move_jobs`` update the row in the same flush (the ORM writes ``jobs`` before
 ``job_events``, its child table), the fleet tick's pending-reason and dispatch writes
 update or lock the rows before inserting, and SubmitJob's first event is inserted with
 the row itself. So a job's next event takes its id only after the previous one's
