@@ -155,6 +155,9 @@ class Ec2Faults:
         self._extra_fields: dict[str, dict[str, Any]] = {}
         self._lagging = False
         self._not_described_yet: set[str] = set()
+        self._slow_terminations = False
+        self._shutting_down: set[str] = set()
+        self._held_terminations: dict[str, threading.Event] = {}
         self.calls: list[Call] = []
 
     # ---- the script -------------------------------------------------------------------
@@ -197,6 +200,41 @@ class Ec2Faults:
         with self._lock:
             self._not_described_yet.clear()
 
+    def terminate_slowly(self, slow: bool = True) -> None:
+        """While on, TerminateInstances is accepted as EC2 accepts it — answered
+        ``shutting-down`` — and the instance stays shutting-down in DescribeInstances until
+        :meth:`finish_terminations` (moto ends an instance at once; EC2 takes a while, and
+        now and then hours)."""
+        with self._lock:
+            self._slow_terminations = slow
+
+    def finish_terminations(self) -> list[str]:
+        """The instances left shutting-down; the caller terminates them in moto (its own
+        client), after which DescribeInstances shows them terminated."""
+        with self._lock:
+            ids = sorted(self._shutting_down)
+            self._shutting_down.clear()
+            self._slow_terminations = False
+        return ids
+
+    def shutting_down(self) -> set[str]:
+        """The instances a slow terminate left shutting-down (moto still runs them)."""
+        with self._lock:
+            return set(self._shutting_down)
+
+    def hold_terminations_of(self, instance_id: str) -> None:
+        """A TerminateInstances of ``instance_id`` waits, unanswered, until
+        :meth:`release_terminations` — a call that hangs; other calls are served meanwhile."""
+        with self._lock:
+            self._held_terminations.setdefault(instance_id, threading.Event())
+
+    def release_terminations(self) -> None:
+        with self._lock:
+            held = list(self._held_terminations.values())
+            self._held_terminations.clear()
+        for released in held:
+            released.set()
+
     def calls_of(self, operation: str) -> list[Call]:
         with self._lock:
             return [c for c in self.calls if c.operation == operation]
@@ -222,6 +260,16 @@ class Ec2Faults:
 
     def _before_call(self, region: str) -> Any:
         def answer(model: Any, params: Mapping[str, Any], **_: Any) -> Any:
+            if model.name == "TerminateInstances":
+                ids = _instance_ids(params)
+                with self._lock:
+                    held = [self._held_terminations[i] for i in ids if i in self._held_terminations]
+                for released in held:
+                    released.wait(300)
+                with self._lock:
+                    if self._slow_terminations:
+                        self._shutting_down.update(ids)
+                        return _shutting_down_answer(ids)
             fault = self._take_fault(model.name, region, params)
             if fault is None:
                 return None
@@ -257,6 +305,11 @@ class Ec2Faults:
                         if i.get("InstanceId") not in self._not_described_yet
                     ]
                 parsed["Reservations"] = [r for r in parsed.get("Reservations", []) if r["Instances"]]
+            if model.name == "DescribeInstances" and self._shutting_down:
+                for reservation in parsed.get("Reservations", []):
+                    for instance in reservation.get("Instances", []):
+                        if instance.get("InstanceId") in self._shutting_down:
+                            instance["State"] = {"Code": 32, "Name": "shutting-down"}
             if model.name == "DescribeInstances" and self._extra_fields:
                 for reservation in parsed.get("Reservations", []):
                     for instance in reservation.get("Instances", []):
@@ -266,6 +319,30 @@ class Ec2Faults:
                 return
             self._lost.remove(lost)
         raise lost[1]
+
+
+def _instance_ids(params: Mapping[str, Any]) -> list[str]:
+    body = params.get("body") or {}
+    if not isinstance(body, Mapping):
+        return []
+    return [str(v) for k, v in body.items() if str(k).startswith("InstanceId.")]
+
+
+def _shutting_down_answer(ids: list[str]) -> tuple[AWSResponse, dict[str, Any]]:
+    """EC2's answer to a TerminateInstances it accepted: each instance shutting-down."""
+    http = AWSResponse("http://ec2.test", 200, {}, None)
+    parsed = {
+        "TerminatingInstances": [
+            {
+                "InstanceId": i,
+                "CurrentState": {"Code": 32, "Name": "shutting-down"},
+                "PreviousState": {"Code": 16, "Name": "running"},
+            }
+            for i in ids
+        ],
+        "ResponseMetadata": {"HTTPStatusCode": 200, "RequestId": "injected"},
+    }
+    return http, parsed
 
 
 def _error_response(answer: ErrorAnswer) -> tuple[AWSResponse, dict[str, Any]]:

@@ -90,6 +90,11 @@ class Cloud(Protocol):
         """The provider takes the machine's spot instance back (stopped, disk kept)."""
         ...
 
+    def shows_preempted_stop(self, machine_id: str) -> bool:
+        """Whether the cloud's own API shows the machine's instance as a spot instance its
+        pre-emption stopped, in that cloud's words."""
+        ...
+
     def plant(self, machine_id: str, deployment_id: str, zone: str) -> str:
         """An instance made behind the platform's back, labelled for ``deployment_id`` and
         ``machine_id`` as the provisioner would have labelled it; returns its provider id."""
@@ -108,6 +113,23 @@ class Cloud(Protocol):
         """The machine's instance is deleted behind the platform's back."""
         ...
 
+    def end_slowly(self) -> None:
+        """From now on a destroy is accepted and not finished: the instance shows as ending
+        (EC2 shutting-down; GCE STOPPING under a delete operation still running) until
+        :meth:`finish_ending`."""
+        ...
+
+    def finish_ending(self) -> None:
+        """Every instance left ending is gone now."""
+        ...
+
+    def hold_destroy(self, machine_id: str) -> None:
+        """The delete call of that machine's instance hangs at the cloud's API, unanswered,
+        until :meth:`release_destroys`; every other call is served meanwhile."""
+        ...
+
+    def release_destroys(self) -> None: ...
+
 
 def labelled(cloud: Cloud, machine_id: str) -> list[Seen]:
     """The live instances at the provider that carry ``machine_id``'s label."""
@@ -121,11 +143,12 @@ class GcpCloud:
     zones = ("us-central1-a", "us-central1-b")
     instance_type = "g2-standard-4"  # one L4
 
-    def __init__(self, fake: GceFake) -> None:
+    def __init__(self, fake: GceFake, **driver_options: Any) -> None:
         self.fake = fake
+        self.driver_options = driver_options
 
     def driver(self, deployment_id: str, clock: Clock) -> Driver:
-        return gcp_driver_for(self.fake, deployment_id, clock=clock)
+        return gcp_driver_for(self.fake, deployment_id, clock=clock, **self.driver_options)
 
     def live(self) -> list[Seen]:
         return [
@@ -176,6 +199,18 @@ class GcpCloud:
         (inst,) = labelled(self, machine_id)
         self.fake.preempt(inst.zone, instance_name(machine_id))
 
+    def shows_preempted_stop(self, machine_id: str) -> bool:
+        # GCE: TERMINATED (stopped, disk kept) with its lastStopTimestamp, on a SPOT
+        # instance whose termination action is STOP.
+        (raw,) = [i for i in self.fake.instances() if i["name"] == instance_name(machine_id)]
+        scheduling = raw.get("scheduling") or {}
+        return bool(
+            raw["status"] == "TERMINATED"
+            and raw.get("lastStopTimestamp")
+            and scheduling.get("provisioningModel") == "SPOT"
+            and scheduling.get("instanceTerminationAction") == "STOP"
+        )
+
     def lag_lists(self) -> None:
         self.fake.lag_lists()
 
@@ -186,6 +221,18 @@ class GcpCloud:
         (inst,) = labelled(self, machine_id)
         with self.fake.state.lock:
             del self.fake.state.instances[(inst.zone, instance_name(machine_id))]
+
+    def end_slowly(self) -> None:
+        self.fake.hang_operations("delete")
+
+    def finish_ending(self) -> None:
+        self.fake.finish_operations("delete")
+
+    def hold_destroy(self, machine_id: str) -> None:
+        self.fake.hold_deletes_of(instance_name(machine_id))
+
+    def release_destroys(self) -> None:
+        self.fake.release_deletes()
 
     def plant(self, machine_id: str, deployment_id: str, zone: str) -> str:
         made = self.fake.plant(
@@ -217,6 +264,7 @@ class AwsCloud:
 
     def live(self) -> list[Seen]:
         out = []
+        ending = self.faults.shutting_down()
         for raw in self._raw(alive=True):
             tags = {t["Key"]: t.get("Value", "") for t in raw.get("Tags") or []}
             out.append(
@@ -224,7 +272,7 @@ class AwsCloud:
                     provider_instance_id=str(raw["InstanceId"]),
                     machine_label=tags.get(MACHINE_LABEL, ""),
                     deployment_label=tags.get(DEPLOYMENT_LABEL, ""),
-                    status=str(raw["State"]["Name"]),
+                    status="shutting-down" if raw["InstanceId"] in ending else str(raw["State"]["Name"]),
                     zone=str(raw["Placement"]["AvailabilityZone"]),
                 )
             )
@@ -275,6 +323,31 @@ class AwsCloud:
         # through a plain client of the test, so it is not among the platform's calls.
         (inst,) = labelled(self, machine_id)
         self.moto.client(self.region).stop_instances(InstanceIds=[inst.provider_instance_id])
+        # moto has no spot interruption and records every stop as the user's
+        # (Client.UserInitiatedShutdown); EC2 says why it stopped the instance, and the
+        # platform's clients are shown that.
+        self.faults.describe_with(
+            inst.provider_instance_id,
+            StateReason={
+                "Code": "Server.SpotInstanceTermination",
+                "Message": "Server.SpotInstanceTermination: Spot instance termination",
+            },
+        )
+
+    def shows_preempted_stop(self, machine_id: str) -> bool:
+        # EC2: stopped, its StateReason the spot service's, read through a client carrying
+        # the same hooks as the platform's.
+        client = self.moto.client(self.region)
+        self.faults.attach(self.region, client)
+        pages = client.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": f"tag:{MACHINE_LABEL}", "Values": [machine_id]}]
+        )
+        (raw,) = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+        return bool(
+            raw["State"]["Name"] == "stopped"
+            and raw.get("InstanceLifecycle") == "spot"
+            and (raw.get("StateReason") or {}).get("Code") == "Server.SpotInstanceTermination"
+        )
 
     def lag_lists(self) -> None:
         self.faults.lag_describe()
@@ -285,6 +358,21 @@ class AwsCloud:
     def vanish(self, machine_id: str) -> None:
         (inst,) = labelled(self, machine_id)
         self.moto.client(self.region).terminate_instances(InstanceIds=[inst.provider_instance_id])
+
+    def end_slowly(self) -> None:
+        self.faults.terminate_slowly()
+
+    def finish_ending(self) -> None:
+        ids = self.faults.finish_terminations()
+        if ids:
+            self.moto.client(self.region).terminate_instances(InstanceIds=ids)
+
+    def hold_destroy(self, machine_id: str) -> None:
+        (inst,) = labelled(self, machine_id)
+        self.faults.hold_terminations_of(inst.provider_instance_id)
+
+    def release_destroys(self) -> None:
+        self.faults.release_terminations()
 
     def plant(self, machine_id: str, deployment_id: str, zone: str) -> str:
         tags = [

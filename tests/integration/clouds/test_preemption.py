@@ -42,8 +42,9 @@ def run_a_job_on_a_spot_machine(world: World) -> Running:
 def preempt_and_reconcile(world: World, running: Running) -> None:
     world.advance(60)
     world.cloud.preempt(running.machine_id)
+    assert world.cloud.shows_preempted_stop(running.machine_id)
     report = world.reconcile()
-    assert report.actions["preempted"] == 1, report
+    assert report.actions["spot_stopped"] == 1, report
 
 
 def test_the_reconcile_records_the_preemption_and_requeues_the_job_uncharged(world: World) -> None:
@@ -55,7 +56,9 @@ def test_the_reconcile_records_the_preemption_and_requeues_the_job_uncharged(wor
     preempt_and_reconcile(world, running)
 
     now = world.clock.now()
-    (row,) = world.failures("preempted")
+    # The named outcome: a spot machine the cloud stopped (not gone: instance and disk kept).
+    (row,) = world.failures("spot_stopped")
+    assert world.failures("preempted") == []
     assert (row.machine_id, row.detector, row.outcome) == (
         running.machine_id,
         "inventory_reconcile",
@@ -80,8 +83,8 @@ def test_the_reconcile_records_the_preemption_and_requeues_the_job_uncharged(wor
 
     # The same pre-emption is counted once: the next reconcile leaves a STOPPED intent alone.
     world.advance(60)
-    assert world.reconcile().actions["preempted"] == 0
-    assert len(world.failures("preempted")) == 1
+    assert world.reconcile().actions["spot_stopped"] == 0
+    assert len(world.failures("spot_stopped")) == 1
     assert world.machine(running.machine_id).preemption_count == 1
 
 

@@ -354,6 +354,7 @@ def test_destroying_a_spot_machine_cancels_its_persistent_request_first(
         "DescribeInstances",
         "CancelSpotInstanceRequests",
         "TerminateInstances",
+        "DescribeInstances",  # the second read: done only once EC2 says terminated
     ]
     assert aws_faults.calls_of("CancelSpotInstanceRequests")[0].params["SpotInstanceRequestIds"] == [request]
     requests = moto_server.client("us-east-1").describe_spot_instance_requests()["SpotInstanceRequests"]

@@ -38,12 +38,12 @@ def attempt_and_job(sweep: Sweep, attempt_id: str) -> tuple[Attempt, Job]:
 
 
 @pytest.mark.parametrize(
-    ("keep_disk", "end_state", "end_intent"),
-    [(True, "STOPPED", "STOPPED"), (False, "DESTROYED", "DESTROYED")],
+    ("keep_disk", "end_state", "end_intent", "failure_class"),
+    [(True, "STOPPED", "STOPPED", "spot_stopped"), (False, "DESTROYED", "DESTROYED", "preempted")],
     ids=["stopped-disk-kept", "terminated"],
 )
 def test_a_preempted_spot_machines_job_goes_back_to_the_queue_uncharged(
-    sim_sweep: Sweep, keep_disk: bool, end_state: str, end_intent: str
+    sim_sweep: Sweep, keep_disk: bool, end_state: str, end_intent: str, failure_class: str
 ) -> None:
     sweep, sim = sim_sweep, sim_sweep.provisioner
     start = sweep.clock.now()
@@ -72,7 +72,7 @@ def test_a_preempted_spot_machines_job_goes_back_to_the_queue_uncharged(
     assert "not charged" in job.status_message
     [row] = sweep.failures()
     assert (row.failure_class, row.machine_id, row.detector, row.outcome) == (
-        "preempted",
+        failure_class,
         spot,
         "inventory_reconcile",
         "REPLACE_MACHINE",
@@ -81,7 +81,11 @@ def test_a_preempted_spot_machines_job_goes_back_to_the_queue_uncharged(
     lost = machine(sweep.sessions, spot)
     assert (lost.state, lost.intent, lost.preemption_count) == (end_state, end_intent, 1)
     assert lost.state_changed_by == "sweeper"
-    assert lost.state_reason.startswith("inventory_reconcile: spot instance pre-empted by the provider")
+    assert lost.state_reason.startswith(
+        "inventory_reconcile: spot instance stopped by the provider's pre-emption"
+        if keep_disk
+        else "inventory_reconcile: spot instance pre-empted by the provider"
+    )
     # Spot time this run: from when the platform last saw it start (an hour before the
     # test began) to the reconcile that noticed.
     assert lost.first_observed_at is not None

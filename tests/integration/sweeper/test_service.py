@@ -161,7 +161,7 @@ def test_run_reconcile_on_a_replica_that_does_not_lead_leaves_conclusions_to_the
     assert sweep.failures() == []
     assert sweep.lease.try_acquire()
     done = stub.RunSweep(sweeper_service_pb2.RunSweepRequest(kind=RECONCILE), timeout=10)
-    assert "1 preempted" in done.summary
+    assert "1 spot stopped" in done.summary
     assert (machine(sweep.sessions, spot).state, machine(sweep.sessions, spot).preemption_count) == (
         "STOPPED",
         1,

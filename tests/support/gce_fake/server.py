@@ -90,6 +90,8 @@ class GceFake:
         self.state = Project(project, tuple(zones), clock, latencies or Latencies())
         self.wait_cap_s = wait_cap_s
         self.requests: list[RecordedRequest] = []
+        # Instance name -> released: its delete requests wait (unanswered) until set.
+        self._held_deletes: dict[str, threading.Event] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -169,6 +171,30 @@ class GceFake:
         """At most ``l4s`` L4s may run in ``region``; beyond, an insert fails with QUOTA_EXCEEDED."""
         with self.state.lock:
             self.state.script.gpu_quota[region] = l4s
+
+    def hold_deletes_of(self, name: str) -> None:
+        """A delete request of instance ``name`` is not answered (nor carried out) until
+        :meth:`release_deletes` — a call that hangs at the API, as one stuck delete did for
+        weeks at Karpenter (#2077). Other requests are served meanwhile."""
+        with self.state.lock:
+            self._held_deletes.setdefault(name, threading.Event())
+
+    def release_deletes(self) -> None:
+        with self.state.lock:
+            held = list(self._held_deletes.values())
+            self._held_deletes.clear()
+        for released in held:
+            released.set()
+
+    def finish_operations(self, kind: str) -> None:
+        """Operations of ``kind`` that were hanging finish now (and new ones no longer hang)."""
+        with self.state.lock:
+            self.state.script.hanging.discard(kind)
+            now = self.state.clock.now()
+            for op in self.state.operations.values():
+                if op.kind == kind and op.done_at is None:
+                    op.done_at = now
+            self.state.settle()
 
     def lag_lists(self, lag: bool = True) -> None:
         """While on, an instance inserted is not in aggregatedList answers until
@@ -375,6 +401,11 @@ class GceFake:
             self.requests.append(RecordedRequest(method, kind, path, query, body))
         if kind == "operations.wait":
             self._hold(args["zone"], args["op"])
+        if kind == "delete":
+            with self.state.lock:
+                held = self._held_deletes.get(args.get("name", ""))
+            if held is not None:
+                held.wait(300)
         with self.state.lock:
             script = self.state.script
             if script.refuse_credentials:

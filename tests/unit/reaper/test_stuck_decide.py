@@ -161,3 +161,59 @@ def test_the_net_may_read_stop_and_destroy_but_never_create_or_start() -> None:
 
     methods = {m for c in StuckProvider.__mro__ for m in vars(c) if not m.startswith("_")}
     assert methods == {"get", "stop", "destroy"}
+
+
+# A destroy the provider accepted and has not confirmed (a destroy_unconfirmed row): read on
+# every pass, finished the moment the provider shows it gone, left alone while it still
+# shows it — until the stuck limit, after which the ordinary rules apply.
+UNCONFIRMED_CASES: list[tuple[str, MachineSnapshot, ProviderView, object]] = [
+    (
+        "a minute in, gone: destroyed",
+        stuck("DESTROYING", "DESTROYED", minutes=1),
+        ProviderView(GONE),
+        FinishTransition(MachineState.DESTROYED),
+    ),
+    (
+        "a minute in, still shutting down: left",
+        stuck("DESTROYING", "DESTROYED", minutes=1),
+        ProviderView("STOPPING"),
+        None,
+    ),
+    (
+        "a minute in, still running: left",
+        stuck("DESTROYING", "DESTROYED", minutes=1),
+        ProviderView("RUNNING"),
+        None,
+    ),
+    (
+        "a minute in, unreadable: refused",
+        stuck("DESTROYING", "DESTROYED", minutes=1),
+        ProviderView(error="TRANSIENT: throttled"),
+        Refuse(RefusalReason.PROVIDER_UNREADABLE),
+    ),
+    (
+        "past the stuck limit, still shutting down: re-issued",
+        stuck("DESTROYING", "DESTROYED"),
+        ProviderView("STOPPING"),
+        DESTROY,
+    ),
+    ("a stop is never read early", stuck("STOPPING", "STOPPED", minutes=1), ProviderView("STOPPED"), None),
+]
+
+
+@pytest.mark.parametrize(
+    ("machine", "view", "expected"), [c[1:] for c in UNCONFIRMED_CASES], ids=[c[0] for c in UNCONFIRMED_CASES]
+)
+def test_a_destroy_awaiting_confirmation(
+    machine: MachineSnapshot, view: ProviderView, expected: object
+) -> None:
+    decision = decide(NOW, machine, view, POLICY, unconfirmed=True)
+    if expected == DESTROY:
+        assert isinstance(decision, ReissueCall) and decision.operation == "destroy"
+    else:
+        assert decision == expected
+
+
+def test_without_an_unconfirmed_destroy_nothing_is_read_before_the_stuck_limit() -> None:
+    early = stuck("DESTROYING", "DESTROYED", minutes=1)
+    assert decide(NOW, early, ProviderView(GONE), POLICY) is None

@@ -85,11 +85,11 @@ LOSS_CASES: list[
     tuple[str, ReconcileMachine, list[ListedInstance], list[str], tuple[LossKind, MachineState, str] | None]
 ] = [
     (
-        "spot stopped by the provider: pre-empted, follows it to STOPPED",
+        "spot stopped by the provider: spot_stopped, follows it to STOPPED",
         SPOT,
         [replace(RUNNING, status="STOPPED")],
         [],
-        (LossKind.PREEMPTED, MachineState.STOPPED, "STOPPED"),
+        (LossKind.SPOT_STOPPED, MachineState.STOPPED, "STOPPED"),
     ),
     (
         "spot terminated: pre-empted, DESTROYED",
@@ -110,14 +110,14 @@ LOSS_CASES: list[
         replace(SPOT, provider_instance_id=None),
         [replace(RUNNING, status="STOPPED")],
         [],
-        (LossKind.PREEMPTED, MachineState.STOPPED, "STOPPED"),
+        (LossKind.SPOT_STOPPED, MachineState.STOPPED, "STOPPED"),
     ),
     (
         "spot booting, stopped by the provider: pre-empted",
         replace(SPOT, state="BOOTING"),
         [replace(RUNNING, status="STOPPED")],
         [],
-        (LossKind.PREEMPTED, MachineState.STOPPED, "STOPPED"),
+        (LossKind.SPOT_STOPPED, MachineState.STOPPED, "STOPPED"),
     ),
     (
         "spot draining, gone: pre-empted",
@@ -230,7 +230,7 @@ def test_losses(
 @pytest.mark.parametrize(
     ("capacity", "status", "expected"),
     [
-        ("SPOT", "STOPPED", (LossKind.PREEMPTED, MachineState.STOPPED)),
+        ("SPOT", "STOPPED", (LossKind.SPOT_STOPPED, MachineState.STOPPED)),
         ("SPOT", "TERMINATED", (LossKind.PREEMPTED, MachineState.DESTROYED)),
         ("SPOT", "", (LossKind.PREEMPTED, MachineState.DESTROYED)),
         ("ON_DEMAND", "STOPPED", (LossKind.STOPPED_OUTSIDE, MachineState.STOPPED)),

@@ -1348,7 +1348,7 @@ class Sim:
         for f in m.life_failures:
             if f.cls == "preemption" and f.caught_at is None:
                 self._caught(f, by)
-        if fc is FailureClass.PREEMPTED:
+        if fc in (FailureClass.PREEMPTED, FailureClass.SPOT_STOPPED):
             m.preemptions += 1
         m.intent = "STOPPED" if end == "STOPPED" else "DESTROYED"
         self._ledger(fc, m)

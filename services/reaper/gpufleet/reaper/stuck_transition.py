@@ -20,6 +20,12 @@ reads what the provider says now and compares it with the recorded **intent**:
   routed to ALERT_HUMAN, so an incident opens) per stuck transition, and the machine stays
   where it is for a human.
 
+A destroy the provider accepted but has not confirmed (a ``destroy_unconfirmed`` row since
+the transition began: EC2 still shutting the instance down, a GCE delete still running) is
+read on every pass, not only once stuck: the moment the provider shows it gone, the machine
+is DESTROYED; until then it stays DESTROYING, and once ``stuck_after`` passes the rules
+above apply to it like any other (a re-issue, then a human).
+
 A machine whose stop or destroy is still in flight in this reaper's provider-call pool
 (a slow call, or one waiting for a worker) is not stuck but slow: it is left to that call
 — no read, no re-issue — so the same call is never out twice from here.
@@ -42,7 +48,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from opentelemetry import context as otel_context
-from sqlalchemy import ColumnElement, exists, select
+from sqlalchemy import ColumnElement, and_, exists, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import lifecycle
@@ -55,13 +61,13 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.common.loops import TickReport
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
-from gpufleet.common.provider_errors import InstanceNotFound
+from gpufleet.common.provider_errors import InstanceNotFound, NotYetDone
 from gpufleet.common.telemetry import tracer
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.detection_latency import DetectionLatency, transition_start
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal, is_ours
 from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours, scan, state_in
-from gpufleet.reaper.transition import MachineProvider, request_id
+from gpufleet.reaper.transition import MachineProvider, record_unconfirmed, request_id
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2
 
 log = logging.getLogger(__name__)
@@ -157,10 +163,20 @@ _REISSUE: dict[str, tuple[str, frozenset[str], frozenset[str]]] = {
 _GATES = NetGates(net=NAME)
 
 
-def gate(now: datetime, machine: MachineSnapshot, policy: StuckPolicy) -> ReadProvider | Refuse | None:
+def _stuck(now: datetime, machine: MachineSnapshot, policy: StuckPolicy) -> bool:
+    assert machine.state_changed_at is not None
+    return now - machine.state_changed_at >= policy.stuck_after
+
+
+def gate(
+    now: datetime, machine: MachineSnapshot, policy: StuckPolicy, unconfirmed: bool = False
+) -> ReadProvider | Refuse | None:
+    """Read the provider for a machine stuck in a transitional state, or — ``unconfirmed``
+    — for a DESTROYING machine whose destroy awaits the provider's confirmation."""
     if machine.state not in TRANSITIONAL_STATES or machine.state_changed_at is None:
         return None
-    if now - machine.state_changed_at < policy.stuck_after:
+    awaiting = unconfirmed and machine.state == MachineState.DESTROYING.value
+    if not _stuck(now, machine, policy) and not awaiting:
         return None
     if not is_ours(machine):
         return Refuse(RefusalReason.NOT_OURS)
@@ -173,10 +189,12 @@ def decide(
     view: ProviderView,
     policy: StuckPolicy,
     reissued: Sequence[datetime] = (),
+    unconfirmed: bool = False,
 ) -> FinishTransition | ReissueCall | AlertStuck | Refuse | None:
     """Finish, re-issue, alert, or refuse for want of a provider answer. ``reissued`` is
-    when this transition's call was re-issued so far (from the ledger)."""
-    gated = gate(now, machine, policy)
+    when this transition's call was re-issued so far (from the ledger); ``unconfirmed``,
+    whether its destroy awaits the provider's confirmation (a ``destroy_unconfirmed`` row)."""
+    gated = gate(now, machine, policy, unconfirmed)
     if not isinstance(gated, ReadProvider):
         return gated
     if view.error is not None:
@@ -196,6 +214,8 @@ def decide(
         )
     if view.status in statuses:
         return FinishTransition(end, view.provider_instance_id, view.agent_address)
+    if not _stuck(now, machine, policy):
+        return None  # a destroy accepted and not confirmed yet: read again next pass
     if reissued and now - max(reissued) < policy.reissue_every:
         return None  # the call just re-issued may still be under way
     reissue = _REISSUE.get(machine.intent)
@@ -274,7 +294,18 @@ class StuckTransition:
 
     def due(self, now: datetime) -> list[ColumnElement[bool]]:
         # ix_machines_transitional: only machines in a transitional state are read.
-        return [state_in(TRANSITIONAL_STATES), Machine.state_changed_at <= now - self.policy.stuck_after]
+        awaiting_confirmation = and_(
+            Machine.state == MachineState.DESTROYING.value,
+            exists().where(
+                Failure.machine_id == Machine.id,
+                Failure.failure_class == FailureClass.DESTROY_UNCONFIRMED.value,
+                Failure.at >= Machine.state_changed_at,
+            ),
+        )
+        return [
+            state_in(TRANSITIONAL_STATES),
+            or_(Machine.state_changed_at <= now - self.policy.stuck_after, awaiting_confirmation),
+        ]
 
     def scan(self, now: datetime) -> list[MachineSnapshot]:
         with self.sessions() as session:
@@ -283,9 +314,11 @@ class StuckTransition:
     def run(self, now: datetime) -> TickReport:
         decisions = DecisionLog(NAME, self.answers.take(), self.instruments)
         machines = self.scan(now)
-        reissued = self._reissued(machines)
+        reissued = self._since_transition(machines, FailureClass.TRANSITION_REISSUED)
+        unconfirmed = self._since_transition(machines, FailureClass.DESTROY_UNCONFIRMED)
         for machine in machines:
-            gated = gate(now, machine, self.policy)
+            awaiting = machine.machine_id in unconfirmed
+            gated = gate(now, machine, self.policy, awaiting)
             if isinstance(gated, Refuse):
                 decisions.refused(machine.machine_id, gated.reason)
                 continue
@@ -298,8 +331,10 @@ class StuckTransition:
                 decisions.acted(machine.machine_id, "call_in_flight", level=logging.DEBUG)
                 continue
             view = read_provider(self.provider, machine)
-            decision = decide(now, machine, view, self.policy, reissued.get(machine.machine_id, ()))
-            if isinstance(decision, Refuse):
+            decision = decide(now, machine, view, self.policy, reissued.get(machine.machine_id, ()), awaiting)
+            if decision is None and awaiting:
+                decisions.acted(machine.machine_id, "destroy_awaiting_confirmation", view.status)
+            elif isinstance(decision, Refuse):
                 decisions.refused(machine.machine_id, decision.reason, view.error or "")
             elif isinstance(decision, ReissueCall):
                 self._reissue(machine, decision, decisions)
@@ -318,9 +353,12 @@ class StuckTransition:
                     decisions.acted(machine.machine_id, "still_stuck", level=logging.DEBUG)
         return decisions.report
 
-    def _reissued(self, machines: Sequence[MachineSnapshot]) -> dict[str, list[datetime]]:
-        """When each scanned machine's present transition was re-issued so far: its
-        ``transition_reissued`` rows since the transition began (one query for the scan)."""
+    def _since_transition(
+        self, machines: Sequence[MachineSnapshot], failure_class: FailureClass
+    ) -> dict[str, list[datetime]]:
+        """When each scanned machine's present transition met ``failure_class`` so far (its
+        re-issues, its unconfirmed destroys): those rows since the transition began, one
+        query for the scan."""
         began = {m.machine_id: m.state_changed_at for m in machines if m.state_changed_at is not None}
         if not began:
             return {}
@@ -328,7 +366,7 @@ class StuckTransition:
         with self.sessions() as session:
             rows = session.execute(
                 select(Failure.machine_id, Failure.at).where(
-                    Failure.failure_class == FailureClass.TRANSITION_REISSUED.value,
+                    Failure.failure_class == failure_class.value,
                     Failure.machine_id.in_(began),
                 )
             ).all()
@@ -406,6 +444,14 @@ class StuckTransition:
         send = self.provider.stop if call.operation == "stop" else self.provider.destroy
         try:
             send(machine.machine_id, offering, machine.provider_instance_id or "", key)
+        except NotYetDone as err:
+            if call.operation != "destroy":
+                self._call_failed(machine, call, key, err)
+                decisions.acted(machine.machine_id, f"{call.operation}_reissue_failed", str(err))
+                return
+            record_unconfirmed(self.sessions, self.lease, self.clock.now(), NAME, machine, err)
+            decisions.acted(machine.machine_id, "destroy_unconfirmed", str(err))
+            return
         except Exception as err:
             if not isinstance(err, GpufleetError):
                 log.exception("unexpected error re-issuing %s of %s", call.operation, machine.machine_id)

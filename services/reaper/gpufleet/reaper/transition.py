@@ -6,9 +6,13 @@ net's pass — then hand the provider call to the reaper's bounded pool
 and records the outcome in a new transaction: success moves the machine to the end state;
 failure leaves it transitional — visible, for the stuck-transition watchdog, never
 silently back in the pool or silently retried — and appends a ``provider_call_failed``
-row to the ledger. The pass never waits on the provider: a stop that takes minutes holds
-one worker of the pool, not the nets; what the call did is counted into the net's next
-pass (:meth:`TransitionRunner.answered`).
+row to the ledger. A destroy is done only when the provider confirms the instance gone (the
+drivers read it again after the call): one the provider accepted but still shows (EC2's
+shutting-down, a GCE delete still running) answers ``NotYetDone``, which appends a
+``destroy_unconfirmed`` row instead — nothing alerts yet, the machine stays DESTROYING, and
+the stuck-transition net reads it again on its next pass. The pass never waits on the
+provider: a stop that takes minutes holds one worker of the pool, not the nets; what the
+call did is counted into the net's next pass (:meth:`TransitionRunner.answered`).
 
 The claiming write is a compare-and-set on what the scan saw (same state, still ours,
 still not pinned, still due), so a decision made on a row that moved since the scan is
@@ -41,6 +45,7 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
 from gpufleet.common.loops import TickReport
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
+from gpufleet.common.provider_errors import NotYetDone
 from gpufleet.common.telemetry import tracer
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.detection_latency import DetectionLatency
@@ -98,6 +103,29 @@ class Detection:
 
     failure_class: FailureClass
     details: str
+
+
+def record_unconfirmed(
+    sessions: sessionmaker[Session],
+    lease: LeaderLease,
+    now: datetime,
+    detector: str,
+    machine: MachineSnapshot,
+    err: NotYetDone,
+) -> None:
+    """The destroy call was accepted and the provider does not show the instance gone yet:
+    a ``destroy_unconfirmed`` row (routed NOTHING); the machine stays DESTROYING, and the
+    stuck-transition net reads it on its next pass (it looks for this row)."""
+    with sessions() as session, session.begin():
+        lease.fence(session)
+        record_failure(
+            session,
+            now,
+            FailureClass.DESTROY_UNCONFIRMED.value,
+            detector,
+            machine_id=machine.machine_id,
+            details=f"{err}; it stays {MachineState.DESTROYING.value} and is read again on the next pass",
+        )
 
 
 def spot_run_seconds(machine: MachineSnapshot, now: datetime) -> float:
@@ -239,6 +267,14 @@ class TransitionRunner:
         offering = machine.offering or machine_pb2.Offering()
         try:
             call(machine.machine_id, offering, machine.provider_instance_id or "", key)
+        except NotYetDone as err:
+            if transition.end is not MachineState.DESTROYED:
+                self._record_failure(transition, machine, key, err)
+                decisions.acted(machine.machine_id, f"{transition.operation}_failed", str(err))
+                return
+            record_unconfirmed(self.sessions, self.lease, self.clock.now(), transition.detector, machine, err)
+            decisions.acted(machine.machine_id, "destroy_unconfirmed", str(err))
+            return
         except Exception as err:
             if not isinstance(err, GpufleetError):
                 log.exception("unexpected error from %s of %s", transition.operation, machine.machine_id)

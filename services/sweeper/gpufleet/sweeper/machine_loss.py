@@ -4,8 +4,10 @@
 machine whose intent is RUNNING. :func:`apply_loss` writes one conclusion in one fenced
 transaction:
 
-- a ledger row: ``preempted`` for a spot instance, ``instance_gone`` otherwise; both
-  route to ``REPLACE_MACHINE``, and the ledger applies it in the same transaction
+- a ledger row: ``spot_stopped`` for a spot instance the cloud *stopped* (GCE's
+  instanceTerminationAction=STOP, EC2's interruption behaviour "stop": instance and disk
+  kept), ``preempted`` for a spot instance taken back for good, ``instance_gone``
+  otherwise; all route to ``REPLACE_MACHINE``, and the ledger applies it in the same transaction
   (:func:`gpufleet.common.ledger.record_and_apply`): the live attempts end ``LOST``,
   uncharged, and their jobs go back to the queue on the patient budget, exactly as when a
   reaper net replaces a machine;
@@ -15,6 +17,17 @@ transaction:
 - the machine follows the provider: STOPPED (disk kept) or DESTROYED, with the matching
   intent, so the next reconcile does not count the same loss again and nothing routes to
   it. The destroy timer of a stopped machine is kept for the money chain.
+
+Why a spot machine the cloud stopped is *kept stopped* rather than restarted at once or
+destroyed (DESIGN §7, "Scale"): a stopped machine is warm capacity — its disk holds the
+image and the pipeline versions it pulled — and the scale step starts the stopped machine
+with the lowest expected cost an hour before it creates one, where that cost now carries
+this pre-emption (``preemption_count``, ``spot_seconds``). Restarting here would spend
+money on a machine no demand asked for, and on the capacity the cloud just reclaimed (GCE
+refuses the start while the zone has none; EC2 refuses StartInstances on an interrupted
+persistent request and restarts it itself when capacity returns); destroying it would
+throw the warm disk away. Its work, meanwhile, is replaced at once (the attempts end
+``LOST`` and their jobs go back to the queue), so nothing waits on its return.
 """
 
 from __future__ import annotations
@@ -38,8 +51,10 @@ log = logging.getLogger(__name__)
 
 
 class LossKind(StrEnum):
-    # A spot instance taken back by the provider (stopped, terminated or gone).
+    # A spot instance taken back by the provider for good (terminated or gone).
     PREEMPTED = "PREEMPTED"
+    # A spot instance the provider stopped (instance and disk kept): warm capacity again.
+    SPOT_STOPPED = "SPOT_STOPPED"
     # An on-demand instance that no longer exists.
     VANISHED = "VANISHED"
     # An on-demand instance stopped by someone other than this platform.
@@ -66,9 +81,16 @@ class MachineLoss:
 
     @property
     def failure_class(self) -> FailureClass:
-        if self.kind is LossKind.STOPPED_ITSELF:
-            return FailureClass.MACHINE_STOPPED_ITSELF
-        return FailureClass.PREEMPTED if self.kind is LossKind.PREEMPTED else FailureClass.INSTANCE_GONE
+        return {
+            LossKind.STOPPED_ITSELF: FailureClass.MACHINE_STOPPED_ITSELF,
+            LossKind.SPOT_STOPPED: FailureClass.SPOT_STOPPED,
+            LossKind.PREEMPTED: FailureClass.PREEMPTED,
+        }.get(self.kind, FailureClass.INSTANCE_GONE)
+
+    @property
+    def preemption(self) -> bool:
+        """Counted in the machine's pre-emption history (its expected cost)."""
+        return self.kind in (LossKind.PREEMPTED, LossKind.SPOT_STOPPED)
 
 
 def classify_loss(
@@ -81,7 +103,7 @@ def classify_loss(
     if provider_status == "STOPPED" and stopped_by_itself:
         return LossKind.STOPPED_ITSELF, MachineState.STOPPED
     if provider_status == "STOPPED":
-        return (LossKind.PREEMPTED if spot else LossKind.STOPPED_OUTSIDE), MachineState.STOPPED
+        return (LossKind.SPOT_STOPPED if spot else LossKind.STOPPED_OUTSIDE), MachineState.STOPPED
     if provider_status in ("TERMINATED", ""):
         return (LossKind.PREEMPTED if spot else LossKind.VANISHED), MachineState.DESTROYED
     return None
@@ -102,6 +124,11 @@ def _why(loss: MachineLoss) -> str:
     seen = f"listed as {loss.provider_status}" if loss.provider_status else "no longer listed"
     return {
         LossKind.PREEMPTED: f"spot instance pre-empted by the provider ({seen})",
+        LossKind.SPOT_STOPPED: (
+            f"spot instance stopped by the provider's pre-emption ({seen}); instance and disk kept: "
+            "the machine stays stopped as warm capacity, restarted by the scale step when it is "
+            "the cheapest way to meet demand"
+        ),
         LossKind.VANISHED: f"instance vanished at the provider ({seen})",
         LossKind.STOPPED_OUTSIDE: f"instance stopped outside the platform ({seen})",
         LossKind.STOPPED_ITSELF: (
@@ -131,7 +158,7 @@ def apply_loss(
             return None
         why = _why(loss)
         ran_s = 0.0
-        if loss.kind is LossKind.PREEMPTED:
+        if loss.preemption:
             if machine.first_observed_at is not None:
                 ran_s = max(0.0, (now - machine.first_observed_at).total_seconds())
             machine.preemption_count += 1
@@ -147,7 +174,7 @@ def apply_loss(
                 f"machine {loss.state} -> {loss.end_state.value}"
                 + (
                     f"; pre-emption {machine.preemption_count}, ran {ran_s:.0f}s of spot time this run"
-                    if loss.kind is LossKind.PREEMPTED
+                    if loss.preemption
                     else ""
                 )
             ),

@@ -45,11 +45,21 @@ What exists
     logged; reads answer with the oldest, destroy terminates them all.
 
 Status and launch time
-    Read by :mod:`.aws_instances`. shutting-down and terminated instances are *gone*:
-    ``get`` raises ``InstanceNotFound``, ``list`` omits them and ``destroy`` returns
-    False — the Driver contract ("afterwards get raises InstanceNotFound and list omits
-    it"); neither state bills, and EC2 keeps showing terminated instances for about an
-    hour. The launch time is the instance's creation, not its last start.
+    Read by :mod:`.aws_instances`. A terminated instance is *gone*: ``get`` raises
+    ``InstanceNotFound``, ``list`` omits it and ``destroy`` returns False — the Driver
+    contract ("afterwards get raises InstanceNotFound and list omits it"); EC2 keeps
+    showing terminated instances for about an hour. A shutting-down one is still ending:
+    ``list`` omits it, ``get`` shows it STOPPING, and ``destroy`` terminates it again
+    (harmless) and is not done until EC2 says terminated. The launch time is the
+    instance's creation, not its last start.
+
+Destroy is confirmed
+    TerminateInstances answers at once with the instance shutting-down; EC2 finishes it
+    later. After the call the driver reads the instances once more and returns only when
+    none of them is left short of terminated; otherwise it raises ``NotYetDone`` (the
+    terminate was accepted, the end is not confirmed), and the caller keeps the machine
+    DESTROYING and reads it again — marking a machine destroyed while it still runs is how
+    dstack came to bill for "terminated" instances (dstack #1551).
 
 Errors are typed in :mod:`.aws_errors`. The driver holds no clock: EC2 calls return at
 once with a transitional state, and nothing here waits.
@@ -69,11 +79,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.common.errors import FailedPrecondition
-from gpufleet.common.provider_errors import InstanceNotFound, ProviderError, Transient
+from gpufleet.common.provider_errors import InstanceNotFound, NotYetDone, ProviderError, Transient
 from gpufleet.common.trust.pki import MachineIssuer, machine_credential
 from gpufleet.provisioner.drivers.aws_clients import Ec2ClientFactory
 from gpufleet.provisioner.drivers.aws_errors import ec2_errors, error_code
-from gpufleet.provisioner.drivers.aws_instances import LIVE_STATES, instance_info, moved
+from gpufleet.provisioner.drivers.aws_instances import ENDING_STATES, LIVE_STATES, instance_info, moved
 from gpufleet.provisioner.drivers.base import (
     DEPLOYMENT_LABEL,
     MACHINE_LABEL,
@@ -188,11 +198,12 @@ class AwsDriver:
         """Terminates every live instance of the machine — a duplicate left by a create
         that raced past both guards included, since the orphan sweep would never take an
         instance carrying a known machine's tag — after cancelling its spot request."""
-        found = self._instances_of(self._read_regions(ref.offering), ref.machine_id)
+        regions = self._read_regions(ref.offering)
+        found = self._instances_of(regions, ref.machine_id, ending=True)
         ids = {f.info.provider_instance_id for f in found}
         if not found or (ref.provider_instance_id and ref.provider_instance_id not in ids):
             return False
-        existed = False
+        accepted: set[str] = set()
         for each in found:
             client = self.clients(each.info.region)
             if each.spot_request_id:
@@ -202,11 +213,30 @@ class AwsDriver:
                     client.terminate_instances(InstanceIds=[each.info.provider_instance_id])
             except InstanceNotFound:
                 continue  # it went between our look and the terminate: gone is done
-            existed = True
-        return existed
+            accepted.add(each.info.provider_instance_id)
+        if accepted:
+            self._confirm_terminated(regions, ref.machine_id, accepted)
+        return bool(accepted)
+
+    def _confirm_terminated(self, regions: Iterable[str], machine_id: str, ids: set[str]) -> None:
+        """The second read after TerminateInstances: ``NotYetDone`` while any of ``ids`` is
+        still short of terminated (shutting-down, or — EC2's reads being eventually
+        consistent — still shown as it was)."""
+        left = [
+            f.info
+            for f in self._instances_of(regions, machine_id, ending=True)
+            if f.info.provider_instance_id in ids
+        ]
+        if left:
+            shown = ", ".join(f"{i.provider_instance_id} ({i.status.value.lower()})" for i in left)
+            raise NotYetDone(
+                f"EC2 accepted the terminate of machine {machine_id}'s instances but still shows {shown}; "
+                "not destroyed until EC2 says terminated"
+            )
 
     def get(self, ref: InstanceRef) -> InstanceInfo:
-        return self._require(ref).info
+        # An instance shutting down is shown (STOPPING): it is not gone until terminated.
+        return self._require(ref, ending=True).info
 
     def list(self) -> builtins.list[InstanceInfo]:
         """Our deployment's live instances in every configured region; any region that
@@ -214,6 +244,8 @@ class AwsDriver:
         found: builtins.list[InstanceInfo] = []
         for region in self.options.regions:
             for raw in self._describe(region, self._filters()):
+                if (raw.get("State") or {}).get("Name") not in LIVE_STATES:
+                    continue  # the server filtered by state; what changed since is not listed
                 info = instance_info(region, raw, self.options.agent_port)
                 if info is not None and info.labels.get(DEPLOYMENT_LABEL) == self.deployment_id:
                     found.append(info)
@@ -289,10 +321,10 @@ class AwsDriver:
         # The offering's region even when no longer configured: its instances still exist.
         return (offering.region,) if offering.region else self.options.regions
 
-    def _filters(self, machine_id: str = "") -> builtins.list[dict[str, Any]]:
+    def _filters(self, machine_id: str = "", *, ending: bool = False) -> builtins.list[dict[str, Any]]:
         filters: builtins.list[dict[str, Any]] = [
             {"Name": f"tag:{DEPLOYMENT_LABEL}", "Values": [self.deployment_id]},
-            {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+            {"Name": "instance-state-name", "Values": list(ENDING_STATES if ending else LIVE_STATES)},
         ]
         if machine_id:
             filters.append({"Name": f"tag:{MACHINE_LABEL}", "Values": [machine_id]})
@@ -308,11 +340,17 @@ class AwsDriver:
                     instances.extend(reservation.get("Instances") or [])
         return instances
 
-    def _instances_of(self, regions: Iterable[str], machine_id: str) -> builtins.list[_Found]:
-        """Every live instance of ``machine_id`` in our deployment, oldest first."""
+    def _instances_of(
+        self, regions: Iterable[str], machine_id: str, *, ending: bool = False
+    ) -> builtins.list[_Found]:
+        """Every live instance of ``machine_id`` in our deployment, oldest first; with
+        ``ending``, shutting-down ones too (a read of the machine, a destroy)."""
+        wanted = ENDING_STATES if ending else LIVE_STATES
         found: builtins.list[_Found] = []
         for region in regions:
-            for raw in self._describe(region, self._filters(machine_id)):
+            for raw in self._describe(region, self._filters(machine_id, ending=ending)):
+                if (raw.get("State") or {}).get("Name") not in wanted:
+                    continue
                 info = instance_info(region, raw, self.options.agent_port)
                 if (
                     info is not None
@@ -324,11 +362,13 @@ class AwsDriver:
         found.sort(key=lambda f: (f.info.launch_time or never, f.info.provider_instance_id))
         return found
 
-    def _find(self, regions: Iterable[str], machine_id: str, provider_instance_id: str = "") -> _Found | None:
+    def _find(
+        self, regions: Iterable[str], machine_id: str, provider_instance_id: str = "", *, ending: bool = False
+    ) -> _Found | None:
         """The live instance of ``machine_id`` (the one with ``provider_instance_id`` when
         given). Two for one machine (a create raced past both guards) is logged, and the
         older one answers, every time the same."""
-        found = self._instances_of(regions, machine_id)
+        found = self._instances_of(regions, machine_id, ending=ending)
         if provider_instance_id:
             return next((f for f in found if f.info.provider_instance_id == provider_instance_id), None)
         if len(found) > 1:
@@ -341,8 +381,10 @@ class AwsDriver:
             )
         return found[0] if found else None
 
-    def _require(self, ref: InstanceRef) -> _Found:
-        found = self._find(self._read_regions(ref.offering), ref.machine_id, ref.provider_instance_id)
+    def _require(self, ref: InstanceRef, *, ending: bool = False) -> _Found:
+        found = self._find(
+            self._read_regions(ref.offering), ref.machine_id, ref.provider_instance_id, ending=ending
+        )
         if found is None:
             raise InstanceNotFound(f"no AWS instance for machine {ref.machine_id}")
         return found

@@ -1,8 +1,12 @@
 """How the aws driver reads one EC2 instance (a DescribeInstances / RunInstances item).
 
-- ``pending``, ``running``, ``stopping``, ``stopped`` are the live states; an instance
-  ``shutting-down`` or ``terminated`` is gone (:func:`instance_info` returns None), and a
-  state EC2 never documented is an error rather than a guess.
+- ``pending``, ``running``, ``stopping``, ``stopped`` are the live states; a ``terminated``
+  instance is gone (:func:`instance_info` returns None), and a state EC2 never documented
+  is an error rather than a guess. ``shutting-down`` is an instance still *ending*: read as
+  STOPPING — a terminate has been accepted, and EC2 has not confirmed it yet (it can stay
+  there for a while, and occasionally for hours) — never as gone. Lists leave it out
+  (:data:`LIVE_STATES`); a read of one machine's instance and a destroy see it
+  (:data:`ENDING_STATES`), so a destroy is done only once EC2 says terminated.
 - Spot or on-demand comes from ``InstanceLifecycle`` (never from the ``instance-lifecycle``
   filter, which moto does not implement).
 - The launch time is when the instance was *created*: EC2's ``LaunchTime`` moves on every
@@ -28,18 +32,24 @@ from gpufleet.provisioner.drivers.base import (
     Provider,
 )
 
-__all__ = ["LIVE_STATES", "created_at", "instance_info", "moved"]
+__all__ = ["ENDING_STATES", "LIVE_STATES", "created_at", "instance_info", "moved"]
 
 _STATUS = {
     "pending": InstanceStatus.PENDING,
     "running": InstanceStatus.RUNNING,
     "stopping": InstanceStatus.STOPPING,
     "stopped": InstanceStatus.STOPPED,
+    "shutting-down": InstanceStatus.STOPPING,
 }
-LIVE_STATES = tuple(_STATUS)
-"""EC2 states of an instance that still exists for us (shutting-down/terminated do not)."""
+LIVE_STATES = ("pending", "running", "stopping", "stopped")
+"""EC2 states of an instance that still exists for us in a list (shutting-down bills
+nothing and needs nothing more from a list's reader; terminated is gone)."""
 
-_GONE = frozenset({"shutting-down", "terminated"})
+ENDING_STATES = (*LIVE_STATES, "shutting-down")
+"""What a read of one machine's instance, and a destroy, see: the live states and an
+instance whose terminate EC2 has not finished."""
+
+_GONE = frozenset({"terminated"})
 
 
 def _utc(value: Any) -> datetime | None:
@@ -62,7 +72,7 @@ def created_at(raw: Mapping[str, Any]) -> datetime | None:
 
 
 def instance_info(region: str, raw: Mapping[str, Any], agent_port: int) -> InstanceInfo | None:
-    """What the platform sees of one EC2 instance; None once it is shutting down or gone."""
+    """What the platform sees of one EC2 instance; None once it is terminated."""
     state = str((raw.get("State") or {}).get("Name", ""))
     if state in _GONE:
         return None

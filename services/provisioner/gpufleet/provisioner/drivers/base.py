@@ -197,6 +197,12 @@ class Driver(Protocol):
         Destroying an instance that does not exist succeeds and returns False: "not found"
         means done. Afterwards ``get`` raises ``InstanceNotFound`` and ``list`` omits it (a
         driver whose provider keeps showing terminated instances filters them out).
+
+        It returns only once the provider confirms the instance gone — a second read after
+        the delete call. When the provider accepted the call but still shows the instance
+        (EC2's shutting-down, a GCE delete still running) it raises ``NotYetDone``: the
+        caller keeps the machine in its transitional state and asks again later (a repeat
+        is harmless); meanwhile ``get`` shows the instance STOPPING, not gone.
         """
         ...
 

@@ -256,8 +256,22 @@ class GcpDriver:
                 op = self.clients.instances.delete_unary(request=request, retry=None, timeout=self._timeout)
             self._finish(op, zone, f"delete {inst.name}")
         except InstanceNotFound:
+            # GCE itself says there is no such instance: gone is done (no second read).
             log.info("GCE instance %s vanished while we deleted it", inst.name)
+            return True
+        self._confirm_deleted(zone, inst)
         return True
+
+    def _confirm_deleted(self, zone: str, deleted: Any) -> None:
+        """The second read after a delete: ``NotYetDone`` while GCE still shows the
+        instance (its delete still STOPPING it, or an answer that outran the deletion); a
+        404 — or a new instance under the same name, which is not the one deleted — is done."""
+        inst = self._get_named(zone, deleted.name)
+        if inst is not None and inst.id == deleted.id:
+            raise NotYetDone(
+                f"GCE accepted the delete of {deleted.name} but still shows it {inst.status}; "
+                "not destroyed until GCE no longer has it"
+            )
 
     def get(self, ref: InstanceRef) -> InstanceInfo:
         return self._info(self._require(ref))
