@@ -82,7 +82,16 @@ def own_postgres() -> Iterator[PostgresServer]:
 @pytest.fixture
 def fleet(own_postgres: PostgresServer) -> Iterator[Fleet]:
     root = Path(tempfile.mkdtemp(prefix="gfdb-", dir="/tmp"))
-    fleet = make_fleet(root, own_postgres.url("gpufleet"))
+    # Went silent at its floor (300 s, no grace), so that the second outage (330 s) is
+    # longer; the idle timers out of its way (auto-stop's default 300 s would stop the idle
+    # machine for good reason).
+    fleet = make_fleet(
+        root,
+        own_postgres.url("gpufleet"),
+        went_silent_after_s="300",
+        went_silent_grace_s="0",
+        idle_stop_after_s="3600",
+    )
     try:
         fleet.start_all()
         yield fleet
@@ -128,7 +137,7 @@ def finished_on_machines(fleet: Fleet) -> dict[str, tuple[str, ...]]:
     return {job_id: tuple(sorted(outcomes)) for job_id, outcomes in ended.items()}
 
 
-def test_the_control_plane_rides_out_a_database_restart_mid_dispatch_and_mid_run(
+def test_the_control_plane_rides_out_database_restarts_mid_dispatch_mid_run_and_mid_reaper_pass(
     fleet: Fleet, own_postgres: PostgresServer
 ) -> None:
     serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
@@ -240,7 +249,41 @@ def test_the_control_plane_rides_out_a_database_restart_mid_dispatch_and_mid_run
         (m.id, m.state, m.lost) for m in machines
     ]
     assert failures == []
-    # Each service lived through it, with the one line that says so, and no stack.
+
+    # Mid-reaper-pass: a second outage, longer than went-silent's 300 s floor, with the
+    # machine idle, and again the worker paused while the database returns. The reaper's
+    # nets, due since long before, must not read the outage's silence as the machine's.
+    own_postgres.shut_down("immediate")
+    wait_for(lambda: all_health(fleet, not_serving), "every service NOT_SERVING (second outage)")
+    for _ in range(33):
+        fleet.clock.advance(10.0)
+        time.sleep(0.05)
+    os.kill(worker_pid, signal.SIGSTOP)
+    try:
+        own_postgres.start_again()
+        wait_for(lambda: all_health(fleet, serving), "every service SERVING (second outage)")
+        back_at = fleet.clock.now()
+        for _ in range(5):
+            fleet.clock.advance(2.0)
+            time.sleep(0.3)
+    finally:
+        os.kill(worker_pid, signal.SIGCONT)
+
+    def went_silent_ran_since_back() -> bool:
+        with fleet.sessions() as s:
+            row = s.get(models.WatchdogStat, "went_silent")
+            return row is not None and row.last_run_at is not None and row.last_run_at > back_at
+
+    fleet.advance_until(went_silent_ran_since_back, step_s=2, max_virtual_s=300, what="went_silent ran")
+    with fleet.sessions() as s:
+        machines = list(s.execute(select(models.Machine)).scalars())
+        failures = list(s.execute(select(models.Failure.failure_class)).scalars())
+    assert {(m.state, m.lost) for m in machines} == {(MachineState.READY.value, False)}, [
+        (m.id, m.state, m.lost) for m in machines
+    ]
+    assert failures == []
+
+    # Each service lived through both, with the one line that says so, and no stack.
     for name in WATCHED:
         log = fleet.procs[name].log()
         assert "the database is unavailable" in log and "the database answers again" in log, name
