@@ -44,7 +44,7 @@ from gpufleet.common.db import models
 from gpufleet.common.db.bulk import among, insert_rows
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState, MachineState
 from gpufleet.common.errors import Fenced, GpufleetError
-from gpufleet.common.job_lifecycle import EndCause, Mover, RetryPolicy
+from gpufleet.common.job_lifecycle import EndCause, Mover, RetryPolicy, check_job_move
 from gpufleet.common.job_outcomes import OutcomeTally
 from gpufleet.common.job_writer import attempts_running, end_attempt, move_jobs
 from gpufleet.common.leadership import LeaderLease
@@ -365,7 +365,9 @@ class DispatchController:
             return [], 0
         conn = session.connection()
         insert_rows(conn, _ATTEMPTS, attempts)
-        # Every assigned job moves alike (its attempt's machine and slot are in its event).
+        # Every assigned job moves alike (its attempt's machine and slot are in its event):
+        # the lifecycle's move, written here in one statement with the attempt's count.
+        check_job_move(JobState.QUEUED, JobState.DISPATCHING, Mover.DISPATCH)
         for part in chunks(job_updates):
             conn.execute(
                 update(_JOBS)
