@@ -178,3 +178,16 @@ def test_a_replacement_rolled_back_counts_nothing(
         row = record_failure(s, T0, "instance_gone", "inventory_reconcile", machine_id=machine)
         apply_outcome(s, T0, row, instruments=probe.instruments)
     assert counted(probe) == ({"clip": 2}, {("clip", "instance_gone"): 2}, {})
+
+
+def test_a_gpu_fault_replacement_retries_the_jobs_and_counts_no_attempt_lost(
+    sessions: sessionmaker[Session], probe: MetricsProbe
+) -> None:
+    """The job lifecycle ends a GPU fault's attempts INFRA_ERROR (ours, uncharged, retried
+    patiently), not LOST: the jobs are retried under the class, no attempt is counted lost."""
+    machine = add_machine(sessions, T0)
+    attempt = running(sessions, machine, 0, "clip")
+    with sessions() as s, s.begin():
+        record_and_apply(s, T0, "gpu_fault", "scheduler", machine_id=machine, instruments=probe.instruments)
+    assert states(sessions, [attempt]) == ["INFRA_ERROR"]
+    assert counted(probe) == ({}, {("clip", "gpu_fault"): 1}, {})

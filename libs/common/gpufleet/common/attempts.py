@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.common.db import models
-from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES
+from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState
 from gpufleet.common.job_lifecycle import EndCause, Mover, RetryPolicy
 from gpufleet.common.job_writer import end_attempt
 
@@ -40,6 +40,8 @@ class LostAttempt:
     job_state: str
     kind_id: str
     job_state_before: str
+    # LOST for a machine lost; INFRA_ERROR for a GPU fault (ours too, but not a loss).
+    attempt_state: str = AttemptState.LOST.value
 
 
 def end_live_attempts_lost(
@@ -81,7 +83,13 @@ def end_live_attempts_lost(
         job = ended.job
         lost.append(
             LostAttempt(
-                attempt.id, job.id, ended.slot_seconds, job.state, job.kind_id, ended.job_state_before
+                attempt.id,
+                job.id,
+                ended.slot_seconds,
+                job.state,
+                job.kind_id,
+                ended.job_state_before,
+                ended.update.attempt_state.value,
             )
         )
     session.flush()

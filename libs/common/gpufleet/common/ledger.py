@@ -14,9 +14,11 @@ answer.
   FAILED once spent), or ended. The writer that ends the attempt applies it through the
   lifecycle's one writer; here they change nothing, so a class routed to them can never
   end a job twice. A test holds the two tables together.
-- ``REPLACE_MACHINE`` — the machine's live attempts end ``LOST`` and uncharged and their
-  jobs go back to the queue (:func:`gpufleet.common.attempts.end_live_attempts_lost`),
-  counted as lost, retried under the row's class, or finished (:mod:`gpufleet.common.job_outcomes`).
+- ``REPLACE_MACHINE`` — the machine's live attempts end ``LOST`` (``INFRA_ERROR`` for a
+  ``gpu_fault``: :func:`replace_cause`) and uncharged and their jobs go back to the queue
+  (:func:`gpufleet.common.attempts.end_live_attempts_lost`), counted as lost (a GPU
+  fault's are not), retried under the row's class, or finished
+  (:mod:`gpufleet.common.job_outcomes`).
   The machine itself is already leaving (destroyed, destroying, or gone at the provider)
   and no longer counts as arriving capacity, so the scheduler's scale step sees the
   requeued jobs as unmet demand and provisions a replacement.
@@ -47,7 +49,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.common.attempts import LostAttempt, end_live_attempts_lost
-from gpufleet.common.db.enums import IncidentState, LedgerOutcome, QuarantineKind
+from gpufleet.common.db.enums import AttemptState, IncidentState, LedgerOutcome, QuarantineKind
 from gpufleet.common.db.models import Failure, Incident, Machine, Quarantine
 from gpufleet.common.db.when_committed import when_committed
 from gpufleet.common.job_lifecycle import EndCause
@@ -307,7 +309,8 @@ def _replace(
     )
     tally = OutcomeTally()
     for attempt in lost:
-        tally.attempt_lost(attempt.kind_id)
+        if attempt.attempt_state == AttemptState.LOST.value:  # a GPU fault's is not a loss
+            tally.attempt_lost(attempt.kind_id)
         tally.job_moved(attempt.kind_id, attempt.job_state_before, attempt.job_state, failure_class)
     if tally:
         when_committed(session, functools.partial(JobOutcomes(instruments).committed, tally))
