@@ -10,7 +10,7 @@ once, so it need not learn them one call at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Self
 
@@ -141,6 +141,29 @@ class Fenced(GpufleetError):
 
     code = grpc.StatusCode.FAILED_PRECONDITION
     default_reason = "NOT_LEADER"
+
+
+# Known failures of libraries the server skeleton must not import itself (the database's
+# loss, from SQLAlchemy and psycopg, which the provisioner and the agent do not load): each
+# module that knows one registers how to say it (gpufleet.common.db.outage).
+Translator = Callable[[BaseException], GpufleetError | None]
+_TRANSLATORS: list[Translator] = []
+
+
+def translate_with(translator: Translator) -> None:
+    """Have the server skeleton answer the exceptions ``translator`` recognises as the
+    GpufleetError it returns (None: not one it knows)."""
+    if translator not in _TRANSLATORS:
+        _TRANSLATORS.append(translator)
+
+
+def translated(error: BaseException) -> GpufleetError | None:
+    """The GpufleetError a registered translator makes of ``error``, if any."""
+    for translator in _TRANSLATORS:
+        known = translator(error)
+        if known is not None:
+            return known
+    return None
 
 
 # Deprecated: the first bad field as a trailer of its own, from before the rich error

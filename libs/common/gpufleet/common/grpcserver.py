@@ -24,8 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import server_interceptor
 
 from gpufleet.common.aio_handlers import on_lane, responses
-from gpufleet.common.db.outage import is_outage, unavailable
-from gpufleet.common.errors import GpufleetError
+from gpufleet.common.errors import GpufleetError, translated
 from gpufleet.common.handler_cache import WrappedHandlers
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.rich_status import status_of
@@ -81,16 +80,16 @@ def _guard_stream(method: str, behavior: Callable[..., Iterator[Any]]) -> Callab
 
 def _answer(context: grpc.ServicerContext, method: str, error: Exception) -> None:
     """The status a handler's exception ends its call with (each branch aborts, which
-    raises): a GpufleetError's own; UNAVAILABLE for the database's loss
-    (gpufleet.common.db.outage); the one the handler chose before it raised (an abort of
+    raises): a GpufleetError's own; a known failure's (UNAVAILABLE for the database's
+    loss, gpufleet.common.db.outage); the one the handler chose before it raised (an abort of
     its own, or a generated servicer's method the service does not implement: it sets
     UNIMPLEMENTED, then raises NotImplementedError); else INTERNAL, the one case logged
     with its stack."""
     chosen = context.code()  # type: ignore[attr-defined]
     if isinstance(error, GpufleetError):
         _abort(context, error)
-    elif is_outage(error):
-        _abort(context, _database_unavailable(method, error))
+    elif (known := _known(method, error)) is not None:
+        _abort(context, known)
     elif isinstance(chosen, grpc.StatusCode) and chosen is not grpc.StatusCode.OK:
         given = context.details()  # type: ignore[attr-defined]  # bytes, as the threaded server keeps it
         details = given.decode("utf-8", "replace") if isinstance(given, bytes) else given
@@ -101,12 +100,14 @@ def _answer(context: grpc.ServicerContext, method: str, error: Exception) -> Non
         context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
 
 
-def _database_unavailable(method: str, error: Exception) -> GpufleetError:
-    """A call cut off by the database's loss: UNAVAILABLE naming it, retry advised, one
-    line in the log (a known condition, no stack; the database watch says when it ends)."""
-    answer = unavailable(error)
-    log.warning("%s answered UNAVAILABLE: %s", method, answer.message)
-    return answer
+def _known(method: str, error: Exception) -> GpufleetError | None:
+    """A known failure of a library's (gpufleet.common.errors.translate_with: the
+    database's loss is UNAVAILABLE naming it, retry advised), logged in one line: a known
+    condition, no stack."""
+    known = translated(error)
+    if known is not None:
+        log.warning("%s answered %s: %s", method, known.code.name, known.message)
+    return known
 
 
 class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg,misc]
@@ -322,15 +323,15 @@ def _guard_async_stream(method: str, behavior: Callable[..., Any]) -> Callable[.
 
 async def _answer_async(context: grpc.aio.ServicerContext[Any, Any], method: str, error: Exception) -> None:
     """The status a handler's exception ends its call with (each branch aborts, which
-    raises): a GpufleetError's own; UNAVAILABLE for the database's loss; the one the
+    raises): a GpufleetError's own; a known failure's (the database's loss); the one the
     handler chose before it raised (a generated
     servicer's method the service does not implement sets UNIMPLEMENTED, then raises
     NotImplementedError); else INTERNAL, the one case logged with its stack."""
     chosen = context.code()
     if isinstance(error, GpufleetError):
         await _abort_async(context, error)
-    elif is_outage(error):
-        await _abort_async(context, _database_unavailable(method, error))
+    elif (known := _known(method, error)) is not None:
+        await _abort_async(context, known)
     elif isinstance(chosen, grpc.StatusCode) and chosen is not grpc.StatusCode.OK:
         details = context.details() or chosen.value[1]
         log.info("%s answered %s: %s", method, chosen.name, details)

@@ -16,6 +16,9 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
+# Imported for its registration: every process with an engine answers the database's
+# loss as UNAVAILABLE (see gpufleet.common.db.outage).
+from gpufleet.common.db import outage as _outage  # noqa: F401
 from gpufleet.common.db.operation_durations import record_operation_durations
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 

@@ -3,8 +3,8 @@ read-only), told apart from every other database error, and watched.
 
 Services meet it in three places, and each must answer it differently from a bug:
 
-- a gRPC call: UNAVAILABLE with reason ``DATABASE_UNAVAILABLE`` and a RetryInfo (the
-  server skeleton maps the errors :func:`is_outage` names), never INTERNAL;
+- a gRPC call: UNAVAILABLE with reason ``DATABASE_UNAVAILABLE`` and a RetryInfo (this
+  module registers the translation the server skeleton applies), never INTERNAL;
 - the health check: NOT_SERVING while this process cannot write, SERVING again after
   (:class:`DatabaseWatch` probes and tells its listeners);
 - the leader's loops: they wait with back-off instead of dying, the lease starts a new
@@ -26,7 +26,7 @@ from sqlalchemy import Engine, event, text
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 
 from gpufleet.common.clock import Clock
-from gpufleet.common.errors import DatabaseUnavailable
+from gpufleet.common.errors import DatabaseUnavailable, translate_with
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,15 @@ def describe(error: BaseException) -> str:
 def unavailable(error: BaseException) -> DatabaseUnavailable:
     """The error a caller is answered with for an outage."""
     return DatabaseUnavailable(f"the database is unavailable ({describe(error)}); retry shortly")
+
+
+def _as_unavailable(error: BaseException) -> DatabaseUnavailable | None:
+    return unavailable(error) if is_outage(error) else None
+
+
+# The server skeleton answers an outage UNAVAILABLE through this (it imports no database
+# library: the provisioner and the agent run it too).
+translate_with(_as_unavailable)
 
 
 Listener = Callable[[bool], None]
