@@ -33,6 +33,7 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.db import models
+from gpufleet.common.db.outage import describe, is_outage
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,11 @@ class EventHub:
         while self._queues:
             try:
                 events = await loop.run_in_executor(self.executor, self._since, list(self._cursors.items()))
-            except Exception:
-                log.exception("WatchJob hub: reading job events failed; retrying")
+            except Exception as exc:
+                if is_outage(exc):  # a known condition: one line, no stack; the streams wait
+                    log.warning("WatchJob hub: the database is unavailable (%s); retrying", describe(exc))
+                else:
+                    log.exception("WatchJob hub: reading job events failed; retrying")
                 events = []
             for job_id, event in events:
                 if job_id in self._cursors:
