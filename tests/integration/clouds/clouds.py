@@ -95,6 +95,12 @@ class Cloud(Protocol):
         pre-emption stopped, in that cloud's words."""
         ...
 
+    def restart_by_itself(self, machine_id: str) -> None:
+        """The machine's stopped instance runs again without the platform asking (EC2
+        restarts an interrupted persistent spot instance when capacity returns; on GCE,
+        which never does, a person at the console)."""
+        ...
+
     def plant(self, machine_id: str, deployment_id: str, zone: str) -> str:
         """An instance made behind the platform's back, labelled for ``deployment_id`` and
         ``machine_id`` as the provisioner would have labelled it; returns its provider id."""
@@ -198,6 +204,13 @@ class GcpCloud:
     def preempt(self, machine_id: str) -> None:
         (inst,) = labelled(self, machine_id)
         self.fake.preempt(inst.zone, instance_name(machine_id))
+
+    def restart_by_itself(self, machine_id: str) -> None:
+        (inst,) = labelled(self, machine_id)
+        with self.fake.state.lock:
+            found = self.fake.state.instance(inst.zone, instance_name(machine_id))
+            found.status, found.phases = "RUNNING", []
+            found.last_start = self.fake.state.clock.now()
 
     def shows_preempted_stop(self, machine_id: str) -> bool:
         # GCE: TERMINATED (stopped, disk kept) with its lastStopTimestamp, on a SPOT
@@ -333,6 +346,11 @@ class AwsCloud:
                 "Message": "Server.SpotInstanceTermination: Spot instance termination",
             },
         )
+
+    def restart_by_itself(self, machine_id: str) -> None:
+        (inst,) = labelled(self, machine_id)
+        self.moto.client(self.region).start_instances(InstanceIds=[inst.provider_instance_id])
+        self.faults.describe_with(inst.provider_instance_id)  # running: no StateReason
 
     def shows_preempted_stop(self, machine_id: str) -> bool:
         # EC2: stopped, its StateReason the spot service's, read through a client carrying

@@ -124,3 +124,35 @@ def test_the_preempted_job_runs_again_on_another_machine(world: World) -> None:
     assert [r.attempt_id for r in world.agent.started] == [first.id, second.id]
     job = world.job(running.job_id)
     assert (job.state, job.attempt_count, job.charge_micros) == ("RUNNING", 2, 0)
+
+
+def test_a_spot_machine_the_cloud_runs_again_by_itself_follows_it(world: World) -> None:
+    """EC2 restarts an interrupted persistent spot instance when capacity returns, while the
+    platform has the machine STOPPED: the reconcile brings the machine back to BOOTING
+    (``spot_restarted``) so the nets and the money chain govern it, instead of an instance
+    billing with nothing looking at it."""
+    running = run_a_job_on_a_spot_machine(world)
+    preempt_and_reconcile(world, running)
+    world.advance(120)
+    world.cloud.restart_by_itself(running.machine_id)
+
+    report = world.reconcile()
+
+    now = world.clock.now()
+    assert report.actions["spot_restarted"] == 1, report
+    machine = world.machine(running.machine_id)
+    assert (machine.state, machine.intent, machine.state_changed_by) == ("BOOTING", "RUNNING", "sweeper")
+    assert (machine.first_observed_at, machine.provider_seen_at) == (now, now)
+    assert (machine.stop_due_at, machine.destroy_due_at, machine.lost) == (None, None, False)
+    assert machine.preemption_count == 1
+    (row,) = world.failures("spot_restarted")
+    assert (row.machine_id, row.detector, row.outcome) == (
+        running.machine_id,
+        "inventory_reconcile",
+        "NOTHING",
+    )
+    # From here it is a running machine like any other: seen, never counted again.
+    world.advance(60)
+    again = world.reconcile()
+    assert (again.actions["spot_restarted"], again.actions["provider_seen"]) == (0, 1)
+    assert len(world.failures("spot_restarted")) == 1

@@ -47,6 +47,7 @@ EXPECTED = {
     "preempted": "REPLACE_MACHINE",
     # The cloud stopped a spot machine: its work is replaced, the machine kept stopped.
     "spot_stopped": "REPLACE_MACHINE",
+    "spot_restarted": "NOTHING",
     # The clouds' list races: a record, nothing moves.
     "not_yet_listed": "NOTHING",
     "destroy_unconfirmed": "NOTHING",

@@ -318,3 +318,52 @@ def test_a_self_stop_lands_in_the_ledger_as_its_own_class() -> None:
     )
     assert loss.failure_class is FailureClass.MACHINE_STOPPED_ITSELF
     assert ROUTES[FailureClass.MACHINE_STOPPED_ITSELF] is LedgerOutcome.REPLACE_MACHINE
+
+
+STOPPED_SPOT = replace(SPOT, state="STOPPED", intent="STOPPED")
+
+
+@pytest.mark.parametrize(
+    ("name", "machine", "listed", "restarted"),
+    [
+        ("a stopped spot machine listed running: restarted by the provider", STOPPED_SPOT, "RUNNING", True),
+        ("still stopped: nothing", STOPPED_SPOT, "STOPPED", False),
+        (
+            "on demand, listed running: not this rule's",
+            replace(STOPPED_SPOT, capacity_type="ON_DEMAND"),
+            "RUNNING",
+            False,
+        ),
+        (
+            "meant to be destroyed: not this rule's",
+            replace(STOPPED_SPOT, intent="DESTROYED"),
+            "RUNNING",
+            False,
+        ),
+        ("not ours to manage", replace(STOPPED_SPOT, managed=False), "RUNNING", False),
+        (
+            "stopped after the list was read: not judged by it",
+            replace(STOPPED_SPOT, state_changed_at=LISTED_AT + timedelta(seconds=1)),
+            "RUNNING",
+            False,
+        ),
+    ],
+)
+def test_a_spot_machine_the_provider_runs_again(
+    name: str, machine: ReconcileMachine, listed: str, restarted: bool
+) -> None:
+    decision = decide(LISTED_AT, [machine], [replace(RUNNING, status=listed)], [])
+    assert [r.machine_id for r in decision.restarted] == (["m1"] if restarted else [])
+    assert decision.not_reconciled == ([] if restarted else ["m1"])
+    assert decision.losses == [] and decision.seen == []
+
+
+def test_a_machine_never_listed_within_the_grace_is_not_yet_listed() -> None:
+    young = replace(M, state="BOOTING", requested_at=LISTED_AT - timedelta(minutes=2))
+    grace = timedelta(minutes=10)
+    assert decide(LISTED_AT, [young], [], [], grace).not_yet_listed == ["m1"]
+    # Listed once before, or past the grace: its absence is a loss as always.
+    seen_before = replace(young, provider_seen_at=LISTED_AT - timedelta(minutes=1))
+    assert [x.machine_id for x in decide(LISTED_AT, [seen_before], [], [], grace).losses] == ["m1"]
+    old = replace(young, requested_at=LISTED_AT - grace)
+    assert [x.machine_id for x in decide(LISTED_AT, [old], [], [], grace).losses] == ["m1"]

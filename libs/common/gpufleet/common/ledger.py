@@ -77,6 +77,9 @@ class FailureClass(StrEnum):
     # interruption behaviour "stop"): a pre-emption whose instance and disk remain. Its work
     # is replaced; the machine is kept STOPPED as warm capacity the scale step may restart.
     SPOT_STOPPED = "spot_stopped"
+    # The provider started a spot machine recorded stopped again by itself (EC2 restarts an
+    # interrupted persistent spot instance when capacity returns): the machine follows it.
+    SPOT_RESTARTED = "spot_restarted"
     # A machine missing from its provider's list within the grace after its create: kept,
     # neither dropped nor re-created, and looked for again on the next list.
     NOT_YET_LISTED = "not_yet_listed"
@@ -124,6 +127,8 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     FailureClass.ORPHAN_FOUND: LedgerOutcome.NOTHING,
     FailureClass.PREEMPTED: LedgerOutcome.REPLACE_MACHINE,
     FailureClass.SPOT_STOPPED: LedgerOutcome.REPLACE_MACHINE,
+    # The machine is BOOTING again, for the nets and the money chain; the row is the record.
+    FailureClass.SPOT_RESTARTED: LedgerOutcome.NOTHING,
     # The record is the act: nothing moves while the list catches up with the create.
     FailureClass.NOT_YET_LISTED: LedgerOutcome.NOTHING,
     # Nothing moves: the stuck-transition net reads it again; past its limit it alerts.

@@ -73,6 +73,9 @@ TRANSITIONS: dict[tuple[MachineState, MachineState], frozenset[Actor]] = {
     (S.STOPPING, S.DESTROYING): frozenset({A.REAPER}),
     (S.STOPPING, S.DESTROYED): frozenset({A.REAPER, A.SWEEPER}),
     (S.STOPPED, S.STARTING): frozenset({A.FLEET_TICK}),
+    # The provider started a stopped spot instance by itself (EC2 restarts an interrupted
+    # persistent request when capacity returns): the machine follows it, for the nets.
+    (S.STOPPED, S.BOOTING): frozenset({A.SWEEPER}),
     (S.STOPPED, S.DESTROYING): frozenset({A.REAPER}),
     (S.STOPPED, S.DESTROYED): frozenset({A.SWEEPER}),
     (S.STARTING, S.BOOTING): frozenset({A.FLEET_TICK, A.REAPER}),

@@ -24,6 +24,9 @@ Rules that keep it from doing harm:
   list lags its creates, so its absence proves nothing yet. The record is kept, nothing
   is re-created, one ``not_yet_listed`` ledger row says so, and the next pass looks again;
   after the grace the loss path above applies.
+- The one machine it reads whose intent is not RUNNING: a SPOT machine recorded STOPPED
+  that its provider lists RUNNING again — EC2 restarts an interrupted persistent spot
+  instance by itself — follows the provider back to BOOTING (:mod:`spot_restart`).
 - Conclusions (attempts ended, machines moved) are leader-only and fenced; a replica
   that is not the leader only writes the observation.
 
@@ -41,21 +44,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from opentelemetry import trace
-from sqlalchemy import func, literal, or_, select, update
+from sqlalchemy import and_, func, literal, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import lifecycle
 from gpufleet.common.convert import offering_of_machine
-from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineOrigin, MachineState
-from gpufleet.common.db.models import Failure, Machine, UTCDateTime
+from gpufleet.common.db.enums import RUNNING_STATES, CapacityType, MachineIntent, MachineOrigin, MachineState
+from gpufleet.common.db.models import Machine, UTCDateTime
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
+from gpufleet.common.ledger import OutcomePolicy
 from gpufleet.common.metrics.catalog import REAPER_DETECTION_LATENCY
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.provider_errors import InstanceNotFound
 from gpufleet.sweeper.listing import ListedInstance, Provisioner, provider_name
 from gpufleet.sweeper.machine_loss import LossKind, MachineLoss, apply_loss, classify_loss
+from gpufleet.sweeper.not_yet_listed import record_not_yet_listed
+from gpufleet.sweeper.spot_restart import Restarted, apply_restart, restarted_by_provider
 from gpufleet.sweeper.sweeps import SweepResult
 
 log = logging.getLogger(__name__)
@@ -95,6 +100,8 @@ class ReconcileDecision:
     unsettled: list[str] = field(default_factory=list)
     # Missing from the list within the grace after its create: kept, looked for again.
     not_yet_listed: list[str] = field(default_factory=list)
+    # Spot machines recorded stopped that the provider runs again by itself.
+    restarted: list[Restarted] = field(default_factory=list)
 
 
 def reconcilable(m: ReconcileMachine) -> bool:
@@ -124,16 +131,31 @@ def decide(
     down = set(unreachable)
     decision = ReconcileDecision()
     for m in machines:
-        if not reconcilable(m):
-            decision.not_reconciled.append(m.machine_id)
-            continue
-        if m.provider in down:
-            decision.provider_unreachable.append(m.machine_id)
-            continue
         inst = by_id.get((m.provider, m.provider_instance_id or "")) or by_label.get(
             (m.provider, m.machine_id)
         )
         status = inst.status if inst is not None else ""
+        if not reconcilable(m):
+            if inst is not None and restarted_by_provider(
+                state=m.state,
+                intent=m.intent,
+                capacity_type=m.capacity_type,
+                managed=m.managed,
+                origin=m.origin,
+                state_changed_at=m.state_changed_at,
+                listed_status=status,
+                listed_at=listed_at,
+            ):
+                assert m.state_changed_at is not None
+                decision.restarted.append(
+                    Restarted(m.machine_id, m.state_changed_at, inst.provider_instance_id, inst.agent_address)
+                )
+            else:
+                decision.not_reconciled.append(m.machine_id)
+            continue
+        if m.provider in down:
+            decision.provider_unreachable.append(m.machine_id)
+            continue
         if status == "RUNNING":
             decision.seen.append(m.machine_id)
             continue
@@ -185,7 +207,8 @@ class InventoryReconcile:
         self._latency = instruments.histogram(REAPER_DETECTION_LATENCY)
 
     def scan(self) -> list[ReconcileMachine]:
-        """One query: machines we provisioned, manage and want running, not destroyed."""
+        """One query: machines we provisioned, manage and want running, not destroyed —
+        and the spot machines recorded stopped (the provider may restart them)."""
         with self.sessions() as session:
             rows = session.execute(
                 select(
@@ -202,7 +225,15 @@ class InventoryReconcile:
                     Machine.requested_at,
                 ).where(
                     Machine.state != MachineState.DESTROYED.value,
-                    Machine.intent == MachineIntent.RUNNING.value,
+                    or_(
+                        Machine.intent == MachineIntent.RUNNING.value,
+                        # A spot machine the cloud stopped may be restarted by it.
+                        and_(
+                            Machine.state == MachineState.STOPPED.value,
+                            Machine.intent == MachineIntent.STOPPED.value,
+                            Machine.capacity_type == CapacityType.SPOT.value,
+                        ),
+                    ),
                     Machine.managed.is_(True),
                     Machine.origin == MachineOrigin.PROVISIONED.value,
                 )
@@ -245,9 +276,26 @@ class InventoryReconcile:
         seen = self._write_seen(now, decision.seen, lease)
         result.report.actions["provider_seen"] += seen
         if decision.not_yet_listed:
-            self._not_yet_listed(now, decision.not_yet_listed, lease, result)
+            result.report.refusals["NOT_YET_LISTED"] += len(decision.not_yet_listed)
+            span.add_event(
+                "refused",
+                {
+                    "gpufleet.net": NAME,
+                    "gpufleet.gate": "NOT_YET_LISTED",
+                    "gpufleet.machines": len(decision.not_yet_listed),
+                },
+            )
+            log.info(
+                "%s: not yet listed, kept and looked for again: %s", NAME, ", ".join(decision.not_yet_listed)
+            )
+            if lease is not None:
+                written = record_not_yet_listed(
+                    self.sessions, lease, now, decision.not_yet_listed, self.not_listed_grace, detector=NAME
+                )
+                result.report.actions["not_yet_listed"] += written
+        restarted = self._restarted(now, decision.restarted, lease, result) if decision.restarted else 0
         losses = self._conclude(now, decision.losses, lease, result) if decision.losses else []
-        result.machines_updated = seen + len(losses)
+        result.machines_updated = seen + len(losses) + restarted
         if decision.provider_unreachable:
             result.report.refusals["PROVIDER_UNREACHABLE"] += len(decision.provider_unreachable)
             span.add_event(
@@ -267,6 +315,7 @@ class InventoryReconcile:
         result.summary = (
             f"{result.instances_seen} instances listed, {seen} machines seen running"
             + "".join(f"; {n} {kind.value.lower().replace('_', ' ')}" for kind, n in _count(losses))
+            + (f"; {restarted} spot restarted by the provider" if restarted else "")
             + (
                 f"; {refused} losses left to the leader"
                 if (refused := result.report.refusals["NOT_LEADER"])
@@ -352,46 +401,21 @@ class InventoryReconcile:
             last_known_running=loss.last_known_running,
         )
 
-    def _not_yet_listed(
-        self, now: datetime, machine_ids: Sequence[str], lease: LeaderLease | None, result: SweepResult
-    ) -> None:
-        """Keep each machine as it is and say so: one ``not_yet_listed`` ledger row per
-        machine (its first missing list; later passes within the grace add none), written by
-        the leader. Counted as a refusal to conclude, every pass it holds."""
-        result.report.refusals["NOT_YET_LISTED"] += len(machine_ids)
-        trace.get_current_span().add_event(
-            "refused",
-            {"gpufleet.net": NAME, "gpufleet.gate": "NOT_YET_LISTED", "gpufleet.machines": len(machine_ids)},
-        )
-        log.info("%s: not yet listed, kept and looked for again: %s", NAME, ", ".join(machine_ids))
+    def _restarted(
+        self, now: datetime, restarted: Sequence[Restarted], lease: LeaderLease | None, result: SweepResult
+    ) -> int:
+        """Each spot machine the provider runs again follows it (leader only)."""
         if lease is None:
-            return
-        with self.sessions() as session, session.begin():
-            lease.fence(session)
-            recorded = set(
-                session.execute(
-                    select(Failure.machine_id).where(
-                        Failure.machine_id.in_(list(machine_ids)),
-                        Failure.failure_class == FailureClass.NOT_YET_LISTED.value,
-                    )
-                ).scalars()
-            )
-            for machine_id in machine_ids:
-                if machine_id in recorded:
-                    continue
-                record_failure(
-                    session,
-                    now,
-                    FailureClass.NOT_YET_LISTED.value,
-                    NAME,
-                    machine_id=machine_id,
-                    details=(
-                        "missing from the provider's list within "
-                        f"{self.not_listed_grace.total_seconds():.0f}s of its create and never listed: "
-                        "kept (not dropped, not re-created) and looked for again on the next list"
-                    ),
-                )
-                result.report.actions["not_yet_listed"] += 1
+            result.report.refusals["NOT_LEADER"] += len(restarted)
+            return 0
+        done = 0
+        for each in restarted:
+            if apply_restart(self.sessions, lease, now, each, detector=NAME):
+                result.report.actions["spot_restarted"] += 1
+                done += 1
+            else:
+                result.report.refusals["CHANGED_SINCE_SCAN"] += 1
+        return done
 
     def _write_seen(self, now: datetime, machine_ids: Sequence[str], lease: LeaderLease | None) -> int:
         if not machine_ids:

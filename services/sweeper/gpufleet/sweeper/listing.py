@@ -38,6 +38,7 @@ class ListedInstance:
     instance_type: str = ""
     capacity_type: str = ""
     stopped_by_itself: bool = False
+    agent_address: str = ""
 
     @classmethod
     def from_proto(cls, inst: provisioner_service_pb2.Instance) -> ListedInstance:
@@ -54,6 +55,7 @@ class ListedInstance:
             instance_type=inst.instance_type,
             capacity_type=enum_name(machine_pb2.CapacityType, "CAPACITY_TYPE_", inst.capacity_type),
             stopped_by_itself=inst.stopped_by_itself,
+            agent_address=inst.agent_address,
         )
 
 
