@@ -13,12 +13,14 @@ import pytest
 from gpufleet.common.db.enums import TERMINAL_JOB_STATES, AttemptState, JobState, LedgerOutcome
 from gpufleet.common.job_lifecycle import (
     ATTEMPT_TRANSITIONS,
+    CHARGED_ATTEMPT_STATES,
     END_RULES,
     JOB_TRANSITIONS,
     LEDGER_ROUTE_OF_EFFECT,
     LEDGER_ROUTE_OF_WATCHDOG_MOVE,
     OUR_FAILURES,
     REQUEST_WATCHDOG_MOVES,
+    UNCHARGED_ATTEMPT_STATES,
     EndCause,
     IllegalJobTransition,
     JobCounters,
@@ -254,3 +256,8 @@ def test_the_design_doc_lists_every_cause_as_the_code_ends_it() -> None:
     for cause, state, charged, _, _ in table_rows():
         line = next((x for x in doc if x.startswith(f"| `{cause}`")), "")
         assert f"| {state} | {charged} |" in line, cause
+
+
+def test_an_attempts_end_state_alone_says_whether_it_is_charged() -> None:
+    assert {A.LOST, A.INFRA_ERROR} == UNCHARGED_ATTEMPT_STATES
+    assert {A.SUCCEEDED, A.FAILED, A.TIMED_OUT, A.CANCELLED} == CHARGED_ATTEMPT_STATES

@@ -176,6 +176,11 @@ LEDGER_ROUTE_OF_WATCHDOG_MOVE: dict[JobState, LedgerOutcome] = {
 # The causes that are our failure: never charged, retried on the patient budget.
 OUR_FAILURES = frozenset(c for c, r in END_RULES.items() if r.job is JobEffect.RETRY_PATIENT)
 
+# The attempt states that are never charged (and those always charged): what a check of
+# the charges after the fact reads — an attempt's state says which, whoever ended it.
+UNCHARGED_ATTEMPT_STATES = frozenset(r.attempt_state for r in END_RULES.values() if not r.charged)
+CHARGED_ATTEMPT_STATES = frozenset(r.attempt_state for r in END_RULES.values() if r.charged)
+
 # What a job's status message says when the caller gives no words of its own.
 _WORDS: dict[EndCause, str] = {
     C.SUCCEEDED: "succeeded",
