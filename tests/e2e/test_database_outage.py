@@ -1,10 +1,11 @@
 """PostgreSQL goes away under the running control plane and comes back (#27 item 4).
 
-Real processes on a PostgreSQL server of the test's own (tests/integration/outage's
-``own_postgres``, here as a fixture of this module): a provisioner with local machines
+Real processes on a PostgreSQL server of the test's own (``own_postgres``, as in
+tests/integration/outage): a provisioner with local machines
 (agent, worker and runner processes), the scheduler, the reaper and the sweeper, one
 shared file clock. The server is stopped ``immediate`` (every connection dropped at once,
-as in a crash or a failover) at the two places a job could be lost or run twice:
+as in a crash or a failover) where a job could be lost or run twice, or a healthy
+machine destroyed:
 
 - mid-dispatch: a dispatch committed whose StartJob hangs (the machine's agent is
   SIGSTOPped, so the call waits in its socket); the server goes, the agent resumes, the job
@@ -14,21 +15,25 @@ as in a crash or a failover) at the two places a job could be lost or run twice:
   renewals were all refused — and the machine's worker is paused while the database
   returns, so a tick that ran at once after the outage would find every attempt's lease
   expired and retry both jobs (each then run twice: with ``GPUFLEET_OUTAGE_SETTLE_S=0``
-  this test fails so, both attempts LOST).
+  this test fails so, both attempts LOST);
+- mid-reaper-pass: a second outage, 330 s of clock with the machine idle, past the
+  went-silent net's 300 s floor (no grace), its worker again paused while the database
+  returns: a net that ran at once would destroy a healthy machine (with the reaper's
+  ``GPUFLEET_OUTAGE_SETTLE_S=0`` it does: DESTROYING).
 
 The fleet tick, the reaper's nets and the sweeper's passes run at their cadences all
 along (tick 2 s; the reaper's and sweeper's passes each minute or so of clock), so the
 outage lands in whichever pass is in flight.
 
-Asserted, as an operator would check: every process stays up; each service's health
-says NOT_SERVING during the outage and SERVING after; a client's calls during it get
-UNAVAILABLE with ErrorInfo DATABASE_UNAVAILABLE naming the database (not UNKNOWN or
-INTERNAL); after it, each job ran exactly once (one process started on the machines, one
-attempt, which succeeded and was charged once), and no machine was stopped, destroyed or
-marked lost.
+Asserted, as an operator would check: every process stays up; each service's health says
+NOT_SERVING during the outage and SERVING after (its liveness, SERVING throughout); a
+client's calls during it get UNAVAILABLE with ErrorInfo DATABASE_UNAVAILABLE naming the
+database (not UNKNOWN or INTERNAL); after it, each job ran exactly once (one process
+started on the machines, one attempt, which succeeded and was charged once), no machine
+was stopped, destroyed or marked lost, the ledger holds no failure, and no log a stack.
 
-The outage is ~100 s of clock and a few seconds of wall; in production the same
-mechanism covers a restart of seconds to a failover of a few minutes: the watch probes
+The outages are 100 and 330 s of clock and a few seconds of wall each; in production the
+same mechanism covers a restart of seconds to a failover of a few minutes: the watch probes
 every 2 s (back-off to 5 s while down), connects give up after 5 s, and the passes wait
 ``outage_settle_s`` (30 s) after the database returns, three of the agents' 10 s reports.
 """
@@ -53,6 +58,7 @@ from sqlalchemy import select
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import MachineState
 from gpufleet.common.db.migrate import upgrade
+from gpufleet.common.grpcserver import LIVENESS_SERVICE
 from gpufleet.common.rich_status import details_of
 from gpufleet.common.trust.identity import Role
 from gpufleet.v1 import job_pb2, job_service_pb2, reaper_service_pb2, reaper_service_pb2_grpc
@@ -109,12 +115,14 @@ def wait_for(check: Callable[[], object], what: str, timeout_s: float = 20.0) ->
         time.sleep(0.05)
 
 
-def health(fleet: Fleet, name: str) -> int:
+def health(fleet: Fleet, name: str, service: str = "") -> int:
+    """Readiness (the default name) unless told: what the liveness probe asks is
+    ``gpufleet.liveness``."""
     proc = fleet.procs[name]
     with health_channel(proc.address, name, proc.env) as channel:
         return int(
             health_pb2_grpc.HealthStub(channel)
-            .Check(health_pb2.HealthCheckRequest(service=""), timeout=3)
+            .Check(health_pb2.HealthCheckRequest(service=service), timeout=3)
             .status
         )
 
@@ -165,8 +173,11 @@ def test_the_control_plane_rides_out_database_restarts_mid_dispatch_mid_run_and_
     finally:
         os.kill(agent_pid, signal.SIGCONT)
 
-    # Every service sees it and says so; none dies.
+    # Every service sees it and says so; none dies, nor asks to be restarted (liveness).
     wait_for(lambda: all_health(fleet, not_serving), "every service NOT_SERVING")
+    assert {name: health(fleet, name, LIVENESS_SERVICE) for name in WATCHED} == dict.fromkeys(
+        WATCHED, serving
+    )
     scheduler_channel = fleet.channel(fleet.procs["scheduler"].address)
     with pytest.raises(grpc.RpcError) as refused:
         fleet.jobs.GetJob(job_service_pb2.GetJobRequest(job_id=jobs["first"]), timeout=10)

@@ -36,6 +36,14 @@ from gpufleet.common.trust.transport import Transport
 log = logging.getLogger(__name__)
 
 
+# A health-check name that says only "this process is alive and serving": SERVING from the
+# start to the stop, whatever its dependencies do. An orchestrator's liveness probe asks this
+# one; readiness asks "" (or a service's name), which goes NOT_SERVING while the service
+# cannot work (its database away): restarting a process for its database's outage would
+# only add a crash loop to it.
+LIVENESS_SERVICE = "gpufleet.liveness"
+
+
 @dataclass(frozen=True)
 class ServiceBinding:
     """One servicer and how to attach it: ``add(servicer, server)`` plus its full name."""
@@ -173,7 +181,7 @@ class ServiceServer:
         status = (
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
-        for name in [*self.names, ""]:
+        for name in _health_names(self.names, serving, self._stopping):
             self.health.set(name, status)
 
     def stop(self, grace: float = 5.0) -> None:
@@ -186,6 +194,13 @@ class ServiceServer:
 
     def wait_for_termination(self) -> None:
         self.server.wait_for_termination()
+
+
+def _health_names(names: Sequence[str], serving: bool, stopping: bool) -> list[str]:
+    """The names a change of serving sets: readiness's ("" and each service's) always;
+    liveness's only at the start (SERVING) and at the stop (NOT_SERVING)."""
+    alive = [LIVENESS_SERVICE] if serving or stopping else []
+    return [*names, "", *alive]
 
 
 def _interceptors(transport: Transport, aio: bool) -> list[Any]:
@@ -429,8 +444,10 @@ class AioServiceServer:
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
 
+        names = _health_names(self.names, serving, self._stopping)
+
         async def mark() -> None:
-            for name in [*self.names, ""]:
+            for name in names:
                 await self.health.set(name, status)
 
         if not self.loop.is_running():
