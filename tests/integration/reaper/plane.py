@@ -78,6 +78,7 @@ NETS = (
     "went_silent",
     "lost_detector",
     "stuck_transition",
+    "gpu_fault",
 )
 
 

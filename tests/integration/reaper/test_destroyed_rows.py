@@ -48,6 +48,13 @@ def test_a_destroyed_row_is_invisible_to_every_net(pg_url: str) -> None:
             "lost": plane.machine(**dead, lost=True, probe_ok_at=now - timedelta(minutes=1)),
             # Its last change long ago (stuck transition reads only transitional states).
             "old": plane.machine(**dead, state_changed_at=now - timedelta(days=3)),
+            # A critical GPU finding, cordoned: the GPU-fault net would destroy.
+            "gpu": plane.machine(
+                **dead,
+                cordoned=True,
+                gpu_health="critical",
+                gpu_findings=[{"kind": "xid", "severity": "critical", "gpu_index": 0, "code": 79}],
+            ),
         }
         for mid in baits.values():
             plane.agents[mid].quiet()

@@ -53,6 +53,8 @@ EXPECTED = {
     "destroy_unconfirmed": "NOTHING",
     "gpu_fault": "REPLACE_MACHINE",
     "gpu_fault_repeated": "STOP_HARDWARE_CONFIG",
+    "gpu_fault_destroyed": "NOTHING",
+    "gpu_fault_destroy_refused": "NOTHING",
     "machine_lost": "NOTHING",
     "instance_gone": "REPLACE_MACHINE",
     # The dead-man switch halted an idle machine: whatever was thought to run there is ended.

@@ -41,6 +41,7 @@ def test_reaper_process_serves_leads_and_stops_on_sigterm(pg_url: str, tmp_path:
             "auto_destroy",
             "auto_stop",
             "boot_failure",
+            "gpu_fault",
             "idle_scanner",
             "lost_detector",
             "provision_deadline",

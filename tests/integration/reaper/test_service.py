@@ -339,6 +339,7 @@ def test_watchdogs_show_cadence_runs_and_refusals(chain: Chain) -> None:
         "auto_destroy",
         "auto_stop",
         "boot_failure",
+        "gpu_fault",
         "idle_scanner",
         "lost_detector",
         "provision_deadline",
@@ -351,7 +352,14 @@ def test_watchdogs_show_cadence_runs_and_refusals(chain: Chain) -> None:
     assert dict(stop.refusals) == {"NOT_OURS": 2}
     # The nets that ask every minute ran once in these 30 seconds; the registered box that
     # never reported is refused by boot failure at the first gate, and counted.
-    for name in ("provision_deadline", "boot_failure", "went_silent", "lost_detector", "stuck_transition"):
+    for name in (
+        "provision_deadline",
+        "boot_failure",
+        "went_silent",
+        "lost_detector",
+        "stuck_transition",
+        "gpu_fault",
+    ):
         assert (dogs[name].cadence.ToTimedelta(), dogs[name].runs) == (timedelta(seconds=60), 1), name
     assert dict(dogs["boot_failure"].refusals) == {"NOT_OURS": 1}
     assert dict(dogs["boot_failure"].actions) == {}

@@ -12,6 +12,7 @@ from gpufleet.common.metrics.catalog import REAPER_DETECTION_LATENCY
 from gpufleet.reaper.detection_latency import (
     DetectionLatency,
     boot_window_start,
+    gpu_fault_reported,
     idle_since,
     last_report,
     probe_failing_since,
@@ -121,3 +122,11 @@ def test_the_money_chain_dates_idle_since_with_the_idle_scanners_own_settings() 
     s = Settings(idle_stop_after_s=120.0, idle_destroy_after_s=900.0)
     assert s.auto_stop_policy().stop_after == s.idle_policy().stop_after == timedelta(minutes=2)
     assert s.auto_destroy_policy().destroy_after == s.idle_policy().destroy_after == timedelta(minutes=15)
+
+
+def test_gpu_fault_counts_from_the_control_planes_first_act_else_the_read() -> None:
+    """gpu_fault: the first gpu_fault row (the cordon, on the control plane's clock); with
+    none, when the stored findings were read; with neither, nothing is recorded."""
+    assert gpu_fault_reported(ago(minutes=3), ago(seconds=5)) == ago(minutes=3)
+    assert gpu_fault_reported(None, ago(seconds=5)) == ago(seconds=5)
+    assert gpu_fault_reported(None, None) is None

@@ -92,6 +92,11 @@ class FailureClass(StrEnum):
     GPU_FAULT = "gpu_fault"
     # The same GPU fault on machines of one offering within the window: the offering goes.
     GPU_FAULT_REPEATED = "gpu_fault_repeated"
+    # The reaper's gpu_fault net claimed the destroy of a machine with a critical finding
+    # (destroyed, not stopped: a stopped machine keeps its broken GPU).
+    GPU_FAULT_DESTROYED = "gpu_fault_destroyed"
+    # The gpu_fault net declined that destroy (written when the reason starts or changes).
+    GPU_FAULT_DESTROY_REFUSED = "gpu_fault_destroy_refused"
     STOCKOUT = "stockout"
     QUOTA_EXCEEDED = "quota_exceeded"
     AUTH_FAILED = "auth_failed"
@@ -135,6 +140,10 @@ ROUTES: dict[FailureClass, LedgerOutcome] = {
     FailureClass.DESTROY_UNCONFIRMED: LedgerOutcome.NOTHING,
     FailureClass.GPU_FAULT: LedgerOutcome.REPLACE_MACHINE,
     FailureClass.GPU_FAULT_REPEATED: LedgerOutcome.STOP_HARDWARE_CONFIG,
+    # The destroy is the whole act; its work was replaced by the gpu_fault row.
+    FailureClass.GPU_FAULT_DESTROYED: LedgerOutcome.NOTHING,
+    # The row is the record; the net decides again next pass.
+    FailureClass.GPU_FAULT_DESTROY_REFUSED: LedgerOutcome.NOTHING,
     FailureClass.STOCKOUT: LedgerOutcome.STOP_HARDWARE_CONFIG,
     FailureClass.QUOTA_EXCEEDED: LedgerOutcome.HALT_PROVISIONING,
     FailureClass.AUTH_FAILED: LedgerOutcome.HALT_PROVISIONING,

@@ -23,6 +23,10 @@ auto_destroy        destroy claimed                      idle since: the first q
                                                          ``destroy_due_at - destroy_after``
 stuck_transition    stop/destroy re-issued, transition   the transition's start
                     finished, or a human alerted         (``state_changed_at``)
+gpu_fault           destroy claimed                      the control plane's first act on the
+                                                         fault (its first ``gpu_fault`` ledger
+                                                         row), else the findings' read time
+                                                         (``gpu_health_at``)
 ==================  ===================================  =====================================
 
 The sweeper's inventory reconcile records the same metric for the machines the provider
@@ -49,6 +53,7 @@ from gpufleet.reaper.refusal import MachineSnapshot
 __all__ = [
     "DetectionLatency",
     "boot_window_start",
+    "gpu_fault_reported",
     "idle_since",
     "last_report",
     "probe_failing_since",
@@ -108,3 +113,12 @@ def idle_since(due_at: datetime | None, armed_ahead: timedelta) -> datetime | No
 def transition_start(machine: MachineSnapshot) -> datetime | None:
     """stuck_transition: when the machine entered the transitional state it is stuck in."""
     return machine.state_changed_at
+
+
+def gpu_fault_reported(
+    first_fault_row_at: datetime | None, health_read_at: datetime | None
+) -> datetime | None:
+    """gpu_fault: when the scheduler first acted on the critical finding (cordon and the
+    ``gpu_fault`` row, on the control plane's clock), else when the stored findings were
+    read. Not the finding's own ``first_seen``: that is the machine's clock."""
+    return first_fault_row_at if first_fault_row_at is not None else health_read_at

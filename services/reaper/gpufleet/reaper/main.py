@@ -42,6 +42,7 @@ from gpufleet.reaper.auto_destroy import AutoDestroy
 from gpufleet.reaper.auto_stop import AutoStop
 from gpufleet.reaper.boot_failure import BootFailure
 from gpufleet.reaper.fleet_state_gauges import FleetStateGauges
+from gpufleet.reaper.gpu_fault import GpuFault
 from gpufleet.reaper.idle_scanner import AgentSampler, GrpcAgentSampler, IdleScanner
 from gpufleet.reaper.incident_notifier import IncidentNotifier
 from gpufleet.reaper.incident_webhook import WebhookSender
@@ -76,8 +77,8 @@ def build_watchdogs(
 ) -> list[PeriodicTask]:
     """Every machine-level net, each its own module with its own gate and cadence.
 
-    Five of them can destroy (auto-destroy, provision deadline, boot failure, went
-    silent) or stop (auto-stop), all behind the one refusal ladder; the lost detector is
+    Six of them can destroy (auto-destroy, provision deadline, boot failure, went
+    silent, GPU fault) or stop (auto-stop), all behind the one refusal ladder; the lost detector is
     given no provisioner at all, and stuck transition reads and re-issues only a stop or
     destroy already intended. Every stop and destroy, re-issues included, runs in
     ``calls``: one pool, so its size bounds them all and the stuck-transition net sees
@@ -112,6 +113,7 @@ def build_watchdogs(
         sessions, lease, clock, provider, settings.went_silent_policy(), outcomes, calls=calls
     )
     lost = LostDetector(sessions, lease, clock, settings.lost_policy())
+    gpu = GpuFault(sessions, lease, clock, provider, settings.gpu_fault_policy(), outcomes, calls=calls)
     stuck = StuckTransition(sessions, lease, clock, provider, settings.stuck_policy(), outcomes, calls=calls)
     return [
         PeriodicTask(idle.name, settings.idle_scan_every_s, idle.run),
@@ -122,6 +124,7 @@ def build_watchdogs(
         PeriodicTask(silent.name, settings.went_silent_every_s, silent.run),
         PeriodicTask(lost.name, settings.lost_detector_every_s, lost.run),
         PeriodicTask(stuck.name, settings.stuck_transition_every_s, stuck.run),
+        PeriodicTask(gpu.name, settings.gpu_fault_every_s, gpu.run),
     ]
 
 

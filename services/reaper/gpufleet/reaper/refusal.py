@@ -3,7 +3,7 @@
 Most of a reaper is the list of reasons not to fire: the provider call itself is one
 line, and each refusal above it exists because the naive check destroys something it
 should not. Every net that can stop or destroy (auto-stop, auto-destroy, provision
-deadline, boot failure, went silent) walks the same ladder, in the same order, through
+deadline, boot failure, went silent, GPU fault) walks the same ladder, in the same order, through
 :func:`first_refusal` — a pure function over a :class:`MachineSnapshot`, so the order is
 tested once, from a table, and no net can quietly skip a gate.
 
@@ -43,6 +43,9 @@ class RefusalReason(StrEnum):
     # Lost detector: the probe fails, but neither the provider's list nor the worker says
     # the machine is still there — not "lost" (a broken path) but gone, another net's case.
     NO_SIGN_OF_LIFE = "NO_SIGN_OF_LIFE"
+    # GPU fault: attempts ended on the machine still hold their slots (their processes told
+    # to stop, not yet gone), within the net's wait for them.
+    SLOT_HELD = "SLOT_HELD"
     # Stuck transition: the provider could not be read this tick (no decision on no data).
     PROVIDER_UNREADABLE = "PROVIDER_UNREADABLE"
     # The row moved between the scan and the claiming write (another writer got there

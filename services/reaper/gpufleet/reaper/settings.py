@@ -17,6 +17,7 @@ from gpufleet.common.settings import StoreSettings
 from gpufleet.reaper.auto_destroy import AutoDestroyPolicy
 from gpufleet.reaper.auto_stop import AutoStopPolicy
 from gpufleet.reaper.boot_failure import BootFailurePolicy
+from gpufleet.reaper.gpu_fault import GpuFaultPolicy
 from gpufleet.reaper.idle_scanner import IdlePolicy
 from gpufleet.reaper.incident_notifier import NotifierPolicy
 from gpufleet.reaper.incident_webhook import WebhookFormat, WebhookPolicy
@@ -43,6 +44,7 @@ class Settings(StoreSettings):
     went_silent_every_s: float = Field(default=60.0, gt=0)
     lost_detector_every_s: float = Field(default=60.0, gt=0)
     stuck_transition_every_s: float = Field(default=60.0, gt=0)
+    gpu_fault_every_s: float = Field(default=60.0, gt=0)
 
     # The money chain.
     idle_stop_after_s: float = Field(default=300.0, gt=0)
@@ -86,6 +88,9 @@ class Settings(StoreSettings):
     lost_still_there_within_s: float = Field(default=300.0, gt=0)
     # Stuck transition: time in PROVISIONING/STARTING/STOPPING/DESTROYING before a fresh read.
     stuck_transition_after_s: float = Field(default=600.0, gt=0)
+    # GPU fault: how long attempts ended on a faulted machine may hold their slots (their
+    # processes told to stop) before its destroy goes ahead regardless.
+    gpu_fault_slot_wait_s: float = Field(default=120.0, ge=0)
 
     # Ledger outcomes (quarantine lengths, lost-job back-off): shared, in StoreSettings.
 
@@ -189,6 +194,9 @@ class Settings(StoreSettings):
 
     def stuck_policy(self) -> StuckPolicy:
         return StuckPolicy(stuck_after=timedelta(seconds=self.stuck_transition_after_s))
+
+    def gpu_fault_policy(self) -> GpuFaultPolicy:
+        return GpuFaultPolicy(slot_release_wait=timedelta(seconds=self.gpu_fault_slot_wait_s))
 
     def incident_webhook(self) -> tuple[WebhookPolicy, NotifierPolicy] | None:
         """Where and how to post incidents, and how to look for them; None when turned off."""

@@ -694,8 +694,8 @@ REAPER_DETECTION_LATENCY = Metric(
     labels=(NET,),
     description="For each act of a net (a machine marked lost, stopped, destroyed, replaced), the time "
     "from the failure's first sign (the last heartbeat, the deadline's start, idle since, the "
-    "transition's start; for a machine the sweeper finds lost at the provider, the last listing "
-    "that showed it running) to the act; each net's sign is listed in "
+    "transition's start, a GPU fault's first ledger row; for a machine the sweeper finds lost at the "
+    "provider, the last listing that showed it running) to the act; each net's sign is listed in "
     "services/reaper/gpufleet/reaper/detection_latency.py.",
     stability=Stability.ALPHA,
     buckets=_DETECTION_BUCKETS,
