@@ -30,7 +30,7 @@ from gpufleet.reaper.refusal import MachineSnapshot
 from gpufleet.reaper.snapshot import scan
 from gpufleet.reaper.transition import Transition, TransitionRunner, destroy_transition
 from tests.integration.clouds.clouds import GcpCloud, labelled
-from tests.integration.clouds.world import POOL, World, offering_id
+from tests.integration.clouds.world import DEPLOYMENT, POOL, World, offering_id
 from tests.support.fleet_rows import add_machine
 from tests.support.gce_fake import GceFake
 
@@ -221,3 +221,30 @@ def test_one_stuck_delete_never_delays_another_machines_reaping(world: World) ->
     assert rung.calls.wait_idle(30)
     assert state(world, stuck) == "DESTROYED"
     assert labelled(world.cloud, stuck) == []
+
+
+def test_an_orphans_destroy_awaits_the_clouds_confirmation_without_an_incident(world: World) -> None:
+    """The orphan sweep's destroy goes through the same drivers: one the cloud accepted but
+    still shows is no failure (no incident); the next sweep finds it gone."""
+    world.cloud.end_slowly()
+    orphan = str(uuid.uuid4())
+    instance_id = world.cloud.plant(orphan, DEPLOYMENT, world.cloud.zones[0])
+    assert world.orphan_sweep().actions["orphan_destroyed"] == 0  # first seen: its grace begins
+    launched = world.launch_time(instance_id)
+    world.advance_to(max(launched, world.clock.now()) + timedelta(minutes=31))
+
+    report = world.orphan_sweep()
+
+    assert report.actions["orphan_destroyed"] == 0
+    (row,) = world.failures("destroy_unconfirmed")
+    assert (row.detector, row.outcome) == ("orphan_sweep", "NOTHING")
+    assert world.failures("provider_call_failed") == [] and world.incidents() == []
+    assert world.orphans()[instance_id].action == "DESTROYING"
+
+    world.cloud.finish_ending()
+    world.advance(300)
+    world.orphan_sweep()
+
+    assert labelled(world.cloud, orphan) == []
+    assert world.orphans()[instance_id].action in {"GONE", "DESTROYED"}
+    assert world.incidents() == []

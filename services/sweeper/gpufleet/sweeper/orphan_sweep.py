@@ -51,6 +51,7 @@ from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.common.metrics.catalog import SWEEPER_LISTING_FAILURES, SWEEPER_ORPHANS
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
+from gpufleet.common.provider_errors import NotYetDone
 from gpufleet.sweeper import listing_health, orphan_rows
 from gpufleet.sweeper.listing import ListedInstance, Provisioner, provider_name
 from gpufleet.sweeper.orphan_rows import OPEN_ACTIONS, InstanceKey, OrphanAction
@@ -358,6 +359,24 @@ class OrphanSweep:
                 inst.provider_instance_id,
                 request_id=f"orphan:{inst.provider}:{inst.provider_instance_id}:destroy",
             )
+        except NotYetDone as err:
+            # Accepted, not confirmed (EC2 shutting-down, a GCE delete still running): no
+            # failure; the next sweep no longer lists it, or tries again.
+            with self.sessions() as session, session.begin():
+                lease.fence(session)
+                record_failure(
+                    session,
+                    self.clock.now(),
+                    FailureClass.DESTROY_UNCONFIRMED,
+                    NAME,
+                    machine_id=inst.machine_label,
+                    details=(
+                        f"destroying orphan {inst.provider}/{inst.provider_instance_id}: {err}; "
+                        "its intent stays DESTROYING and the next sweep looks again"
+                    ),
+                )
+            log.info("%s: destroy of orphan %s/%s not confirmed yet: %s", NAME, *view.key, err)
+            return False
         except GpufleetError as err:
             with self.sessions() as session, session.begin():
                 lease.fence(session)
