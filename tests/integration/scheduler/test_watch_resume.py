@@ -16,10 +16,10 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.job_writer import set_job_state
 from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.db.enums import JobState
+from gpufleet.common.job_writer import set_job_state
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 from tests.support.procs import ServiceProcess
 from tests.support.rich_errors import assert_bad_request, refusal
