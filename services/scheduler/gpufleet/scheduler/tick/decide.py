@@ -295,6 +295,8 @@ def scale(
             and m.intent != MachineIntent.DESTROYED
             and m.origin == MachineOrigin.PROVISIONED
             and m.managed
+            # Cordoned (a GPU fault, or an operator): started, it could take no work.
+            and not m.cordoned
             and not _backing_off(m, snapshot)
             and m.id not in earmarked
         )
@@ -352,6 +354,7 @@ def scale(
             for m in machines
             if m.state in ARRIVING
             and m.intent == MachineIntent.RUNNING
+            and not m.cordoned
             and not _backing_off(m, snapshot)
             and m.id not in earmarked
         ]

@@ -189,7 +189,12 @@ class ScaleController:
         machine_id = action.machine_id
         # Locked: the state checked and the timers counted are the ones this start replaces.
         machine = session.get_one(models.Machine, machine_id, with_for_update=True)
-        if machine.state != MachineState.STOPPED.value or machine.intent == MachineIntent.DESTROYED.value:
+        if (
+            machine.state != MachineState.STOPPED.value
+            or machine.intent == MachineIntent.DESTROYED.value
+            # Cordoned since the snapshot (a GPU fault): never back as capacity.
+            or machine.cordoned
+        ):
             return None
         had_timers = machine.stop_due_at is not None or machine.destroy_due_at is not None
         machine.intent = MachineIntent.RUNNING.value

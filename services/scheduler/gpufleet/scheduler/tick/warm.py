@@ -92,7 +92,12 @@ def warm_missing(snapshot: FleetSnapshot, busy: frozenset[str]) -> dict[str, int
     for pool in snapshot.pools.values():
         if not holds_warm(pool, busy):
             continue
-        have = sum(1 for m in snapshot.machines if m.pool_id == pool.id and m.state in LIVE and not m.lost)
+        # A cordoned machine (a GPU fault) is no warm capacity: its replacement is asked for now.
+        have = sum(
+            1
+            for m in snapshot.machines
+            if m.pool_id == pool.id and m.state in LIVE and not m.lost and not m.cordoned
+        )
         if have < pool.warm_target:
             out[pool.id] = pool.warm_target - have
     return out
