@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, exists, func, or_, select
+from sqlalchemy import ColumnElement, exists, func, literal_column, or_, select, true
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.calls import CallPool
@@ -130,8 +130,10 @@ def decide(now: datetime, faulted: FaultedMachine, policy: GpuFaultPolicy) -> De
 
 def faulted_sql() -> ColumnElement[bool]:
     """A stored critical state, or a cordon (the scheduler cordons on every critical
-    finding): the few rows worth reading the findings of."""
-    return or_(Machine.gpu_health == CRITICAL, Machine.cordoned.is_(True))
+    finding): the few rows worth reading the findings of. Written as
+    ``ix_machines_gpu_faulted``'s predicate is (a literal, ``cordoned = true``), so the
+    planner can prove the scan implies it."""
+    return or_(Machine.gpu_health == literal_column(f"'{CRITICAL}'"), Machine.cordoned == true())
 
 
 def no_slot_held() -> ColumnElement[bool]:

@@ -495,6 +495,10 @@ REAPER_NET_INDEXES = (
     ),
     _machines_partial_index("ix_machines_lost", Machine.id, f"lost AND {_LIVE}"),
     _machines_partial_index("ix_machines_transitional", Machine.state_changed_at, _TRANSITIONAL),
+    # gpu_fault (migration 0016): a critical GPU state, or a cordon.
+    _machines_partial_index(
+        "ix_machines_gpu_faulted", Machine.id, f"{_LIVE} AND (gpu_health = 'critical' OR cordoned)"
+    ),
 )
 
 
