@@ -126,6 +126,8 @@ class Stack:
     config: StackConfig
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     lock: StateLock | None = None
+    # Every service's environment but its own settings, built by start().
+    _env: dict[str, str] = field(default_factory=dict)
 
     def claim(self) -> StateLock:
         """The state folder's lock, and every port free: refused (StateDirInUse,
@@ -265,25 +267,9 @@ class Stack:
             self.config.clock_origin = float(env["GPUFLEET_CLOCK_ORIGIN"])
         logs = self.config.state_dir / "logs"
         logs.mkdir(exist_ok=True)
+        self._env = env
         for name in SERVICES:
-            svc_env = {
-                **env,
-                **self.tls_env(authority, name),
-                "GPUFLEET_LISTEN_ADDRESS": self.config.address(name),
-                "GPUFLEET_METRICS_ADDRESS": self.config.metrics_address(name),
-            }
-            svc_env.update(
-                {f"GPUFLEET_{k.upper()}": v for k, v in self.config.overrides.get(name, {}).items()}
-            )
-            with open(logs / f"{name}.log", "ab") as log:
-                self.processes[name] = subprocess.Popen(
-                    [sys.executable, "-m", f"gpufleet.{name}"],
-                    env=svc_env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.config.state_dir,
-                    start_new_session=True,
-                )
+            self.spawn(name)
         for name in SERVICES:
             self.wait_healthy(name)
             if on_started:
@@ -291,6 +277,28 @@ class Stack:
         exited = self.failed()
         if exited:  # a health answer that was not its own: say so before anything says ready
             raise RuntimeError(f"service(s) {', '.join(exited)} exited; see {logs}")
+
+    def spawn(self, name: str) -> subprocess.Popen[bytes]:
+        """Start service ``name`` with the environment :meth:`start` built (it is also how a
+        supervisor — the soak's, standing in for Kubernetes — restarts one that exited)."""
+        authority = Authority.open(tls_dir(self.config.state_dir))
+        svc_env = {
+            **self._env,
+            **self.tls_env(authority, name),
+            "GPUFLEET_LISTEN_ADDRESS": self.config.address(name),
+            "GPUFLEET_METRICS_ADDRESS": self.config.metrics_address(name),
+        }
+        svc_env.update({f"GPUFLEET_{k.upper()}": v for k, v in self.config.overrides.get(name, {}).items()})
+        with open(self.config.state_dir / "logs" / f"{name}.log", "ab") as log:
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", f"gpufleet.{name}"],
+                env=svc_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.config.state_dir,
+                start_new_session=True,
+            )
+        return self.processes[name]
 
     def wait_healthy(self, name: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
