@@ -19,13 +19,13 @@ import random
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from functools import partial
 from itertools import accumulate
-from typing import Any
 
 from gpufleet.common import lifecycle
+from gpufleet.common import nets as net_registry
 from gpufleet.common.catalog import DEFAULT_CATALOG
 from gpufleet.common.db.enums import JobState, LedgerOutcome, MachineState
 from gpufleet.common.job_lifecycle import OUR_FAILURES, EndCause, JobCounters, RetryPolicy, decide_attempt_end
@@ -42,6 +42,7 @@ from gpufleet.reaper import (
     went_silent,
 )
 from gpufleet.reaper.agent_probe import StartupProbe
+from gpufleet.reaper.net_runner import A, OneStepSpec, P
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.scheduler.tick import decide as tick_decide
 from gpufleet.scheduler.tick.model import (
@@ -55,6 +56,7 @@ from gpufleet.scheduler.tick.model import (
     TickPlan,
 )
 from gpufleet.sim.clock import EventQueue, dt, secs
+from gpufleet.sim.nets import NetSettings
 from gpufleet.sim.profile import Offering, SimConfig, load_offerings
 from gpufleet.sim.records import INF, USELESS_CLASSES, Attempt, Failure, Job, Machine
 from gpufleet.sim.tick_rows import LEASE_S, PoolRows
@@ -63,6 +65,10 @@ from gpufleet.sweeper.listing import ListedInstance
 from gpufleet.sweeper.orphan_rows import OrphanAction
 
 POLICIES = ("nets", "oracle", "merged")
+# The counterfactual policy's one composite check: no service runs it, so it is not in the
+# net registry; it stands in for the nets in MERGED_REPLACES, at went silent's cadence.
+MERGED_CHECK = "merged_check"
+MERGED_REPLACES = frozenset({"provision_deadline", "boot_failure", "went_silent", "lost_detector"})
 
 
 def _job_id(job: Job) -> str:
@@ -118,7 +124,13 @@ class Sim:
     (each failure dealt with the instant it happens) or ``merged`` (one composite health
     check in place of the provision deadline, boot failure, went silent and lost nets)."""
 
-    def __init__(self, config: SimConfig, policy: str = "nets", plant: str | None = None) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        policy: str = "nets",
+        plant: str | None = None,
+        settings: NetSettings | None = None,
+    ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.cfg = config
@@ -199,21 +211,31 @@ class Sim:
         t = config.timing
         self.tick_policy = Policy(max_running_machines=config.machines, worker_fresh_s=60.0)
         self.tick_policies: dict[int, Policy] = {}
-        self.outcomes = OutcomePolicy()
+        # The nets' cadences, thresholds and back-offs: the services' own settings, read
+        # through the net registry's bindings (gpufleet.sim.nets), never restated here.
+        self.settings = settings or NetSettings()
+        self.outcomes: OutcomePolicy = self.settings.reaper.outcome_policy()
         self.retries = RetryPolicy(lost_retry_backoff_s=self.outcomes.lost_retry_backoff_s)
-        self.nets = {
-            "idle_scanner": (30.0, idle_scanner.IdlePolicy()),
-            "auto_stop": (30.0, auto_stop.AutoStopPolicy()),
-            "auto_destroy": (30.0, auto_destroy.AutoDestroyPolicy()),
-            "provision_deadline": (60.0, provision_deadline.ProvisionDeadlinePolicy()),
-            "boot_failure": (60.0, boot_failure.BootFailurePolicy()),
-            "went_silent": (60.0, went_silent.WentSilentPolicy()),
-            "lost_detector": (60.0, lost_detector.LostPolicy()),
-            "stuck_transition": (60.0, stuck_transition.StuckPolicy()),
-            "inventory_reconcile": (60.0, None),
-            "orphan_sweep": (300.0, orphan_sweep.OrphanPolicy(deployment_id=DEPLOYMENT)),
-            "merged_check": (60.0, None),
-        }
+        reaper = self.settings.reaper
+        self.every = self.settings.cadences()
+        self.every[MERGED_CHECK] = self.every["went_silent"]
+        self.idle_policy = reaper.idle_policy()
+        self.auto_stop_policy = reaper.auto_stop_policy()
+        self.auto_destroy_policy = reaper.auto_destroy_policy()
+        self.provision_deadline_policy = reaper.provision_deadline_policy()
+        self.boot_policy = reaper.boot_failure_policy()
+        self.silent_policy = reaper.went_silent_policy()
+        self.lost_policy = reaper.lost_policy()
+        self.stuck_policy = reaper.stuck_policy()
+        self.orphan_policy = replace(self.settings.sweeper.orphan_policy(), deployment_id=DEPLOYMENT)
+        # The thresholds the nets' schedules are kept with, in plain seconds.
+        self.stuck_after_s = self.stuck_policy.stuck_after.total_seconds()
+        self.provision_deadline_s = self.provision_deadline_policy.default_deadline.total_seconds()
+        self.boot_window_s = self.boot_policy.window.total_seconds()
+        self.silent_after_s = self.silent_policy.silent_after.total_seconds()
+        self.lost_after_s = self.lost_policy.lost_after.total_seconds()
+        # Passes each net made (a drift test compares them with the registry).
+        self.net_passes: Counter[str] = Counter()
         self.heartbeat_s = t.heartbeat_s
         # Each pool's machine and attempt views as the tick reads them, kept between ticks.
         self.rows = {p: PoolRows(self.heartbeat_s, SLOTS_PER_MACHINE) for p in self.pools}
@@ -246,9 +268,9 @@ class Sim:
         self.bursts = self._bursts()
         self.burst_starts = [a for a, _ in self.bursts]
         self._next_arrival(0.0)
-        for name, (every, _) in self.nets.items():
-            if self._runs(name):
-                self.q.at(every, self._net_tick(name, every))
+        for name in self.scheduled_nets():
+            every = self.every[name]
+            self.q.at(every, self._net_tick(name, NET_HANDLERS[name], every))
         self._environment()
         self.q.at(3600.0, self._sample)
         # The cycle collector is off while the month runs: the world makes next to no
@@ -265,11 +287,14 @@ class Sim:
         self._close_books()
         return self.metrics
 
-    def _runs(self, net: str) -> bool:
-        replaced = {"provision_deadline", "boot_failure", "went_silent", "lost_detector"}
+    def scheduled_nets(self) -> list[str]:
+        """The nets this policy runs, in the registry's order: every registered net the
+        simulator models (the merged policy swapping its composite check in for the nets it
+        replaces)."""
+        names = [n.name for n in net_registry.simulated()]
         if self.policy == "merged":
-            return net not in replaced
-        return net != "merged_check"
+            return [n for n in names if n not in MERGED_REPLACES] + [MERGED_CHECK]
+        return names
 
     # -- the workload ----------------------------------------------------------------------
 
@@ -621,7 +646,7 @@ class Sim:
         m.state = to
         m.state_changed_at = dt(self.q.now)
         if to in TRANSITIONAL:
-            self._due("stuck_transition", m, self.q.now + 600.0)
+            self._due("stuck_transition", m, self.q.now + self.stuck_after_s)
         if to == "DESTROYED":
             self.live.discard(m.id)
             self.by_pool[m.offering.pool].discard(m.id)
@@ -730,13 +755,14 @@ class Sim:
             m.reachable_since = now
             m.unreachable_since = INF
             if m.lost:
-                self._due("lost_detector", m, now + 30.0)
+                # The idle scanner's next probe writes the channel the lost mark is lifted on.
+                self._due("lost_detector", m, now + self.every["idle_scanner"])
             self.idle_watch.add(m.id)
         else:
             m.earlier_probe_ok_at = m.probe_ok_at(now)
             m.reachable_since = INF
             m.unreachable_since = now
-            self._due("lost_detector", m, now + 30.0 + 180.0)
+            self._due("lost_detector", m, now + self.every["idle_scanner"] + self.lost_after_s)
 
     def _first_report(self, m: Machine, life: int) -> None:
         if not self._alive(m, life):
@@ -767,8 +793,8 @@ class Sim:
         self._inject(m, cls, now)
         report = m.worker_report_at(now, self.heartbeat_s)
         assert report is not None
-        self._due("went_silent", m, secs(report) + 15 * 60.0)
-        self._due("merged_check", m, now + self.cfg.merged_threshold_s)
+        self._due("went_silent", m, secs(report) + self.silent_after_s)
+        self._due(MERGED_CHECK, m, now + self.cfg.merged_threshold_s)
         # The tick sees a stale worker after worker_fresh_s, and its leases run out after the lease.
         self.q.after(61.0, lambda: self._touch(m.offering.pool))
         self.q.after(LEASE_S + 1.0, lambda: self._touch(m.offering.pool))
@@ -779,7 +805,8 @@ class Sim:
     def _heal(self, m: Machine, life: int, f: Failure) -> None:
         if not self._alive(m, life):
             return
-        if f.caught_at is None and self.q.now - f.at <= 30.0 + 180.0 + 60.0:
+        flap_s = self.every["idle_scanner"] + self.lost_after_s + self.every["lost_detector"]
+        if f.caught_at is None and self.q.now - f.at <= flap_s:
             # Back within the lost detector's threshold and cadence: a flap, rightly unmarked.
             self._caught(f, "healed before its threshold")
         self._reach(m, life, True)
@@ -831,8 +858,8 @@ class Sim:
         self.by_pool[o.pool].add(m.id)
         self.running[o.pool] += 1
         self.rows[o.pool].add(m)
-        self._due("stuck_transition", m, now + 600.0)
-        self._due("provision_deadline", m, now + 20 * 60.0)
+        self._due("stuck_transition", m, now + self.stuck_after_s)
+        self._due("provision_deadline", m, now + self.provision_deadline_s)
         self._call(m, "create", lambda outcome: self._created(m, outcome))
 
     def _created(self, m: Machine, outcome: str) -> None:
@@ -861,8 +888,8 @@ class Sim:
         # The boot window counts from first observed, which can precede this move (a create
         # whose answer was lost is observed by the listing before the row catches up).
         since = m.run_since if m.run_since < INF else now
-        self._due("boot_failure", m, since + 30 * 60.0)
-        self._due("merged_check", m, since + self.cfg.merged_threshold_s)
+        self._due("boot_failure", m, since + self.boot_window_s)
+        self._due(MERGED_CHECK, m, since + self.cfg.merged_threshold_s)
 
     def _provider_refused(self, m: Machine, op: str, outcome: str) -> None:
         now = self.q.now
@@ -1009,12 +1036,12 @@ class Sim:
 
     # -- the nets ------------------------------------------------------------------------
 
-    def _net_tick(self, name: str, every: float) -> Callable[[], None]:
+    def _net_tick(self, name: str, handler: NetHandler, every: float) -> Callable[[], None]:
         def tick() -> None:
             now = self.q.now
             if now >= self.down_until:
-                handler = getattr(self, f"_net_{name}")
-                handler(now)
+                self.net_passes[name] += 1
+                handler(self, now)
             self.q.after(every, tick)
 
         return tick
@@ -1056,8 +1083,7 @@ class Sim:
         self.metrics.refusals[f"{net}:{reason.value}"] += 1
 
     def _net_idle_scanner(self, now: float) -> None:
-        policy = self.nets["idle_scanner"][1]
-        assert isinstance(policy, idle_scanner.IdlePolicy)
+        policy = self.idle_policy
         nowd = dt(now)
         for mid in sorted(self.idle_watch):
             m = self.machines[mid]
@@ -1088,9 +1114,8 @@ class Sim:
     def _net_auto_stop(self, now: float) -> None:
         self._one_step_net(
             now,
-            "auto_stop",
-            auto_stop.decide,
-            auto_stop.StopMachine,
+            auto_stop.SPEC,
+            self.auto_stop_policy,
             "stop",
             None,
             lambda m, why: why is RefusalReason.IN_GRACE_WINDOW and m.stop_due_at is not None,
@@ -1100,9 +1125,8 @@ class Sim:
         waits = (RefusalReason.STOP_PENDING, RefusalReason.IN_GRACE_WINDOW, RefusalReason.NOT_STOPPED_OR_IDLE)
         self._one_step_net(
             now,
-            "auto_destroy",
-            auto_destroy.decide,
-            auto_destroy.DestroyMachine,
+            auto_destroy.SPEC,
+            self.auto_destroy_policy,
             "destroy",
             None,
             lambda m, why: m.destroy_due_at is not None and why in waits,
@@ -1111,9 +1135,8 @@ class Sim:
     def _net_provision_deadline(self, now: float) -> None:
         self._one_step_net(
             now,
-            "provision_deadline",
-            provision_deadline.decide,
-            provision_deadline.DestroyMachine,
+            provision_deadline.SPEC,
+            self.provision_deadline_policy,
             "destroy",
             FailureClass.PROVISION_TIMEOUT,
             lambda m, why: True,
@@ -1122,20 +1145,21 @@ class Sim:
     def _one_step_net(
         self,
         now: float,
-        net: str,
-        decide: Callable[[datetime, MachineSnapshot, Any], object],
-        acts: type,
+        spec: OneStepSpec[P, A],
+        policy: P,
         op: str,
         fc: FailureClass | None,
         read_again: Callable[[Machine, RefusalReason], bool],
     ) -> None:
-        """A net whose decision is act, refuse or nothing: its due rows decided with its real
-        policy; a refusal that time alone can lift puts the row back for its next tick."""
-        every, policy = self.nets[net]
+        """A net whose decision is act, refuse or nothing (production's generic runner's
+        spec): its due rows decided with its real policy; a refusal that time alone can lift
+        puts the row back for its next tick."""
+        net = spec.name
+        every = self.every[net]
         for m in self._pop_due(net, now):
-            d = decide(dt(now), self.snapshot(m, now), policy)
+            d = spec.decide(dt(now), self.snapshot(m, now), policy)
             self.metrics.decisions[net] += 1
-            if isinstance(d, acts):
+            if isinstance(d, spec.acts):
                 self._stop_or_destroy(m, op, net, fc)
             elif isinstance(d, Refuse):
                 self._refused(net, d.reason)
@@ -1143,8 +1167,7 @@ class Sim:
                     self._due(net, m, now + every)
 
     def _net_boot_failure(self, now: float) -> None:
-        policy = self.nets["boot_failure"][1]
-        assert isinstance(policy, boot_failure.BootFailurePolicy)
+        policy = self.boot_policy
         for m in self._pop_due("boot_failure", now):
             snap = self.snapshot(m, now)
             if boot_failure.gate(dt(now), snap, policy) is None:
@@ -1168,11 +1191,11 @@ class Sim:
                 elif isinstance(act, Refuse):
                     self._refused("boot_failure", act.reason)
             else:
-                self._due("boot_failure", m, now + 60.0)
+                self._due("boot_failure", m, now + self.every["boot_failure"])
 
     def _net_went_silent(self, now: float) -> None:
-        policy = self.nets["went_silent"][1]
-        assert isinstance(policy, went_silent.WentSilentPolicy)
+        policy = self.silent_policy
+        every = self.every["went_silent"]
         for m in self._pop_due("went_silent", now):
             snap = self.snapshot(m, now)
             if self.plant == "went_silent_reads_composite":
@@ -1185,13 +1208,13 @@ class Sim:
                 self._stop_or_destroy(m, "destroy", "went_silent", FailureClass.WENT_SILENT)
             elif isinstance(d, Refuse):
                 self._refused("went_silent", d.reason)
-                self._due("went_silent", m, now + 60.0)
+                self._due("went_silent", m, now + every)
             elif m.state in RUNNING and m.worker_stopped_at <= now:
-                self._due("went_silent", m, now + 60.0)
+                self._due("went_silent", m, now + every)
 
     def _net_lost_detector(self, now: float) -> None:
-        policy = self.nets["lost_detector"][1]
-        assert isinstance(policy, lost_detector.LostPolicy)
+        policy = self.lost_policy
+        every = self.every["lost_detector"]
         for m in self._pop_due("lost_detector", now):
             d = lost_detector.decide(dt(now), self.snapshot(m, now), policy)
             self.metrics.decisions["lost_detector"] += 1
@@ -1207,41 +1230,42 @@ class Sim:
                 self._touch(m.offering.pool)
             elif isinstance(d, Refuse):
                 self._refused("lost_detector", d.reason)
-                self._due("lost_detector", m, now + 60.0)
+                self._due("lost_detector", m, now + every)
             elif m.unreachable_since <= now or m.lost:
-                self._due("lost_detector", m, now + 60.0)
+                self._due("lost_detector", m, now + every)
 
     def _net_merged_check(self, now: float) -> None:
         """The counterfactual: one composite freshness over the three channels, behind the
         same ladder (its grace is the boot window it must not kill)."""
         threshold = timedelta(seconds=self.cfg.merged_threshold_s)
-        gates = NetGates(net="merged_check", grace=timedelta(minutes=10), reads_reports=False)
-        for m in self._pop_due("merged_check", now):
+        every = self.every[MERGED_CHECK]
+        gates = NetGates(net=MERGED_CHECK, grace=self.silent_policy.grace, reads_reports=False)
+        for m in self._pop_due(MERGED_CHECK, now):
             snap = self.snapshot(m, now)
             if m.state not in RUNNING:
                 continue
             heard = [c for c in (snap.worker_report_at, snap.probe_ok_at, snap.provider_seen_at) if c]
             newest = max(heard) if heard else snap.requested_at or dt(now)
-            self.metrics.decisions["merged_check"] += 1
+            self.metrics.decisions[MERGED_CHECK] += 1
             if dt(now) - newest < threshold:
-                self._due("merged_check", m, secs(newest + threshold))
+                self._due(MERGED_CHECK, m, secs(newest + threshold))
                 continue
             reason = first_refusal(dt(now), snap, gates)
             if reason is not None:
-                self._refused("merged_check", reason)
-                self._due("merged_check", m, now + 60.0)
+                self._refused(MERGED_CHECK, reason)
+                self._due(MERGED_CHECK, m, now + every)
                 continue
-            self._stop_or_destroy(m, "destroy", "merged_check", FailureClass.WENT_SILENT)
+            self._stop_or_destroy(m, "destroy", MERGED_CHECK, FailureClass.WENT_SILENT)
 
     def _net_stuck_transition(self, now: float) -> None:
-        policy = self.nets["stuck_transition"][1]
-        assert isinstance(policy, stuck_transition.StuckPolicy)
+        policy = self.stuck_policy
+        every = self.every["stuck_transition"]
         for m in self._pop_due("stuck_transition", now):
             snap = self.snapshot(m, now)
             gated = stuck_transition.gate(dt(now), snap, policy)
             if gated is None:
                 if m.state in TRANSITIONAL and m.state_changed_at is not None:
-                    self._due("stuck_transition", m, secs(m.state_changed_at) + 600.0)
+                    self._due("stuck_transition", m, secs(m.state_changed_at) + self.stuck_after_s)
                 continue
             status = m.inst_status or stuck_transition.GONE
             view = stuck_transition.ProviderView(status=status, provider_instance_id=f"i-{m.id}")
@@ -1262,7 +1286,7 @@ class Sim:
                     self._finish(m, end, lifecycle.Actor.REAPER)
             elif isinstance(d, stuck_transition.AlertStuck):
                 # The scan reads it again every tick; the incident is opened once.
-                self._due("stuck_transition", m, now + 60.0)
+                self._due("stuck_transition", m, now + every)
                 if m.alerted_for != m.state_changed_at:
                     m.alerted_for = m.state_changed_at
                     self._ledger(FailureClass.TRANSITION_STUCK, m)
@@ -1273,12 +1297,12 @@ class Sim:
                 m.reissued.append(dt(now))
                 op = d.operation
                 self._call(m, op, partial(self._reissue_answered, m, op))
-                self._due("stuck_transition", m, now + 60.0)
+                self._due("stuck_transition", m, now + every)
             elif isinstance(d, Refuse):
                 self._refused("stuck_transition", d.reason)
-                self._due("stuck_transition", m, now + 60.0)
+                self._due("stuck_transition", m, now + every)
             else:  # a re-issued call may still be under way: read again next pass
-                self._due("stuck_transition", m, now + 60.0)
+                self._due("stuck_transition", m, now + every)
 
     def _reissue_answered(self, m: Machine, op: str, outcome: str) -> None:
         """A re-issued stop or destroy: done (the transition ends), refused (nothing done;
@@ -1355,8 +1379,7 @@ class Sim:
         self._finish(m, end, lifecycle.Actor.SWEEPER)
 
     def _net_orphan_sweep(self, now: float) -> None:
-        policy = self.nets["orphan_sweep"][1]
-        assert isinstance(policy, orphan_sweep.OrphanPolicy)
+        policy = self.orphan_policy
         if not self.orphans and not self.orphan_tracked:
             return
         instances = [inst for inst, _, _ in self.orphans.values()]
@@ -1583,6 +1606,27 @@ class Sim:
         self.metrics.idle_by_cause["orphan (until swept)"] += span
         self.metrics.billed_s += span
         self.metrics.cost_micros += span * o.hourly_price_micros / 3600.0
+
+
+NetHandler = Callable[[Sim, float], None]
+
+# Each registered net's model, by the registry's name (gpufleet.common.nets): a net the
+# registry says the simulator models and that has no handler here, or a handler for a net
+# it does not list, fails the import below.
+NET_HANDLERS: dict[str, NetHandler] = {
+    "idle_scanner": Sim._net_idle_scanner,
+    "auto_stop": Sim._net_auto_stop,
+    "auto_destroy": Sim._net_auto_destroy,
+    "provision_deadline": Sim._net_provision_deadline,
+    "boot_failure": Sim._net_boot_failure,
+    "went_silent": Sim._net_went_silent,
+    "lost_detector": Sim._net_lost_detector,
+    "stuck_transition": Sim._net_stuck_transition,
+    "inventory_reconcile": Sim._net_inventory_reconcile,
+    "orphan_sweep": Sim._net_orphan_sweep,
+}
+net_registry.check_covers("the simulator", tuple(NET_HANDLERS), net_registry.simulated())
+NET_HANDLERS[MERGED_CHECK] = Sim._net_merged_check
 
 
 def _live(m: Machine) -> list[Attempt]:

@@ -11,21 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import ColumnElement, or_
 
-from gpufleet.common.calls import CallPool
-from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import RUNNING_STATES, MachineState
 from gpufleet.common.db.models import Machine
-from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.loops import TickReport
-from gpufleet.common.metrics.instruments import PROCESS, Instruments
-from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.detection_latency import idle_since
+from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
-from gpufleet.reaper.snapshot import scan
-from gpufleet.reaper.transition import MachineProvider, TransitionRunner, destroy_transition
+from gpufleet.reaper.transition import destroy_transition
 
 NAME = "auto_destroy"
 
@@ -55,7 +48,7 @@ def decide(
     now: datetime, machine: MachineSnapshot, policy: AutoDestroyPolicy
 ) -> DestroyMachine | Refuse | None:
     """Destroy, refuse (naming the gate), or nothing to do (the destroy timer is not due)."""
-    if machine.destroy_due_at is None or machine.destroy_due_at > now:
+    if not is_due(now, machine, policy):
         return None
     reason = first_refusal(now, machine, policy.gates)
     if reason is not None:
@@ -72,56 +65,35 @@ def decide(
     return Refuse(RefusalReason.NOT_STOPPED_OR_IDLE)
 
 
-class AutoDestroy:
-    name = NAME
+def due(now: datetime, policy: AutoDestroyPolicy) -> list[ColumnElement[bool]]:
+    """The scan's WHERE: the destroy timer is armed and has passed (ix_machines_destroy_due:
+    only armed, live machines are read)."""
+    return [Machine.destroy_due_at.is_not(None), Machine.destroy_due_at <= now]
 
-    def __init__(
-        self,
-        sessions: sessionmaker[Session],
-        lease: LeaderLease,
-        clock: Clock,
-        provider: MachineProvider,
-        policy: AutoDestroyPolicy,
-        *,
-        calls: CallPool | None = None,
-        instruments: Instruments = PROCESS,
-    ) -> None:
-        self.sessions = sessions
-        self.provider = provider
-        self.policy = policy
-        self.instruments = instruments
-        self.runner = TransitionRunner(sessions, lease, clock, calls=calls, instruments=instruments)
 
-    def scan(self, now: datetime) -> list[MachineSnapshot]:
-        # ix_machines_destroy_due: only armed, live machines are read.
-        with self.sessions() as session:
-            return scan(session, [Machine.destroy_due_at.is_not(None), Machine.destroy_due_at <= now])
+def is_due(now: datetime, machine: MachineSnapshot, policy: AutoDestroyPolicy) -> bool:
+    """:func:`due` over a snapshot."""
+    return machine.destroy_due_at is not None and machine.destroy_due_at <= now
 
-    def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
-        for machine in self.scan(now):
-            decision = decide(now, machine, self.policy)
-            if isinstance(decision, Refuse):
-                decisions.refused(machine.machine_id, decision.reason)
-            elif isinstance(decision, DestroyMachine):
-                self.runner.execute(
-                    DESTROY,
-                    machine,
-                    now,
-                    decisions,
-                    guards=[
-                        Machine.destroy_due_at.is_not(None),
-                        Machine.destroy_due_at <= now,
-                        or_(
-                            Machine.state == MachineState.STOPPED.value,
-                            Machine.state.in_(_RUNNING)
-                            & Machine.stop_due_at.is_(None)
-                            & Machine.warm_held.is_(False),
-                        ),
-                    ],
-                    clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
-                    call=self.provider.destroy,
-                    why=f"idle ({machine.state}), destroy due at {machine.destroy_due_at:%Y-%m-%d %H:%M:%S}",
-                    first_sign=idle_since(machine.destroy_due_at, self.policy.destroy_after),
-                )
-        return decisions.report
+
+def claim(now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: AutoDestroyPolicy) -> Claim:
+    return Claim(
+        DESTROY,
+        guards=[
+            *due(now, policy),
+            or_(
+                Machine.state == MachineState.STOPPED.value,
+                Machine.state.in_(_RUNNING) & Machine.stop_due_at.is_(None) & Machine.warm_held.is_(False),
+            ),
+        ],
+        clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
+        why=f"idle ({machine.state}), destroy due at {machine.destroy_due_at:%Y-%m-%d %H:%M:%S}",
+        first_sign=idle_since(machine.destroy_due_at, policy.destroy_after),
+    )
+
+
+SPEC = OneStepSpec(name=NAME, due=due, is_due=is_due, decide=decide, acts=DestroyMachine, claim=claim)
+
+
+class AutoDestroy(OneStepNet[AutoDestroyPolicy, DestroyMachine]):
+    spec = SPEC

@@ -11,20 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import ColumnElement
 
-from gpufleet.common.calls import CallPool
-from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineState
 from gpufleet.common.db.models import Machine
-from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.loops import TickReport
-from gpufleet.common.metrics.instruments import PROCESS, Instruments
-from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.detection_latency import idle_since
+from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
-from gpufleet.reaper.snapshot import scan
-from gpufleet.reaper.transition import MachineProvider, Transition, TransitionRunner
+from gpufleet.reaper.transition import Transition
 
 NAME = "auto_stop"
 
@@ -57,7 +51,7 @@ class StopMachine:
 
 def decide(now: datetime, machine: MachineSnapshot, policy: AutoStopPolicy) -> StopMachine | Refuse | None:
     """Stop, refuse (naming the gate), or nothing to do (the stop timer is not due)."""
-    if machine.stop_due_at is None or machine.stop_due_at > now:
+    if not is_due(now, machine, policy):
         return None
     reason = first_refusal(now, machine, policy.gates)
     if reason is not None:
@@ -70,53 +64,34 @@ def decide(now: datetime, machine: MachineSnapshot, policy: AutoStopPolicy) -> S
     return StopMachine(machine.machine_id)
 
 
-class AutoStop:
-    name = NAME
+def due(now: datetime, policy: AutoStopPolicy) -> list[ColumnElement[bool]]:
+    """The scan's WHERE: the stop timer is armed and has passed (ix_machines_stop_due: only
+    armed, live machines are read)."""
+    return [Machine.stop_due_at.is_not(None), Machine.stop_due_at <= now]
 
-    def __init__(
-        self,
-        sessions: sessionmaker[Session],
-        lease: LeaderLease,
-        clock: Clock,
-        provider: MachineProvider,
-        policy: AutoStopPolicy,
-        *,
-        calls: CallPool | None = None,
-        instruments: Instruments = PROCESS,
-    ) -> None:
-        self.sessions = sessions
-        self.provider = provider
-        self.policy = policy
-        self.instruments = instruments
-        self.runner = TransitionRunner(sessions, lease, clock, calls=calls, instruments=instruments)
 
-    def scan(self, now: datetime) -> list[MachineSnapshot]:
-        # ix_machines_stop_due: only armed, live machines are read.
-        with self.sessions() as session:
-            return scan(session, [Machine.stop_due_at.is_not(None), Machine.stop_due_at <= now])
+def is_due(now: datetime, machine: MachineSnapshot, policy: AutoStopPolicy) -> bool:
+    """:func:`due` over a snapshot."""
+    return machine.stop_due_at is not None and machine.stop_due_at <= now
 
-    def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
-        for machine in self.scan(now):
-            decision = decide(now, machine, self.policy)
-            if isinstance(decision, Refuse):
-                decisions.refused(machine.machine_id, decision.reason)
-            elif isinstance(decision, StopMachine):
-                self.runner.execute(
-                    STOP,
-                    machine,
-                    now,
-                    decisions,
-                    guards=[
-                        Machine.stop_due_at.is_not(None),
-                        Machine.stop_due_at <= now,
-                        Machine.state.in_(sorted(s.value for s in RUNNING_STATES)),
-                        # Pinned warm since the scan: the pin wins.
-                        Machine.warm_held.is_(False),
-                    ],
-                    clear_at_begin=[Machine.stop_due_at],
-                    call=self.provider.stop,
-                    why=f"idle, stop due at {machine.stop_due_at:%Y-%m-%d %H:%M:%S}",
-                    first_sign=idle_since(machine.stop_due_at, self.policy.stop_after),
-                )
-        return decisions.report
+
+def claim(now: datetime, machine: MachineSnapshot, act: StopMachine, policy: AutoStopPolicy) -> Claim:
+    return Claim(
+        STOP,
+        guards=[
+            *due(now, policy),
+            Machine.state.in_(sorted(s.value for s in RUNNING_STATES)),
+            # Pinned warm since the scan: the pin wins.
+            Machine.warm_held.is_(False),
+        ],
+        clear_at_begin=[Machine.stop_due_at],
+        why=f"idle, stop due at {machine.stop_due_at:%Y-%m-%d %H:%M:%S}",
+        first_sign=idle_since(machine.stop_due_at, policy.stop_after),
+    )
+
+
+SPEC = OneStepSpec(name=NAME, due=due, is_due=is_due, decide=decide, acts=StopMachine, claim=claim)
+
+
+class AutoStop(OneStepNet[AutoStopPolicy, StopMachine]):
+    spec = SPEC

@@ -38,20 +38,14 @@ from gpufleet.common.loops import PeriodicTask, Ticker
 from gpufleet.common.runtime import TimerService, serve
 from gpufleet.reaper import incident_notifier
 from gpufleet.reaper.agent_probe import AgentProber, GrpcAgentProber
-from gpufleet.reaper.auto_destroy import AutoDestroy
-from gpufleet.reaper.auto_stop import AutoStop
-from gpufleet.reaper.boot_failure import BootFailure
 from gpufleet.reaper.fleet_state_gauges import FleetStateGauges
-from gpufleet.reaper.gpu_fault import GpuFault
-from gpufleet.reaper.idle_scanner import AgentSampler, GrpcAgentSampler, IdleScanner
+from gpufleet.reaper.idle_scanner import AgentSampler, GrpcAgentSampler
 from gpufleet.reaper.incident_notifier import IncidentNotifier
 from gpufleet.reaper.incident_webhook import WebhookSender
-from gpufleet.reaper.lost_detector import LostDetector
-from gpufleet.reaper.provision_deadline import ProvisionDeadline
+from gpufleet.reaper.nets import REAPER_NETS, Wiring
 from gpufleet.reaper.service import ReaperService
 from gpufleet.reaper.settings import Settings
-from gpufleet.reaper.stuck_transition import StuckProvider, StuckTransition
-from gpufleet.reaper.went_silent import WentSilent
+from gpufleet.reaper.stuck_transition import StuckProvider
 from gpufleet.v1 import reaper_service_pb2, reaper_service_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -75,7 +69,8 @@ def build_watchdogs(
     *,
     calls: CallPool,
 ) -> list[PeriodicTask]:
-    """Every machine-level net, each its own module with its own gate and cadence.
+    """Every machine-level net, each its own module with its own gate and cadence, in the
+    order of the net registry (:mod:`gpufleet.reaper.nets`, :mod:`gpufleet.common.nets`).
 
     Six of them can destroy (auto-destroy, provision deadline, boot failure, went
     silent, GPU fault) or stop (auto-stop), all behind the one refusal ladder; the lost detector is
@@ -84,48 +79,8 @@ def build_watchdogs(
     ``calls``: one pool, so its size bounds them all and the stuck-transition net sees
     every call still in flight.
     """
-    outcomes = settings.outcome_policy()
-    idle = IdleScanner(
-        sessions,
-        lease,
-        sampler,
-        settings.idle_policy(),
-        concurrency=settings.idle_sample_concurrency,
-        pass_deadline_s=settings.idle_pass_deadline_s,
-    )
-    stop = AutoStop(sessions, lease, clock, provider, settings.auto_stop_policy(), calls=calls)
-    destroy = AutoDestroy(sessions, lease, clock, provider, settings.auto_destroy_policy(), calls=calls)
-    deadline = ProvisionDeadline(
-        sessions, lease, clock, provider, settings.provision_deadline_policy(), outcomes, calls=calls
-    )
-    boot = BootFailure(
-        sessions,
-        lease,
-        clock,
-        provider,
-        prober,
-        settings.boot_failure_policy(),
-        outcomes,
-        concurrency=settings.idle_sample_concurrency,
-        calls=calls,
-    )
-    silent = WentSilent(
-        sessions, lease, clock, provider, settings.went_silent_policy(), outcomes, calls=calls
-    )
-    lost = LostDetector(sessions, lease, clock, settings.lost_policy())
-    gpu = GpuFault(sessions, lease, clock, provider, settings.gpu_fault_policy(), outcomes, calls=calls)
-    stuck = StuckTransition(sessions, lease, clock, provider, settings.stuck_policy(), outcomes, calls=calls)
-    return [
-        PeriodicTask(idle.name, settings.idle_scan_every_s, idle.run),
-        PeriodicTask(stop.name, settings.auto_stop_every_s, stop.run),
-        PeriodicTask(destroy.name, settings.auto_destroy_every_s, destroy.run),
-        PeriodicTask(deadline.name, settings.provision_deadline_every_s, deadline.run),
-        PeriodicTask(boot.name, settings.boot_failure_every_s, boot.run),
-        PeriodicTask(silent.name, settings.went_silent_every_s, silent.run),
-        PeriodicTask(lost.name, settings.lost_detector_every_s, lost.run),
-        PeriodicTask(stuck.name, settings.stuck_transition_every_s, stuck.run),
-        PeriodicTask(gpu.name, settings.gpu_fault_every_s, gpu.run),
-    ]
+    wiring = Wiring(settings, sessions, lease, clock, provider, sampler, prober, calls)
+    return [PeriodicTask(net.name, net.every(settings), net.build(wiring).run) for net in REAPER_NETS]
 
 
 class SideLoop(Protocol):

@@ -15,26 +15,19 @@ observation. No grace window: the deadline already runs from the request.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, and_, or_
-from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.calls import CallPool
-from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import MachineState
 from gpufleet.common.db.models import Machine
-from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.ledger import FailureClass, OutcomePolicy
-from gpufleet.common.loops import TickReport
-from gpufleet.common.metrics.instruments import PROCESS, Instruments
-from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.common.ledger import FailureClass
 from gpufleet.reaper.detection_latency import provision_requested
+from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
-from gpufleet.reaper.snapshot import scan, state_in
-from gpufleet.reaper.transition import Detection, MachineProvider, TransitionRunner, destroy_transition
+from gpufleet.reaper.snapshot import state_in
+from gpufleet.reaper.transition import Detection, destroy_transition
 
 NAME = "provision_deadline"
 DESTROY = destroy_transition(NAME)
@@ -75,11 +68,10 @@ def decide(
     now: datetime, machine: MachineSnapshot, policy: ProvisionDeadlinePolicy
 ) -> DestroyMachine | Refuse | None:
     """Destroy, refuse (naming the gate), or nothing to do (made contact, or not yet due)."""
-    if machine.state not in PRE_CONTACT_STATES or not never_contacted(machine):
+    if not is_due(now, machine, policy):
         return None
     deadline = deadline_of(machine, policy)
-    if deadline is None or now < deadline:
-        return None
+    assert deadline is not None
     reason = first_refusal(now, machine, policy.gates)
     if reason is not None:
         return Refuse(reason)
@@ -90,66 +82,45 @@ def decide(
     )
 
 
-class ProvisionDeadline:
-    name = NAME
-
-    def __init__(
-        self,
-        sessions: sessionmaker[Session],
-        lease: LeaderLease,
-        clock: Clock,
-        provider: MachineProvider,
-        policy: ProvisionDeadlinePolicy,
-        outcomes: OutcomePolicy | None = None,
-        *,
-        calls: CallPool | None = None,
-        instruments: Instruments = PROCESS,
-    ) -> None:
-        self.sessions = sessions
-        self.provider = provider
-        self.policy = policy
-        self.instruments = instruments
-        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls, instruments=instruments)
-
-    def due(self, now: datetime) -> list[ColumnElement[bool]]:
-        # ix_machines_pre_contact_deadline: only machines not yet heard from are read.
-        return [
-            state_in(PRE_CONTACT_STATES),
-            Machine.probe_ok_at.is_(None),
-            Machine.worker_report_at.is_(None),
-            or_(
-                Machine.provision_deadline_at <= now,
-                and_(
-                    Machine.provision_deadline_at.is_(None),
-                    Machine.requested_at <= now - self.policy.default_deadline,
-                ),
+def due(now: datetime, policy: ProvisionDeadlinePolicy) -> list[ColumnElement[bool]]:
+    """The scan's WHERE: not yet heard from, and past its deadline
+    (ix_machines_pre_contact_deadline: only machines not yet heard from are read)."""
+    return [
+        state_in(PRE_CONTACT_STATES),
+        Machine.probe_ok_at.is_(None),
+        Machine.worker_report_at.is_(None),
+        or_(
+            Machine.provision_deadline_at <= now,
+            and_(
+                Machine.provision_deadline_at.is_(None),
+                Machine.requested_at <= now - policy.default_deadline,
             ),
-        ]
+        ),
+    ]
 
-    def scan(self, now: datetime) -> list[MachineSnapshot]:
-        with self.sessions() as session:
-            return scan(session, self.due(now))
 
-    def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
-        self.act(now, self.scan(now), decisions)
-        return decisions.report
+def is_due(now: datetime, machine: MachineSnapshot, policy: ProvisionDeadlinePolicy) -> bool:
+    """:func:`due` over a snapshot."""
+    if machine.state not in PRE_CONTACT_STATES or not never_contacted(machine):
+        return False
+    deadline = deadline_of(machine, policy)
+    return deadline is not None and deadline <= now
 
-    def act(self, now: datetime, machines: Sequence[MachineSnapshot], decisions: DecisionLog) -> None:
-        """Decide and apply for what one scan read (each claim re-checks the row)."""
-        for machine in machines:
-            decision = decide(now, machine, self.policy)
-            if isinstance(decision, Refuse):
-                decisions.refused(machine.machine_id, decision.reason)
-            elif isinstance(decision, DestroyMachine):
-                self.runner.execute(
-                    DESTROY,
-                    machine,
-                    now,
-                    decisions,
-                    guards=self.due(now),
-                    clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
-                    call=self.provider.destroy,
-                    detection=Detection(FailureClass.PROVISION_TIMEOUT, decision.details),
-                    first_sign=provision_requested(machine, self.policy.default_deadline),
-                )
+
+def claim(
+    now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: ProvisionDeadlinePolicy
+) -> Claim:
+    return Claim(
+        DESTROY,
+        guards=due(now, policy),
+        clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
+        detection=Detection(FailureClass.PROVISION_TIMEOUT, act.details),
+        first_sign=provision_requested(machine, policy.default_deadline),
+    )
+
+
+SPEC = OneStepSpec(name=NAME, due=due, is_due=is_due, decide=decide, acts=DestroyMachine, claim=claim)
+
+
+class ProvisionDeadline(OneStepNet[ProvisionDeadlinePolicy, DestroyMachine]):
+    spec = SPEC

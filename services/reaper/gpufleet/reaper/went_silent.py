@@ -18,27 +18,20 @@ class, never by a longer timeout.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, case
-from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.calls import CallPool
-from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import RUNNING_STATES
 from gpufleet.common.db.models import Machine
-from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.ledger import FailureClass, OutcomePolicy
-from gpufleet.common.loops import TickReport
-from gpufleet.common.metrics.instruments import PROCESS, Instruments
-from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.common.ledger import FailureClass
 from gpufleet.reaper.detection_latency import last_report
 from gpufleet.reaper.lifetime import reported_this_life, reported_this_life_sql
+from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
-from gpufleet.reaper.snapshot import scan, state_in
-from gpufleet.reaper.transition import Detection, MachineProvider, TransitionRunner, destroy_transition
+from gpufleet.reaper.snapshot import state_in
+from gpufleet.reaper.transition import Detection, destroy_transition
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +79,10 @@ def decide(
     now: datetime, machine: MachineSnapshot, policy: WentSilentPolicy
 ) -> DestroyMachine | Refuse | None:
     """Destroy, refuse (naming the gate), or nothing to do (reporting, or not this net's)."""
-    if machine.state not in RUNNING_STATES or not reported_this_life(machine):
+    if not is_due(now, machine, policy):
         return None
     assert machine.worker_report_at is not None
     silent_for = now - machine.worker_report_at
-    if silent_for < policy.silent_after:
-        return None
     reason = first_refusal(now, machine, policy.gates)
     if reason is not None:
         return Refuse(reason)
@@ -108,61 +99,42 @@ def running_report_clock() -> ColumnElement[datetime | None]:
     return case((state_in(RUNNING_STATES), Machine.worker_report_at))
 
 
-class WentSilent:
-    name = NAME
+def due(now: datetime, policy: WentSilentPolicy) -> list[ColumnElement[bool]]:
+    """The scan's WHERE: running, reported this life, and silent at least ``silent_after``.
 
-    def __init__(
-        self,
-        sessions: sessionmaker[Session],
-        lease: LeaderLease,
-        clock: Clock,
-        provider: MachineProvider,
-        policy: WentSilentPolicy,
-        outcomes: OutcomePolicy | None = None,
-        *,
-        calls: CallPool | None = None,
-        instruments: Instruments = PROCESS,
-    ) -> None:
-        self.sessions = sessions
-        self.provider = provider
-        self.policy = policy
-        self.instruments = instruments
-        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls, instruments=instruments)
+    ix_machines_running_report_clock: a range over the running machines' report clock
+    reads only the silent ones; healthy ones report every few seconds, outside it.
+    """
+    return [
+        state_in(RUNNING_STATES),
+        running_report_clock() <= now - policy.silent_after,
+        reported_this_life_sql(),
+    ]
 
-    def due(self, now: datetime) -> list[ColumnElement[bool]]:
-        # ix_machines_running_report_clock: a range over the running machines' report clock
-        # reads only the silent ones; healthy ones report every few seconds, outside it.
-        return [
-            state_in(RUNNING_STATES),
-            running_report_clock() <= now - self.policy.silent_after,
-            reported_this_life_sql(),
-        ]
 
-    def scan(self, now: datetime) -> list[MachineSnapshot]:
-        with self.sessions() as session:
-            return scan(session, self.due(now))
+def is_due(now: datetime, machine: MachineSnapshot, policy: WentSilentPolicy) -> bool:
+    """:func:`due` over a snapshot."""
+    return (
+        machine.state in RUNNING_STATES
+        and reported_this_life(machine)
+        and machine.worker_report_at is not None
+        and now - machine.worker_report_at >= policy.silent_after
+    )
 
-    def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
-        self.act(now, self.scan(now), decisions)
-        return decisions.report
 
-    def act(self, now: datetime, machines: Sequence[MachineSnapshot], decisions: DecisionLog) -> None:
-        """Decide and apply for what one scan read (each claim re-checks the row)."""
-        for machine in machines:
-            decision = decide(now, machine, self.policy)
-            if isinstance(decision, Refuse):
-                decisions.refused(machine.machine_id, decision.reason)
-            elif isinstance(decision, DestroyMachine):
-                self.runner.execute(
-                    DESTROY,
-                    machine,
-                    now,
-                    decisions,
-                    # Still silent: a report that arrived since the scan cancels the destroy.
-                    guards=[*self.due(now), Machine.worker_report_at == machine.worker_report_at],
-                    clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
-                    call=self.provider.destroy,
-                    detection=Detection(FailureClass.WENT_SILENT, decision.details),
-                    first_sign=last_report(machine),
-                )
+def claim(now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: WentSilentPolicy) -> Claim:
+    return Claim(
+        DESTROY,
+        # Still silent: a report that arrived since the scan cancels the destroy.
+        guards=[*due(now, policy), Machine.worker_report_at == machine.worker_report_at],
+        clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
+        detection=Detection(FailureClass.WENT_SILENT, act.details),
+        first_sign=last_report(machine),
+    )
+
+
+SPEC = OneStepSpec(name=NAME, due=due, is_due=is_due, decide=decide, acts=DestroyMachine, claim=claim)
+
+
+class WentSilent(OneStepNet[WentSilentPolicy, DestroyMachine]):
+    spec = SPEC

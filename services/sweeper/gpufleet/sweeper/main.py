@@ -28,6 +28,7 @@ from gpufleet.common.runtime import TimerService, serve
 from gpufleet.sweeper import sweeps
 from gpufleet.sweeper.inventory_reconcile import InventoryReconcile
 from gpufleet.sweeper.listing import Provisioner
+from gpufleet.sweeper.nets import SWEEPER_NETS
 from gpufleet.sweeper.orphan_sweep import OrphanSweep
 from gpufleet.sweeper.service import SweeperService
 from gpufleet.sweeper.settings import Settings
@@ -67,11 +68,9 @@ class TimedPasses:
         return result.report
 
     def tasks(self, settings: Settings) -> list[PeriodicTask]:
-        """Each pass at its own cadence (DESIGN §4: reconcile 60 s, orphan sweep 5 min)."""
-        return [
-            PeriodicTask(self.reconcile.name, settings.inventory_reconcile_every_s, self.run_reconcile),
-            PeriodicTask(self.orphans.name, settings.orphan_sweep_every_s, self.run_orphan_sweep),
-        ]
+        """Each pass at its own cadence (DESIGN §4: reconcile 60 s, orphan sweep 5 min), in
+        the order of the net registry (:mod:`gpufleet.sweeper.nets`)."""
+        return [PeriodicTask(net.name, net.every(settings), net.run(self)) for net in SWEEPER_NETS]
 
 
 # A running sweeper is the shared timer-service runtime.

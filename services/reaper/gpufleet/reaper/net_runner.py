@@ -1,0 +1,149 @@
+"""The one run loop of a net whose decision is act, refuse, or nothing to do.
+
+Auto-stop, auto-destroy, provision deadline and went silent each read the rows their due
+predicate selects, decide each one with a pure ``decide`` over the snapshot, count a
+refusal by its gate, and hand an act to the :class:`~gpufleet.reaper.transition.TransitionRunner`
+(fenced claim, intent before the call, the call in the provider pool, the outcome
+recorded). Only what differs between them is a net's: its :class:`OneStepSpec` — the due
+predicate in its two forms, ``decide``, and how an act is claimed — exported by its module
+beside the rules it states. The loop itself is written once, here; the simulator runs the
+same specs' ``decide`` (``gpufleet.sim.world``).
+
+The due predicate is written twice, side by side in each net's module, and proven equal
+rather than derived: its SQL form is shaped for the index that keeps the scan cheap (a
+partial index's predicate, an indexed ``CASE``), which a generator would have to
+reproduce exactly, and its Python form is what ``decide`` checks first, so a row that
+stopped being due between the scan and the decision is left alone. A test runs both over
+one table of rows on PostgreSQL (tests/integration/reaper/test_due_predicates.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from sqlalchemy import ColumnElement
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.calls import CallPool
+from gpufleet.common.clock import Clock
+from gpufleet.common.db.enums import MachineState
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.ledger import OutcomePolicy
+from gpufleet.common.loops import TickReport
+from gpufleet.common.metrics.instruments import PROCESS, Instruments
+from gpufleet.reaper.decision_log import DecisionLog
+from gpufleet.reaper.refusal import MachineSnapshot, Refuse
+from gpufleet.reaper.snapshot import scan
+from gpufleet.reaper.transition import (
+    Detection,
+    MachineProvider,
+    TimerColumn,
+    Transition,
+    TransitionRunner,
+)
+from gpufleet.v1 import machine_pb2
+
+P = TypeVar("P")
+A = TypeVar("A")
+
+ProviderCall = Callable[[str, machine_pb2.Offering, str, str], object]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """How one decided act is claimed: the transition, the compare-and-set guards on what
+    the scan saw, the timers cleared, the ledger row, and what is recorded on the machine."""
+
+    transition: Transition
+    guards: Sequence[ColumnElement[bool]]
+    clear_at_begin: Sequence[TimerColumn] = ()
+    clear_at_end: Sequence[TimerColumn] = ()
+    detection: Detection | None = None
+    why: str = ""
+    first_sign: datetime | None = None
+
+
+@dataclass(frozen=True)
+class OneStepSpec(Generic[P, A]):
+    """What makes a one-step net itself; the loop is :class:`OneStepNet`'s."""
+
+    name: str
+    # The due predicate's SQL form: the scan's WHERE (also part of most claims' guards).
+    due: Callable[[datetime, P], list[ColumnElement[bool]]]
+    # The same predicate over a snapshot: ``decide``'s first check.
+    is_due: Callable[[datetime, MachineSnapshot, P], bool]
+    decide: Callable[[datetime, MachineSnapshot, P], A | Refuse | None]
+    # The decision that acts (the rest refuse or do nothing).
+    acts: type[A]
+    claim: Callable[[datetime, MachineSnapshot, A, P], Claim]
+
+
+def provider_call(provider: MachineProvider, transition: Transition) -> ProviderCall:
+    """The provider call that makes ``transition``."""
+    return provider.stop if transition.end is MachineState.STOPPED else provider.destroy
+
+
+class OneStepNet(Generic[P, A]):
+    """scan → decide → act through the refusal ladder, for one :class:`OneStepSpec`.
+
+    A subclass names its spec (``spec = SPEC``) and nothing else.
+    """
+
+    spec: OneStepSpec[P, A]
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        lease: LeaderLease,
+        clock: Clock,
+        provider: MachineProvider,
+        policy: P,
+        outcomes: OutcomePolicy | None = None,
+        *,
+        calls: CallPool | None = None,
+        instruments: Instruments = PROCESS,
+    ) -> None:
+        self.name = self.spec.name
+        self.sessions = sessions
+        self.provider = provider
+        self.policy = policy
+        self.instruments = instruments
+        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls, instruments=instruments)
+
+    def due(self, now: datetime) -> list[ColumnElement[bool]]:
+        return self.spec.due(now, self.policy)
+
+    def scan(self, now: datetime) -> list[MachineSnapshot]:
+        with self.sessions() as session:
+            return scan(session, self.due(now))
+
+    def run(self, now: datetime) -> TickReport:
+        decisions = DecisionLog(self.name, self.runner.answered(), self.instruments)
+        self.act(now, self.scan(now), decisions)
+        return decisions.report
+
+    def act(self, now: datetime, machines: Sequence[MachineSnapshot], decisions: DecisionLog) -> None:
+        """Decide and apply for what one scan read (each claim re-checks the row)."""
+        spec = self.spec
+        for machine in machines:
+            decision = spec.decide(now, machine, self.policy)
+            if isinstance(decision, Refuse):
+                decisions.refused(machine.machine_id, decision.reason)
+            elif isinstance(decision, spec.acts):
+                claim = spec.claim(now, machine, decision, self.policy)
+                self.runner.execute(
+                    claim.transition,
+                    machine,
+                    now,
+                    decisions,
+                    guards=claim.guards,
+                    clear_at_begin=claim.clear_at_begin,
+                    clear_at_end=claim.clear_at_end,
+                    call=provider_call(self.provider, claim.transition),
+                    detection=claim.detection,
+                    why=claim.why,
+                    first_sign=claim.first_sign,
+                )
