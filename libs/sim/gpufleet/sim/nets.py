@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from gpufleet.common import nets
 from gpufleet.reaper import nets as reaper_nets
 from gpufleet.reaper.settings import Settings as ReaperSettings
+from gpufleet.scheduler.settings import Settings as SchedulerSettings
 from gpufleet.sweeper import nets as sweeper_nets
 from gpufleet.sweeper.settings import Settings as SweeperSettings
 
@@ -27,12 +28,20 @@ def _sweeper_defaults() -> SweeperSettings:
     return SweeperSettings.model_construct()
 
 
+def _scheduler_defaults() -> SchedulerSettings:
+    return SchedulerSettings.model_construct()
+
+
 @dataclass(frozen=True)
 class NetSettings:
-    """The services' settings a simulated month runs under (their defaults unless given)."""
+    """The services' settings a simulated month runs under (their defaults unless given):
+    the nets' (reaper, sweeper), and the scheduler's for what the fleet tick and dispatch
+    write that the nets then read (a machine's provision deadline, the dispatch deadline,
+    the start back-off, when a worker counts as fresh)."""
 
     reaper: ReaperSettings = field(default_factory=_reaper_defaults)
     sweeper: SweeperSettings = field(default_factory=_sweeper_defaults)
+    scheduler: SchedulerSettings = field(default_factory=_scheduler_defaults)
 
     def every(self, name: str) -> float:
         """The cadence of the registered net ``name``, in seconds, from its service's settings."""

@@ -111,6 +111,8 @@ class Machine:
     provider_instance_id: str | None = None
     backoff_until: datetime | None = None
     dispatch_backoff_until: datetime | None = None
+    # Dispatches in a row its agent did not answer (the scheduler's dispatch_failures).
+    dispatch_failures: int = 0
     start_failures: int = 0
     preemptions: int = 0
     spot_seconds: float = 0.0

@@ -88,8 +88,6 @@ PLANS: dict[str, tuple[int, float, int]] = {
 assert {p.id for p in DEFAULT_CATALOG.plans} <= set(PLANS)
 KINDS = {k.id: k for k in DEFAULT_CATALOG.kinds}
 SLOTS_PER_MACHINE = 2
-DISPATCH_DEADLINE_S = 30.0
-START_BACKOFF_S = 60.0
 FAIR_SHARE_HALF_LIFE_S = 86400.0
 
 
@@ -209,11 +207,15 @@ class Sim:
         self.strict = policy == "nets"
         self.violations: list[str] = []
         t = config.timing
-        self.tick_policy = Policy(max_running_machines=config.machines, worker_fresh_s=60.0)
-        self.tick_policies: dict[int, Policy] = {}
-        # The nets' cadences, thresholds and back-offs: the services' own settings, read
-        # through the net registry's bindings (gpufleet.sim.nets), never restated here.
+        # The services' own settings: the nets' cadences, thresholds and back-offs, and the
+        # scheduler's deadlines, read through the net registry's bindings (gpufleet.sim.nets),
+        # never restated here.
         self.settings = settings or NetSettings()
+        self.scheduler = self.settings.scheduler
+        self.tick_policy = Policy(
+            max_running_machines=config.machines, worker_fresh_s=self.scheduler.worker_fresh_s
+        )
+        self.tick_policies: dict[int, Policy] = {}
         self.outcomes: OutcomePolicy = self.settings.reaper.outcome_policy()
         self.retries = RetryPolicy(lost_retry_backoff_s=self.outcomes.lost_retry_backoff_s)
         reaper = self.settings.reaper
@@ -230,7 +232,6 @@ class Sim:
         self.orphan_policy = replace(self.settings.sweeper.orphan_policy(), deployment_id=DEPLOYMENT)
         # The thresholds the nets' schedules are kept with, in plain seconds.
         self.stuck_after_s = self.stuck_policy.stuck_after.total_seconds()
-        self.provision_deadline_s = self.provision_deadline_policy.default_deadline.total_seconds()
         self.boot_window_s = self.boot_policy.window.total_seconds()
         self.silent_after_s = self.silent_policy.silent_after.total_seconds()
         self.lost_after_s = self.lost_policy.lost_after.total_seconds()
@@ -513,7 +514,7 @@ class Sim:
             self.q.after(self.cfg.timing.dispatch_s, lambda: self._started(a, gen))
         else:  # StartJob cannot reach the agent: the dispatch deadline takes it back
             gen = a.end_event
-            self.q.after(DISPATCH_DEADLINE_S, lambda: self._dispatch_failed(a, gen))
+            self.q.after(self.scheduler.dispatch_deadline_s, lambda: self._dispatch_failed(a, gen))
 
     def _started(self, a: Attempt, gen: int) -> None:
         if a.state != "STARTING" or a.end_event != gen:
@@ -521,6 +522,10 @@ class Sim:
         now = self.q.now
         a.state = "RUNNING"
         a.machine.stale.add(a.machine.id)  # its attempt's view changed
+        if a.machine.dispatch_failures:
+            # A dispatch its agent took: the back-off starts over (tick/dispatch.py).
+            a.machine.dispatch_failures = 0
+            a.machine.dispatch_backoff_until = None
         job = a.job
         job.state = "RUNNING"
         if job.first_start is None:
@@ -539,8 +544,16 @@ class Sim:
     def _dispatch_failed(self, a: Attempt, gen: int) -> None:
         if a.state != "STARTING" or a.end_event != gen:
             return
-        a.machine.dispatch_backoff_until = dt(self.q.now + 60.0)
-        self.q.after(61.0, lambda: self._touch(a.machine.offering.pool))  # it may take jobs again
+        # The dispatch's back-off, as tick/dispatch.py keeps it: doubling per failure in a
+        # row from the scheduler's dispatch_backoff_s, capped.
+        m = a.machine
+        m.dispatch_failures += 1
+        backoff = min(
+            self.scheduler.dispatch_backoff_s * 2 ** (m.dispatch_failures - 1),
+            self.scheduler.dispatch_backoff_max_s,
+        )
+        m.dispatch_backoff_until = dt(self.q.now + backoff)
+        self.q.after(backoff + 1.0, lambda: self._touch(m.offering.pool))  # it may take jobs again
         self._end_attempt(a, EndCause.TAKEN_BACK)
 
     def _job_done(self, a: Attempt, gen: int, state: str) -> None:
@@ -850,7 +863,9 @@ class Sim:
         rows_stale = self.rows[o.pool].stale
         m = Machine(id=f"m{self.ordinal:06d}", offering=o, ordinal=self.ordinal, stale=rows_stale)
         m.requested_at = dt(now)
-        m.provision_deadline_at = dt(now + 20 * 60.0)
+        # The scheduler fixes the deadline when it places the request.
+        deadline = now + self.scheduler.provision_deadline_s
+        m.provision_deadline_at = dt(deadline)
         m.state_changed_at = dt(now)
         m.earmarked_for = for_job
         self.machines[m.id] = m
@@ -859,7 +874,7 @@ class Sim:
         self.running[o.pool] += 1
         self.rows[o.pool].add(m)
         self._due("stuck_transition", m, now + self.stuck_after_s)
-        self._due("provision_deadline", m, now + self.provision_deadline_s)
+        self._due("provision_deadline", m, deadline)
         self._call(m, "create", lambda outcome: self._created(m, outcome))
 
     def _created(self, m: Machine, outcome: str) -> None:
@@ -915,7 +930,7 @@ class Sim:
         else:
             m.intent = "STOPPED"
             m.start_failures += 1
-            m.backoff_until = dt(now + START_BACKOFF_S * 2 ** (m.start_failures - 1))
+            m.backoff_until = dt(now + self.scheduler.start_backoff_s * 2 ** (m.start_failures - 1))
             self._move(m, "STOPPED", lifecycle.Actor.FLEET_TICK)
             self.q.at(secs(m.backoff_until), lambda: self._touch(m.offering.pool))
 

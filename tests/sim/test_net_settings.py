@@ -1,0 +1,119 @@
+"""The simulator's nets read their cadences, thresholds and back-offs from the services'
+settings, and nowhere else.
+
+Two checks: a month built with settings off their defaults runs with those values (a
+setting the simulator read from a second place — a literal, a policy's dataclass default —
+would keep the default); and world.py holds no number literal equal to a configured
+cadence, threshold, deadline or back-off, outside the few places where such a number is
+the simulated world's own truth, each named here with why.
+"""
+
+from __future__ import annotations
+
+import ast
+from datetime import timedelta
+from pathlib import Path
+
+from gpufleet.reaper.settings import Settings as ReaperSettings
+from gpufleet.scheduler.settings import Settings as SchedulerSettings
+from gpufleet.sim import world
+from gpufleet.sim.nets import NetSettings
+from gpufleet.sim.profile import PROFILES, SimConfig
+from gpufleet.sim.world import Sim
+from gpufleet.sweeper.settings import Settings as SweeperSettings
+
+# Settings whose values are durations a net, the tick or dispatch is configured with.
+_DURATION = ("_every_s", "_after_s", "_grace_s", "_window_s", "_deadline_s", "_backoff_s")
+_DURATION += ("_wait_s", "_within_s", "_fresh_s", "_default_s", "_ttl_s", "_lease_s")
+
+# (function, value): a number that is the simulated world's truth, not a setting.
+_WORLD_TRUTHS = {
+    # A machine's life as the profile draws it: the clock skew of a bad host (±10 min) and
+    # the slowest agent start (15 min).
+    ("_new_life", 600.0): "clock skew drawn",
+    ("_new_life", 60.0): "the slowest agent start, 15 * 60 s",
+    # The utilisation a busy GPU reads, percent.
+    ("_net_idle_scanner", 90.0): "a busy GPU's utilisation",
+    # The calendar (per month of 30 days) and how long a restart or pause lasts.
+    ("_environment", 30.0): "days in the profile's month",
+    ("_environment", 120.0): "an outage's longest draw",
+}
+
+
+def _configured() -> dict[float, list[str]]:
+    values: dict[float, list[str]] = {}
+    for cls in (ReaperSettings, SweeperSettings, SchedulerSettings):
+        for name, field in cls.model_fields.items():
+            default = field.default
+            if not name.endswith(_DURATION) or isinstance(default, bool):
+                continue
+            # From the shortest cadence up to, not including, a day (the world's calendar).
+            if isinstance(default, int | float) and 30 <= default < 86400:
+                values.setdefault(float(default), []).append(f"{cls.__module__}.{name}")
+    return values
+
+
+def test_world_py_restates_no_cadence_threshold_or_back_off() -> None:
+    configured = _configured()
+    tree = ast.parse(Path(world.__file__).read_text())
+    found: list[str] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, ast.FunctionDef):
+            function = node.name
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, int | float)
+            and not isinstance(node.value, bool)
+            and float(node.value) in configured
+            and (function, float(node.value)) not in _WORLD_TRUTHS
+        ):
+            names = configured[float(node.value)]
+            found.append(f"line {node.lineno} in {function}: {node.value} (= {names})")
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(tree, "<module>")
+    assert found == [], "read these from the services' settings (gpufleet.sim.nets):\n" + "\n".join(found)
+
+
+def test_a_month_runs_on_the_settings_it_is_given_not_on_defaults() -> None:
+    reaper = ReaperSettings.model_construct(
+        idle_scan_every_s=20.0,
+        went_silent_every_s=50.0,
+        went_silent_after_s=1500.0,
+        went_silent_grace_s=700.0,
+        idle_stop_after_s=400.0,
+        boot_window_s=2400.0,
+        lost_after_s=200.0,
+        stuck_transition_after_s=700.0,
+        offering_quarantine_ttl_s=900.0,
+        lost_retry_backoff_s=45.0,
+    )
+    sweeper = SweeperSettings.model_construct(inventory_reconcile_every_s=90.0, orphan_grace_s=2400.0)
+    scheduler = SchedulerSettings.model_construct(
+        provision_deadline_s=1500.0, worker_fresh_s=75.0, dispatch_deadline_s=40.0, start_backoff_s=70.0
+    )
+    settings = NetSettings(reaper=reaper, sweeper=sweeper, scheduler=scheduler)
+    sim = Sim(SimConfig(days=0.05, machines=10, seed=3, faults=PROFILES["harsh"]), settings=settings)
+    assert sim.every["idle_scanner"] == 20.0
+    assert sim.every["went_silent"] == 50.0
+    assert sim.every["inventory_reconcile"] == 90.0
+    assert sim.silent_policy.silent_after == timedelta(seconds=1500)
+    assert sim.silent_policy.grace == timedelta(seconds=700)
+    assert sim.idle_policy.stop_after == timedelta(seconds=400)
+    assert sim.boot_policy.window == timedelta(seconds=2400)
+    assert sim.lost_after_s == 200.0
+    assert sim.stuck_after_s == 700.0
+    assert sim.orphan_policy.grace == timedelta(seconds=2400)
+    assert sim.orphan_policy.deployment_id == world.DEPLOYMENT
+    assert sim.outcomes.offering_quarantine_ttl == timedelta(seconds=900)
+    assert sim.outcomes.lost_retry_backoff_s == 45.0
+    assert sim.tick_policy.worker_fresh_s == 75.0
+    sim.run()
+    # What the rows were written with: each machine's provision deadline is the
+    # scheduler's, counted from its request.
+    assert sim.machines
+    for m in sim.machines.values():
+        assert m.requested_at is not None and m.provision_deadline_at is not None
+        assert m.provision_deadline_at - m.requested_at == timedelta(seconds=1500)
