@@ -19,6 +19,7 @@ from gpufleet.scheduler.settings import Settings as SchedulerSettings
 from gpufleet.sim import world
 from gpufleet.sim.nets import NetSettings
 from gpufleet.sim.profile import PROFILES, SimConfig
+from gpufleet.sim.report import limits
 from gpufleet.sim.world import Sim
 from gpufleet.sweeper.settings import Settings as SweeperSettings
 
@@ -110,6 +111,12 @@ def test_a_month_runs_on_the_settings_it_is_given_not_on_defaults() -> None:
     assert sim.outcomes.offering_quarantine_ttl == timedelta(seconds=900)
     assert sim.outcomes.lost_retry_backoff_s == 45.0
     assert sim.tick_policy.worker_fresh_s == 75.0
+    # The report judges detections against the same settings.
+    judged = limits(sim)
+    assert judged["worker_wedges"] == (1500.0 + sim.heartbeat_s, 50.0)
+    assert judged["path_drop"] == (20.0 + 200.0, sim.every["lost_detector"])
+    assert judged["provision_stall"] == (1500.0, sim.every["provision_deadline"])
+    assert judged["call_failed"] == (700.0, sim.every["stuck_transition"])
     sim.run()
     # What the rows were written with: each machine's provision deadline is the
     # scheduler's, counted from its request.

@@ -73,7 +73,8 @@ def _latency(out: Path, results: dict[str, dict[str, Any]]) -> Path | None:
     classes = [c for c in LIMITS if r["_latencies"].get(c)]
     fig, ax = plt.subplots(figsize=(10, 4))
     ax.boxplot([[v / 60.0 for v in r["_latencies"][c]] for c in classes], showfliers=True)
-    limits = [(LIMITS[c][1] + LIMITS[c][2]) / 60.0 for c in classes]
+    d = r["detections"]
+    limits = [(d[c]["threshold_s"] + d[c]["cadence_s"]) / 60.0 for c in classes]
     ax.scatter(range(1, len(classes) + 1), limits, marker="_", s=400, color="red", label="design limit")
     ax.set_xticks(range(1, len(classes) + 1), classes, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("minutes from failure to caught")

@@ -8,32 +8,66 @@ from typing import Any
 
 from gpufleet.sim.world import Sim
 
-# What each failure class is caught by, and its design limit: the net's threshold (with
-# what the design adds to it: the grace a net waits, the re-confirmation on a second tick,
-# the first sighting by the listing) and the cadence it runs at.
-LIMITS: dict[str, tuple[str, float, float]] = {
-    "provision_stall": ("provision deadline", 20 * 60.0, 60.0),
-    # 30 min from first observed (itself up to one listing after the boot) + the second tick.
-    "boot_never_completes": ("boot failure", 30 * 60.0 + 60.0 + 60.0, 60.0),
-    # Silent 15 min after the last report; the lease (90 s) ends its attempts before then.
-    "worker_dies": ("went silent / money chain", 15 * 60.0 + 10.0, 60.0),
-    "worker_wedges": ("went silent", 15 * 60.0 + 10.0, 60.0),
-    # The probe fails on the next scan (30 s), then 3 min of failing.
-    "path_drop": ("lost detector", 30.0 + 180.0, 60.0),
-    # 30 min of grace from first sighting (up to one sweep after launch).
-    "orphan": ("orphan sweep", 30 * 60.0 + 300.0, 300.0),
-    "preemption": ("inventory reconcile", 0.0, 60.0),
-    "stockout": ("fleet tick (the call's answer)", 40.0, 5.0),
-    "quota_error": ("fleet tick (the call's answer)", 40.0, 5.0),
-    "auth_error": ("fleet tick (the call's answer)", 40.0, 5.0),
-    # The transition is read again after 10 min in it.
-    "call_failed": ("stuck transition", 600.0, 60.0),
-    "call_timed_out": ("stuck transition", 600.0, 60.0),
-    "answer_lost": ("stuck transition", 600.0, 60.0),
-    "control_plane_restart": ("restart", 120.0, 0.0),
-    "leader_paused": ("leadership", 120.0, 0.0),
-    "clock_skew": ("(harmless: never acted on)", 0.0, 0.0),
+# What each failure class is caught by; its design limit is :func:`limits`'.
+LIMITS: dict[str, str] = {
+    "provision_stall": "provision deadline",
+    "boot_never_completes": "boot failure",
+    "worker_dies": "went silent / money chain",
+    "worker_wedges": "went silent",
+    "path_drop": "lost detector",
+    "orphan": "orphan sweep",
+    "preemption": "inventory reconcile",
+    "stockout": "fleet tick (the call's answer)",
+    "quota_error": "fleet tick (the call's answer)",
+    "auth_error": "fleet tick (the call's answer)",
+    "call_failed": "stuck transition",
+    "call_timed_out": "stuck transition",
+    "answer_lost": "stuck transition",
+    "control_plane_restart": "restart",
+    "leader_paused": "leadership",
+    "clock_skew": "(harmless: never acted on)",
 }
+
+
+def limits(sim: Sim) -> dict[str, tuple[float, float]]:
+    """Each class's design limit under the month's own settings: the net's threshold (with
+    what the design adds to it: the grace a net waits, the re-confirmation on a second tick,
+    the first sighting by the listing) and the cadence it runs at."""
+    every = sim.every
+    # Silent this long after the last report, which is up to one heartbeat before the
+    # failure; the lease ends its attempts before then.
+    silent = (sim.silent_after_s + sim.heartbeat_s, every["went_silent"])
+    # The call's answer, seen by the next fleet tick.
+    answered = (40.0, 5.0)
+    stuck = (sim.stuck_after_s, every["stuck_transition"])
+    out = {
+        "provision_stall": (sim.scheduler.provision_deadline_s, every["provision_deadline"]),
+        # The window from first observed (itself up to one listing after the boot) + the
+        # second tick.
+        "boot_never_completes": (
+            sim.boot_window_s + every["inventory_reconcile"] + every["boot_failure"],
+            every["boot_failure"],
+        ),
+        "worker_dies": silent,
+        "worker_wedges": silent,
+        # The probe fails on the idle scanner's next pass, then the lost threshold.
+        "path_drop": (every["idle_scanner"] + sim.lost_after_s, every["lost_detector"]),
+        # The grace from first sighting (up to one sweep after launch).
+        "orphan": (sim.orphan_policy.grace.total_seconds() + every["orphan_sweep"], every["orphan_sweep"]),
+        "preemption": (0.0, every["inventory_reconcile"]),
+        "stockout": answered,
+        "quota_error": answered,
+        "auth_error": answered,
+        # The transition is read again after the stuck limit.
+        "call_failed": stuck,
+        "call_timed_out": stuck,
+        "answer_lost": stuck,
+        "control_plane_restart": (120.0, 0.0),
+        "leader_paused": (120.0, 0.0),
+        "clock_skew": (0.0, 0.0),
+    }
+    assert out.keys() == LIMITS.keys()
+    return out
 
 
 def summarize(sim: Sim, wall_s: float) -> dict[str, Any]:
@@ -45,7 +79,8 @@ def summarize(sim: Sim, wall_s: float) -> dict[str, Any]:
         by_class[f.cls].append(f)
     detections: dict[str, dict[str, Any]] = {}
     missed = 0
-    for cls, (net, threshold, cadence) in LIMITS.items():
+    for cls, (threshold, cadence) in limits(sim).items():
+        net = LIMITS[cls]
         fs = by_class.get(cls, [])
         caught = [f for f in fs if f.caught_at is not None]
         latencies = sorted(f.caught_at - f.at for f in caught)
