@@ -1131,8 +1131,6 @@ class Sim:
             now,
             auto_stop.SPEC,
             self.auto_stop_policy,
-            "stop",
-            None,
             lambda m, why: why is RefusalReason.IN_GRACE_WINDOW and m.stop_due_at is not None,
         )
 
@@ -1142,8 +1140,6 @@ class Sim:
             now,
             auto_destroy.SPEC,
             self.auto_destroy_policy,
-            "destroy",
-            None,
             lambda m, why: m.destroy_due_at is not None and why in waits,
         )
 
@@ -1152,8 +1148,6 @@ class Sim:
             now,
             provision_deadline.SPEC,
             self.provision_deadline_policy,
-            "destroy",
-            FailureClass.PROVISION_TIMEOUT,
             lambda m, why: True,
         )
 
@@ -1162,20 +1156,19 @@ class Sim:
         now: float,
         spec: OneStepSpec[P, A],
         policy: P,
-        op: str,
-        fc: FailureClass | None,
         read_again: Callable[[Machine, RefusalReason], bool],
     ) -> None:
         """A net whose decision is act, refuse or nothing (production's generic runner's
-        spec): its due rows decided with its real policy; a refusal that time alone can lift
-        puts the row back for its next tick."""
+        spec): its due rows decided with its real policy and acted on as the spec says (the
+        transition, the ledger class); a refusal that time alone can lift puts the row back
+        for its next tick."""
         net = spec.name
         every = self.every[net]
         for m in self._pop_due(net, now):
             d = spec.decide(dt(now), self.snapshot(m, now), policy)
             self.metrics.decisions[net] += 1
             if isinstance(d, spec.acts):
-                self._stop_or_destroy(m, op, net, fc)
+                self._stop_or_destroy(m, spec.transition.operation, net, spec.detects)
             elif isinstance(d, Refuse):
                 self._refused(net, d.reason)
                 if read_again(m, d.reason):
@@ -1220,7 +1213,8 @@ class Sim:
             d = went_silent.decide(dt(now), snap, policy)
             self.metrics.decisions["went_silent"] += 1
             if isinstance(d, went_silent.DestroyMachine):
-                self._stop_or_destroy(m, "destroy", "went_silent", FailureClass.WENT_SILENT)
+                spec = went_silent.SPEC
+                self._stop_or_destroy(m, spec.transition.operation, spec.name, spec.detects)
             elif isinstance(d, Refuse):
                 self._refused("went_silent", d.reason)
                 self._due("went_silent", m, now + every)

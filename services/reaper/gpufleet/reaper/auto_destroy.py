@@ -78,7 +78,6 @@ def is_due(now: datetime, machine: MachineSnapshot, policy: AutoDestroyPolicy) -
 
 def claim(now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: AutoDestroyPolicy) -> Claim:
     return Claim(
-        DESTROY,
         guards=[
             *due(now, policy),
             or_(
@@ -92,7 +91,16 @@ def claim(now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: 
     )
 
 
-SPEC = OneStepSpec(name=NAME, due=due, is_due=is_due, decide=decide, acts=DestroyMachine, claim=claim)
+SPEC = OneStepSpec(
+    name=NAME,
+    transition=DESTROY,
+    detects=None,
+    due=due,
+    is_due=is_due,
+    decide=decide,
+    acts=DestroyMachine,
+    claim=claim,
+)
 
 
 class AutoDestroy(OneStepNet[AutoDestroyPolicy, DestroyMachine]):

@@ -77,7 +77,6 @@ def is_due(now: datetime, machine: MachineSnapshot, policy: AutoStopPolicy) -> b
 
 def claim(now: datetime, machine: MachineSnapshot, act: StopMachine, policy: AutoStopPolicy) -> Claim:
     return Claim(
-        STOP,
         guards=[
             *due(now, policy),
             Machine.state.in_(sorted(s.value for s in RUNNING_STATES)),
@@ -90,7 +89,16 @@ def claim(now: datetime, machine: MachineSnapshot, act: StopMachine, policy: Aut
     )
 
 
-SPEC = OneStepSpec(name=NAME, due=due, is_due=is_due, decide=decide, acts=StopMachine, claim=claim)
+SPEC = OneStepSpec(
+    name=NAME,
+    transition=STOP,
+    detects=None,
+    due=due,
+    is_due=is_due,
+    decide=decide,
+    acts=StopMachine,
+    claim=claim,
+)
 
 
 class AutoStop(OneStepNet[AutoStopPolicy, StopMachine]):

@@ -31,7 +31,7 @@ from gpufleet.common.calls import CallPool
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import MachineState
 from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.ledger import OutcomePolicy
+from gpufleet.common.ledger import FailureClass, OutcomePolicy
 from gpufleet.common.loops import TickReport
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.reaper.decision_log import DecisionLog
@@ -54,14 +54,14 @@ ProviderCall = Callable[[str, machine_pb2.Offering, str, str], object]
 
 @dataclass(frozen=True)
 class Claim:
-    """How one decided act is claimed: the transition, the compare-and-set guards on what
-    the scan saw, the timers cleared, the ledger row, and what is recorded on the machine."""
+    """How one decided act is claimed: the compare-and-set guards on what the scan saw, the
+    timers cleared, the ledger row's details, and what is recorded on the machine."""
 
-    transition: Transition
     guards: Sequence[ColumnElement[bool]]
     clear_at_begin: Sequence[TimerColumn] = ()
     clear_at_end: Sequence[TimerColumn] = ()
-    detection: Detection | None = None
+    # The detection's ledger details (the net's ``detects`` class), when it has one.
+    details: str = ""
     why: str = ""
     first_sign: datetime | None = None
 
@@ -71,6 +71,11 @@ class OneStepSpec(Generic[P, A]):
     """What makes a one-step net itself; the loop is :class:`OneStepNet`'s."""
 
     name: str
+    # What an act does (stop or destroy, for this net) and the ledger class it appends in
+    # the claiming transaction (None: no detection, e.g. the money chain): the simulator
+    # acts from the same two.
+    transition: Transition
+    detects: FailureClass | None
     # The due predicate's SQL form: the scan's WHERE (also part of most claims' guards).
     due: Callable[[datetime, P], list[ColumnElement[bool]]]
     # The same predicate over a snapshot: ``decide``'s first check.
@@ -135,15 +140,15 @@ class OneStepNet(Generic[P, A]):
             elif isinstance(decision, spec.acts):
                 claim = spec.claim(now, machine, decision, self.policy)
                 self.runner.execute(
-                    claim.transition,
+                    spec.transition,
                     machine,
                     now,
                     decisions,
                     guards=claim.guards,
                     clear_at_begin=claim.clear_at_begin,
                     clear_at_end=claim.clear_at_end,
-                    call=provider_call(self.provider, claim.transition),
-                    detection=claim.detection,
+                    call=provider_call(self.provider, spec.transition),
+                    detection=Detection(spec.detects, claim.details) if spec.detects else None,
                     why=claim.why,
                     first_sign=claim.first_sign,
                 )

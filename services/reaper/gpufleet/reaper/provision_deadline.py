@@ -27,7 +27,7 @@ from gpufleet.reaper.detection_latency import provision_requested
 from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
 from gpufleet.reaper.snapshot import state_in
-from gpufleet.reaper.transition import Detection, destroy_transition
+from gpufleet.reaper.transition import destroy_transition
 
 NAME = "provision_deadline"
 DESTROY = destroy_transition(NAME)
@@ -111,15 +111,23 @@ def claim(
     now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: ProvisionDeadlinePolicy
 ) -> Claim:
     return Claim(
-        DESTROY,
         guards=due(now, policy),
         clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
-        detection=Detection(FailureClass.PROVISION_TIMEOUT, act.details),
+        details=act.details,
         first_sign=provision_requested(machine, policy.default_deadline),
     )
 
 
-SPEC = OneStepSpec(name=NAME, due=due, is_due=is_due, decide=decide, acts=DestroyMachine, claim=claim)
+SPEC = OneStepSpec(
+    name=NAME,
+    transition=DESTROY,
+    detects=FailureClass.PROVISION_TIMEOUT,
+    due=due,
+    is_due=is_due,
+    decide=decide,
+    acts=DestroyMachine,
+    claim=claim,
+)
 
 
 class ProvisionDeadline(OneStepNet[ProvisionDeadlinePolicy, DestroyMachine]):

@@ -31,7 +31,7 @@ from gpufleet.reaper.lifetime import reported_this_life, reported_this_life_sql
 from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
 from gpufleet.reaper.snapshot import state_in
-from gpufleet.reaper.transition import Detection, destroy_transition
+from gpufleet.reaper.transition import destroy_transition
 
 log = logging.getLogger(__name__)
 
@@ -124,16 +124,24 @@ def is_due(now: datetime, machine: MachineSnapshot, policy: WentSilentPolicy) ->
 
 def claim(now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: WentSilentPolicy) -> Claim:
     return Claim(
-        DESTROY,
         # Still silent: a report that arrived since the scan cancels the destroy.
         guards=[*due(now, policy), Machine.worker_report_at == machine.worker_report_at],
         clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
-        detection=Detection(FailureClass.WENT_SILENT, act.details),
+        details=act.details,
         first_sign=last_report(machine),
     )
 
 
-SPEC = OneStepSpec(name=NAME, due=due, is_due=is_due, decide=decide, acts=DestroyMachine, claim=claim)
+SPEC = OneStepSpec(
+    name=NAME,
+    transition=DESTROY,
+    detects=FailureClass.WENT_SILENT,
+    due=due,
+    is_due=is_due,
+    decide=decide,
+    acts=DestroyMachine,
+    claim=claim,
+)
 
 
 class WentSilent(OneStepNet[WentSilentPolicy, DestroyMachine]):
