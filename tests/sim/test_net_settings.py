@@ -93,7 +93,12 @@ def test_a_month_runs_on_the_settings_it_is_given_not_on_defaults() -> None:
     )
     sweeper = SweeperSettings.model_construct(inventory_reconcile_every_s=90.0, orphan_grace_s=2400.0)
     scheduler = SchedulerSettings.model_construct(
-        provision_deadline_s=1500.0, worker_fresh_s=75.0, dispatch_deadline_s=40.0, start_backoff_s=70.0
+        provision_deadline_s=1500.0,
+        worker_fresh_s=75.0,
+        dispatch_deadline_s=40.0,
+        start_backoff_s=70.0,
+        retry_backoff_s=15.0,
+        lost_retry_backoff_s=50.0,
     )
     settings = NetSettings(reaper=reaper, sweeper=sweeper, scheduler=scheduler)
     sim = Sim(SimConfig(days=0.05, machines=10, seed=3, faults=PROFILES["harsh"]), settings=settings)
@@ -111,6 +116,7 @@ def test_a_month_runs_on_the_settings_it_is_given_not_on_defaults() -> None:
     assert sim.outcomes.offering_quarantine_ttl == timedelta(seconds=900)
     assert sim.outcomes.lost_retry_backoff_s == 45.0
     assert sim.tick_policy.worker_fresh_s == 75.0
+    assert (sim.retries.retry_backoff_s, sim.retries.lost_retry_backoff_s) == (15.0, 50.0)
     # The report judges detections against the same settings.
     judged = limits(sim)
     assert judged["worker_wedges"] == (1500.0 + sim.heartbeat_s, 50.0)

@@ -217,7 +217,8 @@ class Sim:
         )
         self.tick_policies: dict[int, Policy] = {}
         self.outcomes: OutcomePolicy = self.settings.reaper.outcome_policy()
-        self.retries = RetryPolicy(lost_retry_backoff_s=self.outcomes.lost_retry_backoff_s)
+        # A requeue's back-offs as the scheduler's job writers build them.
+        self.retries = RetryPolicy(self.scheduler.retry_backoff_s, self.scheduler.lost_retry_backoff_s)
         reaper = self.settings.reaper
         self.every = self.settings.cadences()
         self.every[MERGED_CHECK] = self.every["went_silent"]
