@@ -100,7 +100,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, required=True, help="minutes of chaos (wall time)")
     p.add_argument("--speed", type=float, default=10.0, help="the control plane's clock speed (default 10)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--arrival-s", type=float, default=6.0, help="mean real seconds between two submits")
+    p.add_argument("--arrival-s", type=float, default=12.0, help="mean real seconds between two submits")
     p.add_argument("--gap-s", type=float, nargs=2, default=(10.0, 30.0), help="real seconds between faults")
     p.add_argument(
         "--drain-s", type=float, default=120.0, help="at most this long for jobs to end after the chaos"
@@ -113,6 +113,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--min-completed", type=int, default=None, help="self-check floor (default 0.75 a minute)")
     p.add_argument(
         "--min-per-class", type=int, default=1, help="self-check: each enabled class at least this often"
+    )
+    p.add_argument(
+        "--warm-up-s",
+        type=float,
+        default=60.0,
+        help="at most this long for a first job to start before the chaos",
     )
     p.add_argument("--keep", action="store_true", help="keep the state folder and say where")
     return p.parse_args(argv)
@@ -224,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         arrivals.start()
         # The chaos begins once the fleet has started a job (or after a minute): faults on a
         # fleet that never served anything would prove nothing.
-        warm_until = time.time() + 60
+        warm_until = time.time() + args.warm_up_s
         while time.time() < warm_until and not started_one(sessions, list(arrivals.jobs)):
             time.sleep(1.0)
         chaos.start()
@@ -400,6 +406,9 @@ def self_check(
         problems.append("no provider call was failed, slowed or lost in any window")
     if figures["process_samples"] < args.minutes * 60:
         problems.append(f"only {figures['process_samples']} process samples")
+    unseen = figures["succeeded_attempts_unseen_by_sampler"]
+    if unseen:
+        problems.append(f"{unseen} succeeded attempt(s) never seen in a process table: the sampler is blind")
     if figures["jobs_submitted"] == 0:
         problems.append("no job was submitted")
     return problems
@@ -426,7 +435,10 @@ def report(figures: dict[str, Any], details: dict[str, list[str]]) -> None:
         ),
         ("agents back after a kill (systemd stand-in)", figures["agents_back_after_kill"]),
         ("submit retries", figures["submit_retries"]),
-        ("process samples", figures["process_samples"]),
+        (
+            "process samples / attempts seen in them",
+            f"{figures['process_samples']} / {figures['attempts_seen_in_process_tables']}",
+        ),
     ]
     print("\n  figure" + " " * 46 + "value")
     for name, value in rows:

@@ -33,6 +33,14 @@ class ProbeProxies:
         self.on_machine = on_machine
         self._known: set[str] = set()
         self.loop = asyncio.new_event_loop()
+        # Relays still open when the soak ends are dropped with the process: not an error.
+        self.loop.set_exception_handler(
+            lambda loop, ctx: (
+                None
+                if "destroyed but it is pending" in str(ctx.get("message", ""))
+                else loop.default_exception_handler(ctx)
+            )
+        )
         self._servers: dict[str, asyncio.base_events.Server] = {}
         self._healed: dict[str, asyncio.Event] = {}
         self._thread = threading.Thread(target=self._run, name="probe-proxies", daemon=True)

@@ -101,6 +101,13 @@ def judge(
             f"{job_id}: attempts {', '.join(first.attempts)} alive together in {span} sample(s)",
         )
     v.figures["jobs_run_twice"] = len(twice)
+    # The sampler is only as good as what it sees: every attempt that succeeded ran for
+    # seconds, so each must have been seen alive in the process table at least once.
+    unseen = sorted(a.id for a in attempts if a.state == "SUCCEEDED" and a.id not in sampler.seen)
+    v.figures["succeeded_attempts_unseen_by_sampler"] = len(unseen)
+    v.figures["attempts_seen_in_process_tables"] = len(sampler.seen)
+    for a_id in unseen:
+        v.note("succeeded_attempts_unseen_by_sampler", f"attempt {a_id}")
 
     # ---- charges ---------------------------------------------------------------------
     wrong = 0
