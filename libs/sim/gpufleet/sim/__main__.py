@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet.sim.nets import NetSettings, SettingRefused
 from gpufleet.sim.profile import PROFILES, SimConfig, Workload
 from gpufleet.sim.report import combine, summarize, table
 from gpufleet.sim.world import POLICIES, InvariantBroken, Sim
@@ -41,7 +42,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plant", choices=["went_silent_reads_composite"], help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     p.add_argument("--plot", metavar="DIR", help="write PNG charts of the run into DIR")
-    p.add_argument("--processes", type=int, default=0, help="worker processes (default: one a policy)")
+    p.add_argument("--processes", type=int, default=0, help="worker processes (default: one a month)")
+    p.add_argument(
+        "--sweep",
+        metavar="NAME=V1,V2,...",
+        help="one month under the real nets per value of one reaper, sweeper or scheduler setting "
+        "the simulator reads (e.g. went_silent_after_s=300,600,900,1800), side by side",
+    )
     return p
 
 
@@ -53,14 +60,16 @@ def _init(progress: Any) -> None:
     _progress = progress
 
 
-def _one(cfg: SimConfig, policy: str, plant: str | None) -> dict[str, Any]:
+def _one(
+    cfg: SimConfig, label: str, policy: str, plant: str | None, settings: NetSettings | None
+) -> dict[str, Any]:
     progress = _progress
     t0 = time.perf_counter()
-    sim = Sim(cfg, policy, plant=plant)
+    sim = Sim(cfg, policy, plant=plant, settings=settings)
 
     def tick(t: float) -> None:
         if progress is not None:
-            progress.put((policy, t))
+            progress.put((label, t))
 
     try:
         sim.run(on_progress=tick)
@@ -87,13 +96,28 @@ def run(
     """Each policy in its own process, with one progress bar for all. One a policy even on
     fewer CPUs: three sharing two cores end together at 1.5 runs' time, where two workers
     would take two (two runs, then the third alone)."""
-    n = processes or len(policies)
+    return run_tasks(cfg, {p: (p, None) for p in policies}, plant, processes, show)
+
+
+def run_tasks(
+    cfg: SimConfig,
+    tasks: dict[str, tuple[str, NetSettings | None]],
+    plant: str | None,
+    processes: int,
+    show: bool,
+) -> dict[str, dict[str, Any]]:
+    """Each month (label -> policy and the services' settings, None for their defaults) in
+    a process of its own, with one progress bar for all."""
+    n = processes or len(tasks)
     ctx = mp.get_context("fork")
     manager_q: Any = ctx.Queue()
-    done: dict[str, float] = dict.fromkeys(policies, 0.0)
+    done: dict[str, float] = dict.fromkeys(tasks, 0.0)
     end = cfg.days * 86400.0
     with ctx.Pool(n, initializer=_init, initargs=(manager_q,)) as pool:
-        pending = {p: pool.apply_async(_one, (cfg, p, plant)) for p in policies}
+        pending = {
+            label: pool.apply_async(_one, (cfg, label, policy, plant, settings))
+            for label, (policy, settings) in tasks.items()
+        }
         last = 0.0
         while any(not r.ready() for r in pending.values()):
             try:
@@ -107,7 +131,7 @@ def run(
                 _bar(done, end)
         results = {p: r.get() for p, r in pending.items()}
     if show:
-        _bar(dict.fromkeys(policies, end), end)
+        _bar(dict.fromkeys(tasks, end), end)
         sys.stderr.write("\n")
     return results
 
@@ -144,8 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         faults=PROFILES[args.profile],
         workload=dataclasses.replace(Workload(), mean_load=args.load),
     )
+    show = not args.json and sys.stderr.isatty()
+    if args.sweep is not None:
+        return _sweep(args, cfg, show)
     t0 = time.perf_counter()
-    results = run(cfg, policies, args.plant, args.processes, show=not args.json and sys.stderr.isatty())
+    results = run(cfg, policies, args.plant, args.processes, show=show)
     wall = time.perf_counter() - t0
     broken = {p: r["invariant_broken"] for p, r in results.items() if "invariant_broken" in r}
     if broken:
@@ -164,6 +191,43 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2) if args.json else table(out))
     else:
         print(json.dumps({"policies": clean, "wall_s": round(wall, 2)}, indent=2))
+    return 0
+
+
+def _sweep(args: argparse.Namespace, cfg: SimConfig, show: bool) -> int:
+    """One month a value, under the real nets: every value's settings validated first."""
+    from gpufleet.sim import sweep
+
+    try:
+        plan = sweep.parse(args.sweep)
+    except SettingRefused as exc:
+        parser().error(f"--sweep {exc}")
+    tasks: dict[str, tuple[str, NetSettings | None]] = {
+        v: ("nets", s) for v, s in zip(plan.values, plan.settings, strict=True)
+    }
+    t0 = time.perf_counter()
+    results = run_tasks(cfg, tasks, args.plant, args.processes, show=show)
+    wall = time.perf_counter() - t0
+    broken = {v: r["invariant_broken"] for v, r in results.items() if "invariant_broken" in r}
+    if broken:
+        for v, why in broken.items():
+            print(f"gpufleet simulate: invariant broken with {plan.name}={v}: {why}", file=sys.stderr)
+        return 1
+    rows = {v: sweep.row(r) for v, r in results.items()}
+    if args.plot:
+        from gpufleet.sim.plots import write_sweep_plot
+
+        path = write_sweep_plot(Path(args.plot), plan.name, rows)
+        if not args.json:
+            print(f"chart: {path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"sweep": plan.name, "values": rows, "wall_s": round(wall, 2)}, indent=2))
+    else:
+        header = (
+            f"{cfg.days:g} days, {cfg.machines} machines at most, seed {cfg.seed}, real nets: "
+            f"{plan.name} swept (wall time {wall:.1f} s)"
+        )
+        print(sweep.table(plan.name, rows, header))
     return 0
 
 

@@ -10,6 +10,9 @@ against it at import.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
 
 from gpufleet.common import nets
 from gpufleet.reaper import nets as reaper_nets
@@ -53,3 +56,106 @@ class NetSettings:
     def cadences(self) -> dict[str, float]:
         """Every simulated net's cadence, in the registry's order."""
         return {net.name: self.every(net.name) for net in nets.simulated()}
+
+
+# Every policy setting a simulated month reads, by service (a drift test records what the
+# simulator reads and compares): what ``gpufleet simulate --sweep`` may change. Addresses,
+# credentials and the deployment's name are not policy; the simulator reads none of them
+# but ``deployment_id`` (the orphan policy's, replaced by the simulated deployment's own).
+READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
+    "reaper": frozenset(
+        {
+            "idle_scan_every_s",
+            "auto_stop_every_s",
+            "auto_destroy_every_s",
+            "provision_deadline_every_s",
+            "boot_failure_every_s",
+            "went_silent_every_s",
+            "lost_detector_every_s",
+            "stuck_transition_every_s",
+            "idle_stop_after_s",
+            "idle_destroy_after_s",
+            "idle_gpu_busy_percent",
+            "idle_engine_busy_percent",
+            "auto_stop_grace_s",
+            "auto_destroy_grace_s",
+            "provision_deadline_default_s",
+            "boot_window_s",
+            "went_silent_after_s",
+            "went_silent_grace_s",
+            "lost_after_s",
+            "lost_still_there_within_s",
+            "stuck_transition_after_s",
+            "offering_quarantine_ttl_s",
+            "halt_provisioning_ttl_s",
+            "lost_retry_backoff_s",
+        }
+    ),
+    "sweeper": frozenset({"inventory_reconcile_every_s", "orphan_sweep_every_s", "orphan_grace_s"}),
+    "scheduler": frozenset(
+        {
+            "worker_fresh_s",
+            "provision_deadline_s",
+            "start_backoff_s",
+            "retry_backoff_s",
+            "lost_retry_backoff_s",
+            "dispatch_deadline_s",
+            "dispatch_backoff_s",
+            "dispatch_backoff_max_s",
+        }
+    ),
+}
+SWEEPABLE: frozenset[str] = frozenset().union(*READ_BY_SIMULATOR.values())
+_CLASSES: dict[str, type[ReaperSettings | SweeperSettings | SchedulerSettings]] = {
+    "reaper": ReaperSettings,
+    "sweeper": SweeperSettings,
+    "scheduler": SchedulerSettings,
+}
+
+
+class SettingRefused(ValueError):
+    """A setting a month cannot run with: one the simulator does not read, or a value its
+    service's validation refuses or would change. The message names the field."""
+
+
+def _validated(cls: type[Any], name: str | None, value: str | None) -> Any:
+    # Every field given: what is given wins over the environment and a config file, so a
+    # month reproduces wherever it is run; given, they are validated as a service's are.
+    defaults = cls.model_construct()
+    data = {f: getattr(defaults, f) for f in cls.model_fields}
+    if name is not None:
+        data[name] = value
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        why = "; ".join(_error(e) for e in exc.errors())
+        raise SettingRefused(f"{name}={value}: {why}") from None
+
+
+def _error(e: Any) -> str:
+    loc = ".".join(str(p) for p in e["loc"])
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
+
+
+def validated(name: str, value: str) -> NetSettings:
+    """The services' settings with ``name`` set to ``value`` wherever a service has it (as
+    one ``GPUFLEET_*`` variable would set it for every process), each built and validated as
+    its service builds it. Raises :class:`SettingRefused`, naming the field, for a setting
+    the simulator does not read, a value refused, or a value the validation changes (went
+    silent's hard floor raises a lower threshold with only a warning: two runs of a sweep
+    would then run the same month under different labels)."""
+    if name not in SWEEPABLE:
+        raise SettingRefused(
+            f"{name}: not a setting the simulator reads; choose from {', '.join(sorted(SWEEPABLE))}"
+        )
+    built: dict[str, Any] = {}
+    for service, cls in _CLASSES.items():
+        given = name in cls.model_fields
+        s = built[service] = _validated(cls, name if given else None, value if given else None)
+        if given and float(getattr(s, name)) != float(value):
+            raise SettingRefused(
+                f"{name}={value}: the {service}'s validation changes it to {getattr(s, name):g} "
+                "(a hard floor or bound), so the month would not run with the value given"
+            )
+    return NetSettings(reaper=built["reaper"], sweeper=built["sweeper"], scheduler=built["scheduler"])

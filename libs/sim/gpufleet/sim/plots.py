@@ -88,3 +88,46 @@ def _save(fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def write_sweep_plot(out: Path, name: str, rows: dict[str, dict[str, Any]]) -> Path:
+    """One chart of a sweep (``sweep_<name>.png``): idle GPU-hours, healthy destroys and lost
+    jobs per value, and each caught class's detection latency (p50, p95 dashed) per value."""
+    out.mkdir(parents=True, exist_ok=True)
+    values = list(rows)
+    xs = range(len(values))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    left.bar(xs, [rows[v]["idle_gpu_hours"] for v in values], color="tab:blue", label="idle GPU-hours")
+    left.set_ylabel("idle GPU-hours")
+    counts = left.twinx()
+    counts.plot(
+        xs, [rows[v]["healthy_destroys"] for v in values], "o-", color="tab:red", label="healthy destroys"
+    )
+    counts.plot(xs, [rows[v]["jobs_lost"] for v in values], "s--", color="tab:gray", label="jobs lost")
+    counts.set_ylabel("count")
+    counts.set_ylim(
+        bottom=0,
+        top=max(1, *(rows[v]["healthy_destroys"] for v in values), *(rows[v]["jobs_lost"] for v in values))
+        * 1.2,
+    )
+    left.set_xticks(list(xs), values)
+    left.set_xlabel(name)
+    left.set_title("Money and harm per value")
+    handles = left.get_legend_handles_labels()[0] + counts.get_legend_handles_labels()[0]
+    left.legend(handles, [str(h.get_label()) for h in handles], fontsize=8, loc="upper left")
+    for i, cls in enumerate(LIMITS):
+        cells = [rows[v]["detection_latency"][cls] for v in values]
+        if not any(cells):
+            continue
+        color = f"C{i % 10}"
+        p50 = [c["p50_s"] / 60.0 if c else float("nan") for c in cells]
+        p95 = [c["p95_s"] / 60.0 if c else float("nan") for c in cells]
+        right.plot(xs, p50, "o-", color=color, label=cls)
+        right.plot(xs, p95, "--", color=color)
+    right.set_xticks(list(xs), values)
+    right.set_xlabel(name)
+    right.set_ylabel("minutes from failure to caught")
+    right.set_title("Detection latency per class: p50 (solid), p95 (dashed)")
+    right.legend(fontsize=7, ncol=2)
+    path = _save(fig, out / f"sweep_{name}.png")
+    return path

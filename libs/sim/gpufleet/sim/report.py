@@ -6,6 +6,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from gpufleet.sim.fairness import by_plan
 from gpufleet.sim.world import Sim
 
 # What each failure class is caught by; its design limit is :func:`limits`'.
@@ -136,8 +137,18 @@ def summarize(sim: Sim, wall_s: float) -> dict[str, Any]:
         "decisions": dict(sorted(m.decisions.items())),
         "refusals": dict(sorted(m.refusals.items())),
         "violations": sim.violations[:20],
+        "fairness": fairness_summary(sim),
         "wall_s": round(wall_s, 2),
+        # The simulator's speed: simulated seconds of the month per wall second of its run.
+        "sim_seconds_per_wall_second": round(sim.end / wall_s) if wall_s > 0 else None,
     }
+
+
+def fairness_summary(sim: Sim) -> dict[str, Any]:
+    """The month's fair share (:mod:`gpufleet.sim.fairness` defines each figure): by plan,
+    and every workspace that contended, the worst error first."""
+    rows = sim.fairness.rows()
+    return {"by_plan": by_plan(rows), "workspaces": rows}
 
 
 def _jobs_lost(sim: Sim) -> int:
@@ -165,7 +176,9 @@ def combine(results: dict[str, dict[str, Any]], wall_s: float) -> dict[str, Any]
     out["idle_vs_oracle"] = round(nets["idle_gpu_hours"] / oracle_idle, 3)
     out["idle_vs_merged_check"] = round(nets["idle_gpu_hours"] / merged_idle, 3)
     out["share_of_cost_without_work"] = round(nets["idle_gpu_hours"] / max(nets["gpu_hours_billed"], 1e-9), 3)
-    out["policies"] = {p: {k: v for k, v in r.items() if k != "detections"} for p, r in results.items()}
+    out["policies"] = {
+        p: {k: v for k, v in r.items() if k not in ("detections", "fairness")} for p, r in results.items()
+    }
     out["policies_detections"] = {p: r["detections"] for p, r in results.items()}
     out["wall_s"] = round(wall_s, 2)
     return out
@@ -209,9 +222,43 @@ def table(out: dict[str, Any]) -> str:
             f"{cls:24}{d['caught_by']:30}{d['injected']:>9}{d['caught']:>8}"
             f"{_fmt(d['p50_latency_s']):>9}{_fmt(d['max_latency_s']):>9}{limit:>9.0f}"
         )
-    lines.append("")
-    lines.append(f"wall time {out['wall_s']:.1f} s")
+    lines += ["", *fairness_table(out["fairness"]), ""]
+    speeds = ", ".join(
+        f"{p} {_fmt(pol[p]['sim_seconds_per_wall_second'])}" for p in ("nets", "oracle", "merged")
+    )
+    lines.append(f"wall time {out['wall_s']:.1f} s; speed (simulated s per wall s): {speeds}")
     return "\n".join(lines)
+
+
+def fairness_table(fairness: dict[str, Any], worst: int = 10) -> list[str]:
+    """Fair share under the real nets: by plan, then the workspaces with the worst error."""
+    lines = [
+        "fair share (real nets; slot-hours while contending: received vs entitled by plan weight)",
+        f"{'plan':12}{'workspaces':>11}{'received':>10}{'entitled':>10}{'ratio':>8}{'worst error':>13}",
+    ]
+    for plan, p in fairness["by_plan"].items():
+        lines.append(
+            f"{plan:12}{p['workspaces']:>11}{p['received_slot_h']:>10.1f}{p['entitled_slot_h']:>10.1f}"
+            f"{_ratio(p['received_vs_entitled']):>8}{p['worst_error']:>+13.3f}"
+        )
+    rows = fairness["workspaces"][:worst]
+    if rows:
+        lines += [
+            "",
+            f"{'workspace':12}{'plan':>8}{'ticks':>7}{'received':>10}{'entitled':>10}{'ratio':>8}"
+            f"{'mean |err|':>11}{'worst error':>13}",
+        ]
+        for r in rows:
+            lines.append(
+                f"{r['workspace']:12}{r['plan']:>8}{r['ticks']:>7}{r['received_slot_h']:>10.2f}"
+                f"{r['entitled_slot_h']:>10.2f}{_ratio(r['received_vs_entitled']):>8}"
+                f"{_ratio(r['mean_abs_error']):>11}{r['worst_error']:>+13.3f}"
+            )
+    return lines
+
+
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
 
 
 def _fmt(v: Any) -> str:

@@ -56,6 +56,7 @@ from gpufleet.scheduler.tick.model import (
     TickPlan,
 )
 from gpufleet.sim.clock import EventQueue, dt, secs
+from gpufleet.sim.fairness import FairnessLedger
 from gpufleet.sim.nets import NetSettings
 from gpufleet.sim.profile import Offering, SimConfig, load_offerings
 from gpufleet.sim.records import INF, USELESS_CLASSES, Attempt, Failure, Job, Machine
@@ -174,6 +175,8 @@ class Sim:
         # ``queued_read_bound`` waiting jobs, is the head of its list.
         self.ws_queue: dict[str, dict[str, list[Job]]] = {p: {} for p in self.pools}
         self.running_per_ws: Counter[str] = Counter()
+        # (workspace, pool) -> slots its live attempts hold: the fairness table's (fairness.py).
+        self.held_slots: Counter[tuple[str, str]] = Counter()
         # (workspace, pool) -> its jobs in the pool's queue.
         self.waiting: Counter[tuple[str, str]] = Counter()
         self.usage: dict[str, tuple[float, float]] = {}  # ws -> (decayed slot-s, at)
@@ -200,6 +203,7 @@ class Sim:
         self.rng_env = random.Random(f"{config.seed}:environment")
         self.workspaces = self._workspaces()
         self.limits = {ws: PLANS[plan][2] for ws, plan, _, _ in self.workspaces}
+        self.fairness = FairnessLedger({ws: (plan, PLANS[plan][1]) for ws, plan, _, _ in self.workspaces})
         # Cumulative, once: ``choices`` would add up 400 weights at every arrival.
         self.ws_cum_weights = list(accumulate(x[3] for x in self.workspaces))
         self.kind_cum_weights = list(accumulate(k.share for k in self.cfg.workload.kinds))
@@ -389,6 +393,7 @@ class Sim:
         for pool in pools:
             others = sum(n for p, n in self.running.items() if p != pool)
             snapshot = self._snapshot(pool, now)
+            self._sample_fairness(pool, now)
             ceiling = max(0, self.cfg.machines - others)
             policy = self.tick_policies.get(ceiling)
             if policy is None:  # one per ceiling, built once (the decision only reads it)
@@ -398,6 +403,17 @@ class Sim:
             plan = tick_decide.decide(snapshot, policy)
             self.metrics.decisions["fleet_tick"] += 1
             self._apply_plan(pool, plan, now)
+
+    def _sample_fairness(self, pool: str, now: float) -> None:
+        """Who contends for the pool's slots at this tick, as fairness.py defines it."""
+        contenders = []
+        for ws, jobs in self.ws_queue[pool].items():
+            want = sum(j.slots_needed for j in jobs if j.backoff_until <= now)
+            if want:
+                held = self.held_slots[(ws, pool)]
+                capped = self.running_per_ws[ws] >= self.limits.get(ws, 0)
+                contenders.append((ws, float(held), float(held if capped else held + want)))
+        self.fairness.sample(pool, now, contenders)
 
     def _usage(self, ws: str, now: float) -> float:
         used, at = self.usage.get(ws, (0.0, now))
@@ -502,6 +518,7 @@ class Sim:
             if not jobs:
                 del queue[job.workspace]
         self.running_per_ws[job.workspace] += 1
+        self.held_slots[(job.workspace, job.pool)] += len(slots)
         if m.earmarked_for == job.id:
             m.earmarked_for = None
             if m.state == "DRAINING":
@@ -585,6 +602,7 @@ class Sim:
             m.live_attempts.remove(a)
         job.live = None
         self.running_per_ws[job.workspace] -= 1
+        self.held_slots[(job.workspace, job.pool)] -= len(a.slots)
         slot_s = (now - a.started) * len(a.slots)
         used = self._usage(job.workspace, now) + slot_s
         self.usage[job.workspace] = (used, now)
@@ -1598,6 +1616,7 @@ class Sim:
 
     def _close_books(self) -> None:
         now = self.end
+        self.fairness.close(now)
         for mid in list(self.live):
             m = self.machines[mid]
             self._bill(m, now)
