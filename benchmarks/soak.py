@@ -37,12 +37,14 @@ injected, no process samples).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
 import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -306,12 +308,44 @@ def main(argv: list[str] | None = None) -> int:
         if chaos is not None:
             chaos.stop()
         supervisor.stop()
+        end_machines(machines_root)
         stack.shutdown()
         postgres.stop()
         if args.keep or status != 0:
             print(f"soak: state folder kept: {state}", file=sys.stderr)
         else:
             shutil.rmtree(state, ignore_errors=True)
+
+
+def end_machines(machines_root: Path) -> None:
+    """End every local machine by its driver's record (instance.json's process group, the
+    systemd stand-in's): ``gpufleet down`` finds a machine by ``disk/agent.pid``, which
+    under the stand-in is the agent, not the machine's session, and would leave its
+    worker behind."""
+    groups = []
+    for record in machines_root.glob("*/instance.json"):
+        with contextlib.suppress(OSError, ValueError):
+            pgid = json.loads(record.read_text()).get("pgid")
+            if pgid:
+                (record.parent / "disk" / "machine.stopping").write_text("the soak ended\n")
+                groups.append(int(pgid))
+    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
+            time.sleep(0.2)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def backend_client(stack: Stack) -> Client:
