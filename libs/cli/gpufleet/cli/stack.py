@@ -108,17 +108,25 @@ class StackConfig:
         written on some clock, which :meth:`Stack.keep_clock` must not contradict."""
         if not self.external_database_url:
             return (self.state_dir / "gpufleet.sqlite").exists()
-        from sqlalchemy import create_engine, inspect
-        from sqlalchemy.exc import SQLAlchemyError
-
-        engine = create_engine(self.external_database_url)
-        try:
-            with engine.connect() as conn:
-                return inspect(conn).has_table("alembic_version")
-        except SQLAlchemyError as exc:
-            raise DatabaseUnreachable(f"cannot read the database at --database-url: {exc}") from exc
-        finally:
-            engine.dispose()
+        # Asked of the migrations module in a process of its own: the CLI imports no
+        # database library (its import contract; the services own the database).
+        asked = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpufleet.common.db.migrate",
+                "--database-url",
+                self.external_database_url,
+                "--has-run",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if asked.returncode in (0, 3):  # migrate's HAS_RUN, NEVER_RAN
+            return asked.returncode == 0
+        reason = (asked.stderr.strip().splitlines() or ["no answer"])[0]
+        raise DatabaseUnreachable(f"cannot read the database at --database-url: {reason}")
 
 
 @dataclass

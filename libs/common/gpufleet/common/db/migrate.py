@@ -22,15 +22,48 @@ def upgrade(url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(url), revision)
 
 
+# ``--has-run``'s exit codes: the CLI may not import a database library (its import
+# contract), so it asks this module in a process of its own.
+HAS_RUN, NEVER_RAN, UNREACHABLE = 0, 3, 4
+
+
+def has_run(url: str) -> bool:
+    """Whether a control plane already migrated the database at ``url`` (the migrations'
+    version table exists): its times were then written on some clock."""
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return inspect(conn).has_table("alembic_version")
+    finally:
+        engine.dispose()
+
+
 def main() -> None:
     import argparse
     import os
+    import sys
+
+    from sqlalchemy.exc import SQLAlchemyError
 
     parser = argparse.ArgumentParser(description="Apply gpufleet's database migrations.")
     parser.add_argument("--database-url", default=os.environ.get("GPUFLEET_DATABASE_URL"))
+    parser.add_argument(
+        "--has-run",
+        action="store_true",
+        help=f"migrate nothing; exit {HAS_RUN} if the database was migrated before, {NEVER_RAN} if "
+        f"not, {UNREACHABLE} (the reason on stderr) if it cannot be read",
+    )
     args = parser.parse_args()
     if not args.database_url:
         parser.error("--database-url or GPUFLEET_DATABASE_URL is required")
+    if args.has_run:
+        try:
+            sys.exit(HAS_RUN if has_run(args.database_url) else NEVER_RAN)
+        except SQLAlchemyError as exc:
+            print(exc, file=sys.stderr)
+            sys.exit(UNREACHABLE)
     upgrade(args.database_url)
     print("gpufleet: database migrated to head")
 
