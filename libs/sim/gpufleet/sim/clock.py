@@ -17,17 +17,24 @@ Action = Callable[[], None]
 
 
 class EventQueue:
-    """A heap of (time, sequence, action): equal times run in the order they were pushed,
-    so one seed gives one order of events and the same month, bit for bit."""
+    """A heap of (time, rank, sequence, action): equal times run by rank, then in the order
+    they were pushed, so one seed gives one order of events and the same month, bit for bit.
+
+    The world's own events are rank 0. The loops that run on a fixed grid (the hourly
+    sample, each net's passes, the fleet tick) have a rank of their own, so where one of
+    them stands among the events of its instant does not depend on when it was pushed: a
+    pass the simulator skips (nothing due) and pushes later, only once something falls due,
+    runs exactly where a pass pushed one cadence before would have run."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Action]] = []
+        self._heap: list[tuple[float, int, int, Action]] = []
         self._seq = 0
         self.now = 0.0
+        self.rank = 0  # the rank of the event running now
 
-    def at(self, t: float, action: Action) -> None:
+    def at(self, t: float, action: Action, rank: int = 0) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (max(t, self.now), self._seq, action))
+        heapq.heappush(self._heap, (max(t, self.now), rank, self._seq, action))
 
     def after(self, delay: float, action: Action) -> None:
         self.at(self.now + delay, action)
@@ -37,7 +44,7 @@ class EventQueue:
         n = 0
         next_report = 0.0
         while heap and heap[0][0] <= end:
-            t, _, action = heapq.heappop(heap)
+            t, self.rank, _, action = heapq.heappop(heap)
             self.now = t
             action()
             n += 1
@@ -45,6 +52,7 @@ class EventQueue:
                 on_progress(t)
                 next_report = t + 3600.0
         self.now = end
+        self.rank = 0
         return n
 
 

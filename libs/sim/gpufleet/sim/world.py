@@ -14,6 +14,7 @@ call answers, and what the truth of each machine is.
 from __future__ import annotations
 
 import gc
+import heapq
 import math
 import random
 from bisect import bisect_left, bisect_right, insort
@@ -129,12 +130,17 @@ class Sim:
         policy: str = "nets",
         plant: str | None = None,
         settings: NetSettings | None = None,
+        evaluate_everything: bool = False,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.cfg = config
         self.policy = policy
         self.plant = plant
+        # Every pool's tick at every tick cadence and every net's pass at every cadence,
+        # instead of only those an event touched or a clock made due: slower, and the same
+        # month bit for bit (a test holds the two to it).
+        self.evaluate_everything = evaluate_everything
         self.q = EventQueue()
         self.end = config.days * 86400.0
         self.metrics = Metrics()
@@ -179,6 +185,7 @@ class Sim:
         self.held_slots: Counter[tuple[str, str]] = Counter()
         # (workspace, pool) -> its jobs in the pool's queue.
         self.waiting: Counter[tuple[str, str]] = Counter()
+        self.films_waiting: Counter[str] = Counter()  # pool -> films in its queue
         self.usage: dict[str, tuple[float, float]] = {}  # ws -> (decayed slot-s, at)
         self.quarantined: dict[str, float] = {}  # offering -> until
         self.halted: dict[tuple[str, str], float] = {}  # (provider, region) -> until
@@ -196,6 +203,15 @@ class Sim:
         self.job_seq = 0
         # Each net's schedule of rows that can first match its scan's WHERE clause.
         self.due: dict[str, dict[str, float]] = defaultdict(dict)
+        # The same schedules as heaps of (t, machine id), the earliest first, for the next
+        # wake and the rows due; an entry the schedule no longer holds is passed over.
+        self.due_heap: dict[str, list[tuple[float, str]]] = defaultdict(list)
+        # Each net's next pass, pushed only once something can be due then: (its time, a
+        # token its event carries; an event whose token is not the net's any more is void).
+        self.next_pass: dict[str, tuple[float, int]] = {}
+        self.pass_tokens = 0
+        self.restarts: list[tuple[float, float]] = []  # the control plane down, from, until
+        self.net_rank: dict[str, int] = {}  # set by run()
         self.idle_watch: set[str] = set()
         self.recon_watch: set[str] = set()
         self.rng_calls = random.Random(f"{config.seed}:calls")
@@ -274,11 +290,19 @@ class Sim:
         self.bursts = self._bursts()
         self.burst_starts = [a for a, _ in self.bursts]
         self._next_arrival(0.0)
-        for name in self.scheduled_nets():
-            every = self.every[name]
-            self.q.at(every, self._net_tick(name, NET_HANDLERS[name], every))
+        # The grid loops' ranks among the events of one instant: the sample, then the nets
+        # (the longest cadence first, then the registry's order), then the fleet tick.
+        names = self.scheduled_nets()
+        by_cadence = sorted(names, key=lambda n: (-self.every[n], names.index(n)))
+        self.net_rank = {name: SAMPLE_RANK + 1 + i for i, name in enumerate(by_cadence)}
+        for name in names:
+            if self.evaluate_everything:
+                self._push_pass(name, self.every[name])
+        if self.evaluate_everything:
+            self.tick_pending = True
+            self.q.at(self.cfg.tick_s, self._tick, TICK_RANK)
         self._environment()
-        self.q.at(3600.0, self._sample)
+        self.q.at(3600.0, self._sample, SAMPLE_RANK)
         # The cycle collector is off while the month runs: the world makes next to no
         # cyclic garbage (a 4-day run's collections found 708 objects, the month's oldest
         # generation none), and each full pass walks every live job, attempt and view —
@@ -290,6 +314,8 @@ class Sim:
         finally:
             if collecting:
                 gc.enable()
+        if not self.evaluate_everything:
+            self._count_skipped_passes()
         self._close_books()
         return self.metrics
 
@@ -369,6 +395,7 @@ class Sim:
         self.queued[pool][job.id] = job
         self.ws_queue[pool].setdefault(ws, []).append(job)
         self.waiting[(job.workspace, pool)] += 1
+        self.films_waiting[pool] += job.whole
         self._touch(pool)
         self._next_arrival(now)
 
@@ -380,15 +407,17 @@ class Sim:
         if not self.tick_pending:
             self.tick_pending = True
             step = self.cfg.tick_s
-            self.q.at(math.floor(self.q.now / step) * step + step, self._tick)
+            self.q.at(math.floor(self.q.now / step) * step + step, self._tick, TICK_RANK)
 
     def _tick(self) -> None:
         self.tick_pending = False
         now = self.q.now
         if now < self.down_until:
             self.tick_pending = True
-            self.q.at(self.down_until, self._tick)
+            self.q.at(self.down_until, self._tick, TICK_RANK)
             return
+        if self.evaluate_everything:
+            self.dirty.update(self.pools)
         pools, self.dirty = sorted(self.dirty), set()
         for pool in pools:
             others = sum(n for p, n in self.running.items() if p != pool)
@@ -403,6 +432,10 @@ class Sim:
             plan = tick_decide.decide(snapshot, policy)
             self.metrics.decisions["fleet_tick"] += 1
             self._apply_plan(pool, plan, now)
+        if self.evaluate_everything and not self.tick_pending:
+            self.tick_pending = True
+            step = self.cfg.tick_s
+            self.q.at(math.floor(now / step) * step + step, self._tick, TICK_RANK)
 
     def _sample_fairness(self, pool: str, now: float) -> None:
         """Who contends for the pool's slots at this tick, as fairness.py defines it."""
@@ -494,6 +527,10 @@ class Sim:
                 self._start(self.machines[action.machine_id], action.for_job)
         for asg in plan.assignments:
             self._assign(self.jobs[asg.job_id], self.machines[asg.machine_id], asg.slots, now)
+        if plan.assignments and self.films_waiting[pool]:
+            # Work placed changes what a waiting film may take (its share cap holds only
+            # while short jobs wait): the next tick decides it again.
+            self._touch(pool)
 
     def _assign(self, job: Job, m: Machine, slots: tuple[int, ...], now: float) -> None:
         if job.live is not None:
@@ -512,12 +549,16 @@ class Sim:
         job.state = "DISPATCHING"
         if self.queued[job.pool].pop(job.id, None) is not None:
             self.waiting[(job.workspace, job.pool)] -= 1
+            self.films_waiting[job.pool] -= job.whole
             queue = self.ws_queue[job.pool]
             jobs = queue[job.workspace]
             del jobs[bisect_left(jobs, job.id, key=_job_id)]
             if not jobs:
                 del queue[job.workspace]
         self.running_per_ws[job.workspace] += 1
+        if job.whole:
+            # A film placed: a machine earmarked for it elsewhere is released at the next tick.
+            self._touch(job.pool)
         self.held_slots[(job.workspace, job.pool)] += len(slots)
         if m.earmarked_for == job.id:
             m.earmarked_for = None
@@ -616,7 +657,7 @@ class Sim:
             job.failed_our_side = update.job_state is JobState.FAILED and cause in OUR_FAILURES
         if not m.attempts:
             self._idle(m, now)
-            self.idle_watch.add(m.id)
+            self._watch("idle_scanner", self.idle_watch, m.id)
         # What an end changes for the tick: a free slot, which matters to work waiting in
         # the machine's pool, and one fewer job of the workspace at once, which matters to
         # its jobs waiting on its plan's cap in any pool. With neither there is nothing new
@@ -634,6 +675,7 @@ class Sim:
         job.queued_since = self.q.now
         if job.id not in self.queued[job.pool]:
             self.waiting[(job.workspace, job.pool)] += 1
+            self.films_waiting[job.pool] += job.whole
             insort(self.ws_queue[job.pool].setdefault(job.workspace, []), job, key=_job_id)
         self.queued[job.pool][job.id] = job
         if not_before > self.q.now:
@@ -674,7 +716,13 @@ class Sim:
                     self._caught(f, "machine left")
         if not lifecycle.allowed(MachineState(m.state), MachineState(to), by):
             self._broken(f"{by.value} moved machine {m.id} {m.state} -> {to}, which the lifecycle forbids")
-        self.running[m.offering.pool] += (to not in NOT_RUNNING) - (m.state not in NOT_RUNNING)
+        frees = (to in NOT_RUNNING) - (m.state in NOT_RUNNING)
+        self.running[m.offering.pool] -= frees
+        if frees > 0:
+            # A machine stops filling the fleet's ceiling: every pool's ceiling is read from it.
+            for pool in self.pools:
+                if self.queued[pool]:
+                    self._touch(pool)
         m.state = to
         m.state_changed_at = dt(self.q.now)
         if to in TRANSITIONAL:
@@ -692,6 +740,9 @@ class Sim:
         cur = self.due[net].get(m.id)
         if cur is None or t < cur:
             self.due[net][m.id] = t
+            if net in self.net_rank:  # a net this policy runs
+                heapq.heappush(self.due_heap[net], (t, m.id))
+                self._wake(net, t)
 
     def _clear_timers(self, m: Machine) -> None:
         m.stop_due_at = None
@@ -789,7 +840,7 @@ class Sim:
             if m.lost:
                 # The idle scanner's next probe writes the channel the lost mark is lifted on.
                 self._due("lost_detector", m, now + self.every["idle_scanner"])
-            self.idle_watch.add(m.id)
+            self._watch("idle_scanner", self.idle_watch, m.id)
         else:
             m.earlier_probe_ok_at = m.probe_ok_at(now)
             m.reachable_since = INF
@@ -802,7 +853,7 @@ class Sim:
         m.startup_done_at = self.q.now
         if m.state == "BOOTING":
             self._move(m, "READY", lifecycle.Actor.WORKER)
-        self.idle_watch.add(m.id)
+        self._watch("idle_scanner", self.idle_watch, m.id)
         self._touch(m.offering.pool)
 
     def _fail_later(self, m: Machine, life: int, cls: str, heal: float) -> None:
@@ -830,7 +881,7 @@ class Sim:
         # The tick sees a stale worker after worker_fresh_s, and its leases run out after the lease.
         self.q.after(61.0, lambda: self._touch(m.offering.pool))
         self.q.after(LEASE_S + 1.0, lambda: self._touch(m.offering.pool))
-        self.idle_watch.add(m.id)
+        self._watch("idle_scanner", self.idle_watch, m.id)
         if self.policy == "oracle":
             self._oracle_destroy(m)
 
@@ -1070,21 +1121,92 @@ class Sim:
 
     # -- the nets ------------------------------------------------------------------------
 
-    def _net_tick(self, name: str, handler: NetHandler, every: float) -> Callable[[], None]:
-        def tick() -> None:
-            now = self.q.now
-            if now >= self.down_until:
-                self.net_passes[name] += 1
-                handler(self, now)
-            self.q.after(every, tick)
+    def _push_pass(self, name: str, at: float) -> None:
+        self.pass_tokens += 1
+        token = self.pass_tokens
+        self.next_pass[name] = (at, token)
+        self.q.at(at, partial(self._net_pass, name, token), self.net_rank[name])
 
-        return tick
+    def _wake(self, name: str, t: float) -> None:
+        """Something in ``name``'s scan can match from ``t``: make sure a pass runs at the
+        first point of its cadence's grid that would read it — at ``now`` itself if that
+        pass is still to run in this instant (its rank is after the running event's)."""
+        if self.evaluate_everything:
+            return  # every pass is pushed anyway
+        q = self.q
+        every = self.every[name]
+        k = max(1, math.ceil(max(t, q.now) / every))
+        if k * every == q.now and q.rank >= self.net_rank[name]:
+            k += 1  # this instant's pass has run (or is running)
+        at = k * every
+        if at <= self.end and at < self.next_pass.get(name, (INF, 0))[0]:
+            self._push_pass(name, at)
+
+    def _net_pass(self, name: str, token: int) -> None:
+        """One pass of net ``name`` (its rows read and decided by its handler), then the
+        next: one cadence on when every pass runs; otherwise the first at which something
+        it reads can be due (its schedule's earliest row, a watch list not empty)."""
+        if self.next_pass.get(name, (INF, 0))[1] != token:
+            return  # a pass pushed earlier took its place
+        del self.next_pass[name]
+        now = self.q.now
+        every = self.every[name]
+        if now >= self.down_until:
+            if self.evaluate_everything:
+                self.net_passes[name] += 1
+            NET_HANDLERS[name](self, now)
+        if self.evaluate_everything:
+            self._push_pass(name, round(now / every + 1) * every)
+            return
+        if now < self.down_until:
+            self._wake(name, self.down_until)
+            return
+        wake = self._next_wake(name)
+        if wake < INF:
+            self._wake(name, wake)
+
+    def _next_wake(self, name: str) -> float:
+        """When net ``name`` next has something to read: its schedule's earliest row, or
+        now for a net that reads a watch list while the list holds anything."""
+        now = self.q.now
+        if name == "idle_scanner":
+            return now if self.idle_watch else INF
+        if name == "inventory_reconcile":
+            return now if self.recon_watch else INF
+        if name == "orphan_sweep":
+            return now if self.orphans or self.orphan_tracked else INF
+        heap, due = self.due_heap[name], self.due[name]
+        while heap and due.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # no longer scheduled, or scheduled again earlier
+        return heap[0][0] if heap else INF
+
+    def _watch(self, name: str, watch: set[str], mid: str) -> None:
+        """``mid`` joins a net's watch list: the net reads it at its next pass."""
+        watch.add(mid)
+        self._wake(name, self.q.now)
+
+    def _count_skipped_passes(self) -> None:
+        """The passes a month that runs every pass would have counted: each point of a
+        net's grid up to the end at which the control plane was up."""
+        for name in self.scheduled_nets():
+            every = self.every[name]
+            n = int(self.end // every)
+            down = {
+                k
+                for start, until in self.restarts
+                for k in range(max(1, math.ceil(start / every)), n + 1)
+                if k * every < until
+            }
+            self.net_passes[name] = n - len(down)
 
     def _pop_due(self, net: str, now: float) -> list[Machine]:
-        due = self.due[net]
-        ready = [mid for mid, t in due.items() if t <= now]
-        for mid in ready:
-            del due[mid]
+        due, heap = self.due[net], self.due_heap[net]
+        ready = []
+        while heap and heap[0][0] <= now:
+            t, mid = heapq.heappop(heap)
+            if due.get(mid) == t:
+                del due[mid]
+                ready.append(mid)
         return [self.machines[mid] for mid in sorted(ready) if mid in self.live]
 
     def snapshot(self, m: Machine, now: float) -> MachineSnapshot:
@@ -1485,7 +1607,7 @@ class Sim:
         if self.policy == "oracle":
             self._record_loss(m, FailureClass.PREEMPTED, "DESTROYED", "oracle")
             return
-        self.recon_watch.add(m.id)
+        self._watch("inventory_reconcile", self.recon_watch, m.id)
 
     def _environment(self) -> None:
         f = self.cfg.faults
@@ -1531,6 +1653,7 @@ class Sim:
             instance_type=o.instance_type,
         )
         self.orphans[iid] = (inst, now, o)
+        self._wake("orphan_sweep", now)
         f = Failure("orphan", now, machine_id=iid)
         self.failures.append(f)
         if self.policy == "oracle":
@@ -1544,6 +1667,7 @@ class Sim:
         self.outages.append((now, now + duration))
         if kind == "restart":
             self.down_until = max(self.down_until, now + duration)
+            self.restarts.append((now, now + duration))
         else:
             self.reaper_paused_until = max(self.reaper_paused_until, now + duration)
         # Recovered when it is back: a restart resumes every loop; a new leader takes over.
@@ -1591,7 +1715,7 @@ class Sim:
                 useful += now - m.useful_from
         self.metrics.samples.append((now, dict(by_state), billed, useful))
         self._check_books(now)
-        self.q.after(3600.0, self._sample)
+        self.q.at(now + 3600.0, self._sample, SAMPLE_RANK)
 
     def _check_books(self, now: float) -> None:
         """Every instance the provider bills is known here or is an orphan being swept;
@@ -1638,6 +1762,11 @@ class Sim:
 
 
 NetHandler = Callable[[Sim, float], None]
+
+# Ranks of the grid loops among one instant's events (EventQueue): the world's events, the
+# hourly sample, the nets (Sim.net_rank), then the fleet tick.
+SAMPLE_RANK = 1
+TICK_RANK = 100
 
 # Each registered net's model, by the registry's name (gpufleet.common.nets): a net the
 # registry says the simulator models and that has no handler here, or a handler for a net
