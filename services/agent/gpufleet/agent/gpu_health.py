@@ -30,15 +30,20 @@ warning.
 Findings are kept until the agent's state folder is wiped (a new machine): an Xid is an
 event, seen once, and a restarted agent must still report it. The report is written to
 ``gpu_health.json`` in the state folder, where the worker reads it for its heartbeat.
+Another process of the machine may add a finding to it (a slot's runner whose GPUs do not
+initialise: :func:`record_finding`); the watcher adopts what it finds there each time it
+writes, so Probe answers it too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -190,6 +195,44 @@ def load_report(path: Path) -> HealthReport | None:
     except (OSError, ValueError, KeyError, TypeError) as err:
         log.warning("GPU health file %s unreadable (%s); not reported", path, err)
         return None
+
+
+@contextlib.contextmanager
+def report_lock(path: Path) -> Iterator[None]:
+    """One writer of the report at a time (the watcher, a runner recording a finding), so
+    that neither writes over what the other just added."""
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def record_finding(
+    path: Path, kind: Kind, gpu_index: int, code: int, message: str, at: datetime, policy: HealthPolicy
+) -> Finding | None:
+    """Add one finding to the report on disk from outside the watcher (a slot's runner is
+    a process of its own): the worker's next heartbeat carries it, and the watcher adopts
+    it the next time it writes. A finding already there counts once more."""
+    severity = classify(kind, code, policy)
+    if severity is None:
+        return None
+    finding = Finding(kind, severity, gpu_index, code, message, at)
+    with report_lock(path):
+        previous = load_report(path)
+        findings = {f.key: f for f in (previous.findings if previous else ())}
+        seen = findings.get(finding.key)
+        if seen is not None:
+            finding = replace(seen, count=seen.count + 1)
+        elif len(findings) >= MAX_FINDINGS:
+            return None
+        findings[finding.key] = finding
+        ordered = tuple(sorted(findings.values(), key=_worst_first))
+        save_report(path, HealthReport(state_of(ordered), ordered, previous.read_at if previous else None))
+    logger = log.error if severity == Severity.CRITICAL else log.warning
+    logger("GPU health %s: %s", severity.value, message)
+    return finding
 
 
 _STATE_TO_PROTO = {
@@ -459,8 +502,18 @@ class GpuHealthWatcher:
         return HealthReport(state_of(findings), findings, read_at)
 
     def _publish(self) -> None:
-        if self.report_path is not None:
+        if self.report_path is None:
+            return
+        with report_lock(self.report_path):
+            self._adopt(load_report(self.report_path))
             save_report(self.report_path, self.report())
+
+    def _adopt(self, on_disk: HealthReport | None) -> None:
+        """Findings another process recorded in the report (:func:`record_finding`)."""
+        with self._lock:
+            for finding in on_disk.findings if on_disk else ():
+                if finding.key not in self._findings and len(self._findings) < MAX_FINDINGS:
+                    self._findings[finding.key] = finding
 
     def run(self, stop: threading.Event, poll_s: float, event_wait_ms: int = 1000) -> None:
         """Watch until ``stop``: Xid events on a thread of their own, counters every ``poll_s``

@@ -28,8 +28,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
 
-from gpufleet.agent import lease, platform_kills
+from gpufleet.agent import lease, platform_kills, slot_gpu_check
 from gpufleet.agent.checkpoints import CheckpointError, Snapshots, restore_file, unpack
+from gpufleet.agent.job_output import copy_output
 from gpufleet.agent.launcher import OpenSlot, SlotError, SlotLauncher
 from gpufleet.agent.redact import Redactor
 from gpufleet.agent.settings import Settings
@@ -82,7 +83,9 @@ class Runner:
         pipeline_source: Path | None = None,
         checkpoint_every_s: float = 60.0,
         checkpoint_max_bytes: int = 64 << 20,
+        gpu_check: slot_gpu_check.GpuCheck = slot_gpu_check.no_check,
     ) -> None:
+        self.gpu_check = gpu_check  # before the job: can the GPUs be initialised?
         self.checkpoint_every_s = checkpoint_every_s
         self.checkpoint_max_bytes = checkpoint_max_bytes
         self.files = files
@@ -110,6 +113,8 @@ class Runner:
         if existing is not None:  # started twice: the first verdict stands
             return existing
         start = self.clock.now()
+        if (gpu_failure := self.gpu_check()) is not None:
+            return self._finish(start, Outcome.INFRA_ERROR, 0, gpu_failure)
         try:
             pipeline_dir = pipelines.install(
                 self.pipelines_root, self.spec.pipeline_version, self.pipeline_source
@@ -338,19 +343,6 @@ class Runner:
         return result
 
 
-def copy_output(proc: subprocess.Popen[bytes], log_path: Path, redactor: Redactor | None = None) -> None:
-    """The job's stdout and stderr, appended to its log as they come — with the attempt's
-    tokens redacted first, so no form of one is ever written on the machine's disk."""
-    assert proc.stdout is not None
-    scrub = redactor or Redactor(())
-    with open(log_path, "ab") as job_log:
-        while chunk := os.read(proc.stdout.fileno(), 65536):
-            job_log.write(scrub.feed(chunk))
-            job_log.flush()
-        job_log.write(scrub.flush())
-    proc.stdout.close()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
@@ -390,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint_every_s=settings.checkpoint_every_s,
         checkpoint_max_bytes=settings.checkpoint_max_bytes,
     )
+    runner.gpu_check = slot_gpu_check.from_settings(settings, clock, spec.attempt_id, runner.stop.wait)
     on_signals(runner.on_signal)
     runner.run()
     return 0
