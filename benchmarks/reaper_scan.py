@@ -360,7 +360,7 @@ def scans(sessions: sessionmaker[Session]) -> dict[str, Callable[[], list[Machin
         "auto_stop": lambda: stop.scan(NOW),
         "auto_destroy": lambda: destroy.scan(NOW),
         "provision_deadline": lambda: deadline.scan(NOW),
-        "boot_failure": boot.scan,
+        "boot_failure": lambda: boot.scan(NOW),
         "went_silent": lambda: silent.scan(NOW),
         "lost_detector": lambda: lost.scan(NOW),
         "stuck_transition": lambda: stuck.scan(NOW),

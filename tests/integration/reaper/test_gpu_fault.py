@@ -233,7 +233,7 @@ def test_a_row_that_changed_since_the_scan_is_refused_on_the_ledger(plane: Plane
     mid = plane.machine(cordoned=True, gpu_health="critical", gpu_findings=STORED_XID_79)
     plane.lease.try_acquire()
     net = GpuFault(plane.sessions, plane.lease, plane.clock, provisioner(plane), GpuFaultPolicy())
-    scanned = net.scan()
+    scanned = net.scan(plane.clock.now())
     assert [f.machine.machine_id for f in scanned] == [mid]
     # Another net claimed it between the scan and the claim.
     with plane.sessions() as s, s.begin():

@@ -162,7 +162,7 @@ def test_a_row_destroyed_between_scan_and_claim_is_refused_not_called(plane: Pla
         ),
     ]
     for net, mid in nets:
-        [seen] = net.scan(now) if not isinstance(net, BootFailure) else net.scan()
+        [seen] = net.scan(now)
         assert seen.machine_id == mid
         with plane.sessions() as s, s.begin():
             s.execute(update(Machine).where(Machine.id == mid).values(state="DESTROYED", intent="DESTROYED"))

@@ -33,15 +33,15 @@ from gpufleet.common.db.enums import RUNNING_STATES
 from gpufleet.common.db.models import Machine
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.ledger import FailureClass, OutcomePolicy
-from gpufleet.common.loops import TickReport
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.reaper.agent_probe import AgentProber, StartupProbe, probe_all
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.detection_latency import boot_window_start
 from gpufleet.reaper.lifetime import reported_this_life, unreported_this_life_sql
+from gpufleet.reaper.net_runner import ClaimingNet
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.snapshot import not_destroyed, ours, scan, state_in
-from gpufleet.reaper.transition import Detection, MachineProvider, TransitionRunner, destroy_transition
+from gpufleet.reaper.transition import Detection, MachineProvider, destroy_transition
 
 NAME = "boot_failure"
 DESTROY = destroy_transition(NAME)
@@ -155,7 +155,11 @@ def decide(
     ]
 
 
-class BootFailure:
+class BootFailure(ClaimingNet[BootFailurePolicy, MachineSnapshot]):
+    """Not a :class:`~gpufleet.reaper.net_runner.OneStepNet`: a machine that clears the
+    gates is probed before it is decided, and a first failing probe is only recorded
+    (re-confirmed on a later pass), so only the constructor and the pass are shared."""
+
     name = NAME
 
     def __init__(
@@ -172,27 +176,21 @@ class BootFailure:
         calls: CallPool | None = None,
         instruments: Instruments = PROCESS,
     ) -> None:
-        self.sessions = sessions
-        self.lease = lease
-        self.provider = provider
+        super().__init__(
+            sessions, lease, clock, provider, policy, outcomes, calls=calls, instruments=instruments
+        )
         self.prober = prober
-        self.policy = policy
         self.concurrency = concurrency
-        self.instruments = instruments
-        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls, instruments=instruments)
 
     def domain(self) -> list[ColumnElement[bool]]:
         # ix_machines_running_unreported: only machines that have not reported this life.
         return [state_in(RUNNING_STATES), unreported_this_life_sql()]
 
-    def scan(self) -> list[MachineSnapshot]:
+    def scan(self, now: datetime) -> list[MachineSnapshot]:
+        """The running machines that have not reported this life (``now`` unused: the boot
+        window is a gate, so a refusal inside it is counted)."""
         with self.sessions() as session:
             return scan(session, self.domain())
-
-    def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
-        self.act(now, self.scan(), decisions)
-        return decisions.report
 
     def act(self, now: datetime, machines: Sequence[MachineSnapshot], decisions: DecisionLog) -> None:
         """Gate, probe the machines that cleared every gate (in parallel), decide, apply."""

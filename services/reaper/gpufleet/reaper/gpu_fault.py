@@ -36,21 +36,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, exists, func, literal_column, or_, select, true
-from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.common.calls import CallPool
-from gpufleet.common.clock import Clock
 from gpufleet.common.db.enums import RUNNING_STATES, MachineState
 from gpufleet.common.db.models import Attempt, Failure, Machine
-from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.ledger import FailureClass, OutcomePolicy, record_failure
-from gpufleet.common.loops import TickReport
-from gpufleet.common.metrics.instruments import PROCESS, Instruments
+from gpufleet.common.ledger import FailureClass, record_failure
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.detection_latency import gpu_fault_reported
+from gpufleet.reaper.net_runner import ClaimingNet
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.snapshot import scan, state_in
-from gpufleet.reaper.transition import Detection, MachineProvider, TransitionRunner, destroy_transition
+from gpufleet.reaper.transition import Detection, destroy_transition
 
 NAME = "gpu_fault"
 DESTROY = destroy_transition(NAME)
@@ -147,32 +142,20 @@ def stored_findings(value: object) -> tuple[dict[str, Any], ...]:
     return tuple(f for f in value if isinstance(f, dict))
 
 
-class GpuFault:
-    name = NAME
+class GpuFault(ClaimingNet[GpuFaultPolicy, FaultedMachine]):
+    """Not a :class:`~gpufleet.reaper.net_runner.OneStepNet`: its decision reads more than
+    a snapshot (the findings, the slots still held, when the fault was first acted on) and
+    its refusals are written to the ledger, so only the constructor and the pass are the
+    shared runner's."""
 
-    def __init__(
-        self,
-        sessions: sessionmaker[Session],
-        lease: LeaderLease,
-        clock: Clock,
-        provider: MachineProvider,
-        policy: GpuFaultPolicy,
-        outcomes: OutcomePolicy | None = None,
-        *,
-        calls: CallPool | None = None,
-        instruments: Instruments = PROCESS,
-    ) -> None:
-        self.sessions = sessions
-        self.lease = lease
-        self.provider = provider
-        self.policy = policy
-        self.instruments = instruments
-        self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls, instruments=instruments)
+    name = NAME
 
     def due(self) -> list[ColumnElement[bool]]:
         return [state_in(ACTS_ON), faulted_sql()]
 
-    def scan(self) -> list[FaultedMachine]:
+    def scan(self, now: datetime) -> list[FaultedMachine]:
+        """The machines :meth:`due` selects, each with its findings, the slots still held and
+        when the fault was first acted on (``now`` unused: a stored fault stays due)."""
         held = (
             select(func.count())
             .where(Attempt.machine_id == Machine.id, Attempt.holds_slot.is_(True))
@@ -216,13 +199,7 @@ class GpuFault:
             )
         return out
 
-    def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(NAME, self.runner.answered(), self.instruments)
-        self.act(now, self.scan(), decisions)
-        return decisions.report
-
     def act(self, now: datetime, machines: Sequence[FaultedMachine], decisions: DecisionLog) -> None:
-        """Decide and apply for what one scan read (each claim re-checks the row)."""
         refused: list[tuple[FaultedMachine, RefusalReason]] = []
         for faulted in machines:
             decision = decide(now, faulted, self.policy)

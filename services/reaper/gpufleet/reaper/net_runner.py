@@ -7,7 +7,9 @@ refusal by its gate, and hand an act to the :class:`~gpufleet.reaper.transition.
 recorded). Only what differs between them is a net's: its :class:`OneStepSpec` — the due
 predicate in its two forms, ``decide``, and how an act is claimed — exported by its module
 beside the rules it states. The loop itself is written once, here; the simulator runs the
-same specs' ``decide`` (``gpufleet.sim.world``).
+same specs' ``decide`` (``gpufleet.sim.world``). The constructor and the pass are
+:class:`ClaimingNet`'s, which the ``gpu_fault`` net shares too (its scan reads more than a
+snapshot, and it writes its refusals to the ledger: see its class).
 
 The due predicate is written twice, side by side in each net's module, and proven equal
 rather than derived: its SQL form is shaped for the index that keeps the scan cheap (a
@@ -19,10 +21,11 @@ one table of rows on PostgreSQL (tests/integration/reaper/test_due_predicates.py
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import ColumnElement
 from sqlalchemy.orm import Session, sessionmaker
@@ -48,6 +51,8 @@ from gpufleet.v1 import machine_pb2
 
 P = TypeVar("P")
 A = TypeVar("A")
+# What a net's scan reads per machine (a snapshot, or more).
+R = TypeVar("R")
 
 ProviderCall = Callable[[str, machine_pb2.Offering, str, str], object]
 
@@ -91,13 +96,17 @@ def provider_call(provider: MachineProvider, transition: Transition) -> Provider
     return provider.stop if transition.end is MachineState.STOPPED else provider.destroy
 
 
-class OneStepNet(Generic[P, A]):
-    """scan → decide → act through the refusal ladder, for one :class:`OneStepSpec`.
+class ClaimingNet(ABC, Generic[P, R]):
+    """What every net that claims through one :class:`TransitionRunner` shares: its
+    dependencies, and a pass — scan, then act on what the scan read, reported with what the
+    runner's calls answered since the last pass. A net says how it scans and how it acts.
 
-    A subclass names its spec (``spec = SPEC``) and nothing else.
+    :class:`OneStepNet` is the one for nets whose scan is the snapshot alone; the
+    ``gpu_fault`` net is the other: its rows carry the findings, the slots still held and
+    when the fault was first acted on, and its refusals are written to the ledger.
     """
 
-    spec: OneStepSpec[P, A]
+    name: str
 
     def __init__(
         self,
@@ -111,12 +120,39 @@ class OneStepNet(Generic[P, A]):
         calls: CallPool | None = None,
         instruments: Instruments = PROCESS,
     ) -> None:
-        self.name = self.spec.name
         self.sessions = sessions
+        self.lease = lease
         self.provider = provider
         self.policy = policy
         self.instruments = instruments
         self.runner = TransitionRunner(sessions, lease, clock, outcomes, calls=calls, instruments=instruments)
+
+    @abstractmethod
+    def scan(self, now: datetime) -> Sequence[R]: ...
+
+    @abstractmethod
+    def act(self, now: datetime, rows: Sequence[R], decisions: DecisionLog) -> None:
+        """Decide and apply for what one scan read (each claim re-checks the row)."""
+
+    def run(self, now: datetime) -> TickReport:
+        decisions = DecisionLog(self.name, self.runner.answered(), self.instruments)
+        self.act(now, self.scan(now), decisions)
+        return decisions.report
+
+
+class OneStepNet(ClaimingNet[P, MachineSnapshot], Generic[P, A]):
+    """scan → decide → act through the refusal ladder, for one :class:`OneStepSpec`.
+
+    A subclass names its spec (``spec = SPEC``) and nothing else.
+    """
+
+    spec: OneStepSpec[P, A]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # The net is named by its spec, so the one-line subclass says nothing else.
+        if "spec" in vars(cls):
+            cls.name = cls.spec.name
 
     def due(self, now: datetime) -> list[ColumnElement[bool]]:
         return self.spec.due(now, self.policy)
@@ -125,13 +161,7 @@ class OneStepNet(Generic[P, A]):
         with self.sessions() as session:
             return scan(session, self.due(now))
 
-    def run(self, now: datetime) -> TickReport:
-        decisions = DecisionLog(self.name, self.runner.answered(), self.instruments)
-        self.act(now, self.scan(now), decisions)
-        return decisions.report
-
     def act(self, now: datetime, machines: Sequence[MachineSnapshot], decisions: DecisionLog) -> None:
-        """Decide and apply for what one scan read (each claim re-checks the row)."""
         spec = self.spec
         for machine in machines:
             decision = spec.decide(now, machine, self.policy)
