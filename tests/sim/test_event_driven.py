@@ -14,17 +14,16 @@ from typing import Any
 
 import pytest
 
-from gpufleet.sim.profile import SimConfig
+from gpufleet.sim.profile import PROFILES, SimConfig
 from gpufleet.sim.report import summarize
 from gpufleet.sim.world import Sim
 
 DAYS, MACHINES = 2.0, 60
 
 
-def _month(seed: int, policy: str, evaluate_everything: bool) -> tuple[Sim, dict[str, Any]]:
-    sim = Sim(
-        SimConfig(days=DAYS, machines=MACHINES, seed=seed), policy, evaluate_everything=evaluate_everything
-    )
+def _month(seed: int, policy: str, profile: str, evaluate_everything: bool) -> tuple[Sim, dict[str, Any]]:
+    config = SimConfig(days=DAYS, machines=MACHINES, seed=seed, faults=PROFILES[profile])
+    sim = Sim(config, policy, evaluate_everything=evaluate_everything)
     sim.run()
     out = summarize(sim, 0.0)
     out.pop("wall_s", None)
@@ -35,12 +34,25 @@ def _month(seed: int, policy: str, evaluate_everything: bool) -> tuple[Sim, dict
     return sim, out
 
 
-# Seed 3's nets policy and the harsh profile's seed 11 still differ (see issue #26): a
-# fleet-tick gate the world does not yet wake the tick for.
-@pytest.mark.parametrize(("seed", "policy"), [(1, "nets"), (2, "nets"), (3, "oracle"), (1, "merged")])
-def test_the_event_driven_month_is_the_month_that_evaluates_everything(seed: int, policy: str) -> None:
-    lazy, a = _month(seed, policy, False)
-    eager, b = _month(seed, policy, True)
+# Three seeds of the real nets, the two counterfactual policies, and the harsh profile
+# (every failure class, dispatch back-offs, restarts and pauses).
+CASES = [
+    (1, "nets", "default"),
+    (2, "nets", "default"),
+    (3, "nets", "default"),
+    (1, "oracle", "default"),
+    (2, "merged", "default"),
+    (11, "nets", "harsh"),
+    (11, "merged", "harsh"),
+]
+
+
+@pytest.mark.parametrize(("seed", "policy", "profile"), CASES)
+def test_the_event_driven_month_is_the_month_that_evaluates_everything(
+    seed: int, policy: str, profile: str
+) -> None:
+    lazy, a = _month(seed, policy, profile, False)
+    eager, b = _month(seed, policy, profile, True)
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
     assert lazy.net_passes == eager.net_passes
     # ... and the event-driven one decided far less often.

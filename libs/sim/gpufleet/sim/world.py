@@ -406,8 +406,18 @@ class Sim:
         self.dirty.add(pool)
         if not self.tick_pending:
             self.tick_pending = True
-            step = self.cfg.tick_s
-            self.q.at(math.floor(self.q.now / step) * step + step, self._tick, TICK_RANK)
+            self.q.at(self._next_tick_at(), self._tick, TICK_RANK)
+
+    def _next_tick_at(self) -> float:
+        """The fleet tick that reads what happens now: this instant's, if the instant is on
+        the tick's grid and its tick is still to run (it runs after the instant's other
+        events), else the next."""
+        step = self.cfg.tick_s
+        q = self.q
+        k = math.ceil(q.now / step)
+        if k * step == q.now and q.rank >= TICK_RANK:
+            k += 1
+        return max(k, 1) * step
 
     def _tick(self) -> None:
         self.tick_pending = False
@@ -434,8 +444,7 @@ class Sim:
             self._apply_plan(pool, plan, now)
         if self.evaluate_everything and not self.tick_pending:
             self.tick_pending = True
-            step = self.cfg.tick_s
-            self.q.at(math.floor(now / step) * step + step, self._tick, TICK_RANK)
+            self.q.at(self._next_tick_at(), self._tick, TICK_RANK)
 
     def _sample_fairness(self, pool: str, now: float) -> None:
         """Who contends for the pool's slots at this tick, as fairness.py defines it."""
@@ -527,9 +536,10 @@ class Sim:
                 self._start(self.machines[action.machine_id], action.for_job)
         for asg in plan.assignments:
             self._assign(self.jobs[asg.job_id], self.machines[asg.machine_id], asg.slots, now)
-        if plan.assignments and self.films_waiting[pool]:
-            # Work placed changes what a waiting film may take (its share cap holds only
-            # while short jobs wait): the next tick decides it again.
+        if (plan.assignments or plan.scale) and self.films_waiting[pool]:
+            # Work placed or a machine added changes what a waiting film may take (the
+            # films' share cap: a share of the pool's machines, held only while short jobs
+            # wait): the next tick decides it again.
             self._touch(pool)
 
     def _assign(self, job: Job, m: Machine, slots: tuple[int, ...], now: float) -> None:
@@ -559,6 +569,11 @@ class Sim:
         if job.whole:
             # A film placed: a machine earmarked for it elsewhere is released at the next tick.
             self._touch(job.pool)
+        for other in self.pools:
+            if other != job.pool and self.films_waiting[other] and self.waiting[(job.workspace, other)]:
+                # The workspace may now be at its plan's cap, its shorts there no longer
+                # waiting to run: a film held back by the films' share cap may go.
+                self._touch(other)
         self.held_slots[(job.workspace, job.pool)] += len(slots)
         if m.earmarked_for == job.id:
             m.earmarked_for = None
@@ -594,7 +609,8 @@ class Sim:
         self.q.after(job.duration_s, lambda: self._job_done(a, gen, ends))
         # The tick reads the time limit: make it look when it falls due, if the attempt is
         # still live then (most end long before; a tick for them would decide nothing new).
-        self.q.after(job.time_limit_s + 1.0, lambda: self._limit_due(a, gen))
+        # Over it means started before now minus the limit: the first tick after the limit.
+        self.q.at(_just_after(a.started + job.time_limit_s), lambda: self._limit_due(a, gen))
 
     def _limit_due(self, a: Attempt, gen: int) -> None:
         if a.state in ("STARTING", "RUNNING") and a.end_event == gen:
@@ -612,7 +628,8 @@ class Sim:
             self.scheduler.dispatch_backoff_max_s,
         )
         m.dispatch_backoff_until = dt(self.q.now + backoff)
-        self.q.after(backoff + 1.0, lambda: self._touch(m.offering.pool))  # it may take jobs again
+        # It may take jobs again from the instant its back-off ends (backing off is "until > now").
+        self.q.at(secs(m.dispatch_backoff_until), lambda: self._touch(m.offering.pool))
         self._end_attempt(a, EndCause.TAKEN_BACK)
 
     def _job_done(self, a: Attempt, gen: int, state: str) -> None:
@@ -878,9 +895,11 @@ class Sim:
         assert report is not None
         self._due("went_silent", m, secs(report) + self.silent_after_s)
         self._due(MERGED_CHECK, m, now + self.cfg.merged_threshold_s)
-        # The tick sees a stale worker after worker_fresh_s, and its leases run out after the lease.
-        self.q.after(61.0, lambda: self._touch(m.offering.pool))
-        self.q.after(LEASE_S + 1.0, lambda: self._touch(m.offering.pool))
+        # The tick sees a stale worker once its last report is more than worker_fresh_s old,
+        # and its attempts' leases run out once more than the lease has passed since it.
+        last = secs(report)
+        self.q.at(_just_after(last + self.scheduler.worker_fresh_s), lambda: self._touch(m.offering.pool))
+        self.q.at(_just_after(last + LEASE_S), lambda: self._touch(m.offering.pool))
         self._watch("idle_scanner", self.idle_watch, m.id)
         if self.policy == "oracle":
             self._oracle_destroy(m)
@@ -1790,6 +1809,12 @@ NET_HANDLERS[MERGED_CHECK] = Sim._net_merged_check
 def _live(m: Machine) -> list[Attempt]:
     """The machine's live attempts, each once (a film holds every slot)."""
     return list(m.live_attempts)
+
+
+def _just_after(t: float) -> float:
+    """The first instant after ``t``: a gate that opens once time is past ``t`` (a strict
+    comparison) is read by the first tick after it, even when ``t`` is on the tick's grid."""
+    return math.nextafter(t, math.inf)
 
 
 def _pick(rng: random.Random, table: tuple[tuple[str, float], ...]) -> str:
