@@ -4,28 +4,19 @@ machine loses its route to the control plane (a refused connection would be kind
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 
+from tests.support.loopback_relay import LoopbackRelay
 
-class PartitionablePath:
+
+class PartitionablePath(LoopbackRelay):
     """Forwards 127.0.0.1:``port`` to ``target`` byte for byte (TLS passes through) until
     :meth:`cut`; :meth:`heal` lets new connections through again."""
 
     def __init__(self, target: str) -> None:
-        host, _, port = target.rpartition(":")
-        self.target = (host, int(port))
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
         self._cut = threading.Event()
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        super().__init__(target)
 
     def cut(self) -> None:
         """From now on every byte is dropped, on open connections and new ones alike."""
@@ -34,39 +25,15 @@ class PartitionablePath:
     def heal(self) -> None:
         """The route is back: the connections open across the cut are reset (as TCP ends
         them once the route returns), and new ones pass."""
-        with self._lock:
-            stale, self._sockets = self._sockets, []
-        for sock in stale:
-            with contextlib.suppress(OSError):
-                sock.close()
+        self._close_all()
         self._cut.clear()
 
-    def close(self) -> None:
-        self._listener.close()
-        with self._lock:
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.close()
+    def accepts(self) -> bool:
+        return not self._cut.is_set()  # else accepted and never answered: a black hole
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                self._sockets.append(client)
-            if self._cut.is_set():
-                continue  # accepted and never answered: a black hole
-            server = socket.create_connection(self.target)
-            with self._lock:
-                self._sockets.append(server)
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+    def passes(self, answers: bool) -> bool:
+        return not self._cut.is_set()
 
-    def _pump(self, source: socket.socket, dest: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                if self._cut.is_set():
-                    return  # the bytes, and the connection, go nowhere (nor are closed)
-                dest.sendall(data)
+    def pump_ended(self, source: socket.socket, dest: socket.socket, dropped: bool) -> None:
+        """Nothing: a dropped chunk's connection goes nowhere and is not closed (a
+        partition says nothing); the sockets are closed by :meth:`heal` or :meth:`close`."""
