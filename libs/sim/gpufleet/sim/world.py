@@ -46,6 +46,7 @@ from gpufleet.reaper.agent_probe import StartupProbe
 from gpufleet.reaper.net_runner import A, OneStepSpec, P
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.scheduler.tick import decide as tick_decide
+from gpufleet.scheduler.tick.films import WAIT_SHARE_CAP
 from gpufleet.scheduler.tick.model import (
     CreateMachine,
     FleetSnapshot,
@@ -185,7 +186,8 @@ class Sim:
         self.held_slots: Counter[tuple[str, str]] = Counter()
         # (workspace, pool) -> its jobs in the pool's queue.
         self.waiting: Counter[tuple[str, str]] = Counter()
-        self.films_waiting: Counter[str] = Counter()  # pool -> films in its queue
+        # Pools whose last tick held a film back at the films' share cap.
+        self.share_capped: set[str] = set()
         self.usage: dict[str, tuple[float, float]] = {}  # ws -> (decayed slot-s, at)
         self.quarantined: dict[str, float] = {}  # offering -> until
         self.halted: dict[tuple[str, str], float] = {}  # (provider, region) -> until
@@ -395,8 +397,10 @@ class Sim:
         self.queued[pool][job.id] = job
         self.ws_queue[pool].setdefault(ws, []).append(job)
         self.waiting[(job.workspace, pool)] += 1
-        self.films_waiting[pool] += job.whole
-        self._touch(pool)
+        if self.running_per_ws[ws] < self.limits.get(ws, 0):
+            # A job of a workspace at its plan's cap is not among those that may run now:
+            # the tick has nothing new to decide until the workspace has room (an end).
+            self._touch(pool)
         self._next_arrival(now)
 
     # -- the fleet tick ------------------------------------------------------------------
@@ -536,11 +540,15 @@ class Sim:
                 self._start(self.machines[action.machine_id], action.for_job)
         for asg in plan.assignments:
             self._assign(self.jobs[asg.job_id], self.machines[asg.machine_id], asg.slots, now)
-        if (plan.assignments or plan.scale) and self.films_waiting[pool]:
-            # Work placed or a machine added changes what a waiting film may take (the
-            # films' share cap: a share of the pool's machines, held only while short jobs
-            # wait): the next tick decides it again.
-            self._touch(pool)
+        if plan.film_waits[WAIT_SHARE_CAP]:
+            self.share_capped.add(pool)
+            if plan.assignments or plan.scale:
+                # Work placed or a machine added changes what a film held at the films'
+                # share cap may take (a share of the pool's machines, held only while short
+                # jobs wait): the next tick decides it again.
+                self._touch(pool)
+        else:
+            self.share_capped.discard(pool)
 
     def _assign(self, job: Job, m: Machine, slots: tuple[int, ...], now: float) -> None:
         if job.live is not None:
@@ -559,7 +567,6 @@ class Sim:
         job.state = "DISPATCHING"
         if self.queued[job.pool].pop(job.id, None) is not None:
             self.waiting[(job.workspace, job.pool)] -= 1
-            self.films_waiting[job.pool] -= job.whole
             queue = self.ws_queue[job.pool]
             jobs = queue[job.workspace]
             del jobs[bisect_left(jobs, job.id, key=_job_id)]
@@ -569,11 +576,13 @@ class Sim:
         if job.whole:
             # A film placed: a machine earmarked for it elsewhere is released at the next tick.
             self._touch(job.pool)
-        for other in self.pools:
-            if other != job.pool and self.films_waiting[other] and self.waiting[(job.workspace, other)]:
-                # The workspace may now be at its plan's cap, its shorts there no longer
-                # waiting to run: a film held back by the films' share cap may go.
-                self._touch(other)
+        if self.running_per_ws[job.workspace] >= self.limits.get(job.workspace, 0):
+            # The workspace is at its plan's cap: its jobs waiting anywhere stop waiting to
+            # run (a film held back by the films' share cap while they waited may go, an
+            # earmark for its film is released).
+            for pool in self.pools:
+                if self.waiting[(job.workspace, pool)]:
+                    self._touch(pool)
         self.held_slots[(job.workspace, job.pool)] += len(slots)
         if m.earmarked_for == job.id:
             m.earmarked_for = None
@@ -680,11 +689,20 @@ class Sim:
         # its jobs waiting on its plan's cap in any pool. With neither there is nothing new
         # to decide (time-driven rules have their own events).
         pool = m.offering.pool
-        if self.queued[pool]:
+        if self._may_place(pool):
             self._touch(pool)
         for other in self.pools:
             if other != pool and self.waiting[(job.workspace, other)] > 0:
                 self._touch(other)
+
+    def _may_place(self, pool: str) -> bool:
+        """Whether a job in ``pool``'s queue is among those the tick may run now: out of
+        its back-off, of a workspace under its plan's cap (``eligible_demand``'s cut)."""
+        now, running, limits = self.q.now, self.running_per_ws, self.limits
+        for ws, jobs in self.ws_queue[pool].items():
+            if running[ws] < limits.get(ws, 0) and any(j.backoff_until <= now for j in jobs):
+                return True
+        return False
 
     def _requeue(self, job: Job, not_before: float) -> None:
         job.state = "QUEUED"
@@ -692,7 +710,6 @@ class Sim:
         job.queued_since = self.q.now
         if job.id not in self.queued[job.pool]:
             self.waiting[(job.workspace, job.pool)] += 1
-            self.films_waiting[job.pool] += job.whole
             insort(self.ws_queue[job.pool].setdefault(job.workspace, []), job, key=_job_id)
         self.queued[job.pool][job.id] = job
         if not_before > self.q.now:
@@ -738,7 +755,7 @@ class Sim:
         if frees > 0:
             # A machine stops filling the fleet's ceiling: every pool's ceiling is read from it.
             for pool in self.pools:
-                if self.queued[pool]:
+                if self._may_place(pool):
                     self._touch(pool)
         m.state = to
         m.state_changed_at = dt(self.q.now)
@@ -750,7 +767,11 @@ class Sim:
             self.rows[m.offering.pool].remove(m)
             for net in self.due:
                 self.due[net].pop(m.id, None)
-        self._touch(m.offering.pool)
+        if m.earmarked_for is not None or self._may_place(m.offering.pool):
+            # With no job in the pool that may run now a machine's state changes nothing
+            # the tick would do (no job to place or scale for; an earmark is released at
+            # the tick that finds its film no longer waiting).
+            self._touch(m.offering.pool)
 
     def _due(self, net: str, m: Machine, t: float) -> None:
         """``m`` can first match ``net``'s scan at ``t`` (the earliest wins)."""
