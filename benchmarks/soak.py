@@ -239,11 +239,14 @@ def main(argv: list[str] | None = None) -> int:
         began = time.time()
         end = began + args.minutes * 60
         next_line = began + 60
-        while time.time() < end:
-            time.sleep(min(1.0, max(0.0, end - time.time())))
-            if time.time() >= next_line:
-                next_line += 60
-                progress(began, arrivals, chaos, supervisor, sampler, sessions)
+        try:
+            while time.time() < end:
+                time.sleep(min(1.0, max(0.0, end - time.time())))
+                if time.time() >= next_line:
+                    next_line += 60
+                    progress(began, arrivals, chaos, supervisor, sampler, sessions)
+        except KeyboardInterrupt:  # Ctrl-C ends the chaos early; the run is still judged
+            print("soak: interrupted — ending the chaos now and judging what ran", flush=True)
         print("soak: chaos over — every fault healed; draining", flush=True)
         chaos.stop()
         arrivals.stop()
