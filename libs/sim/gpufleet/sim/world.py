@@ -9,6 +9,12 @@ move is checked against it). What the simulator owns is what the database, the n
 and the cloud would do: which rows a scan would read (each net's ``due`` clause, kept as
 a schedule of when a row can first match it, so empty time costs nothing), what a provider
 call answers, and what the truth of each machine is.
+
+The month is a discrete-event loop: it jumps from one event to the next, and runs a pool's
+fleet tick only when an event touched something the tick may decide on (or a clock the
+tick reads passes a gate), a net's pass only when a row can be due in its scan. A month
+run with ``evaluate_everything`` — every pool at every tick, every net at every cadence —
+is the same month, bit for bit (tests/sim/test_event_driven.py).
 """
 
 from __future__ import annotations
@@ -317,7 +323,7 @@ class Sim:
             if collecting:
                 gc.enable()
         if not self.evaluate_everything:
-            self._count_skipped_passes()
+            self._count_passes()
         self._close_books()
         return self.metrics
 
@@ -1225,7 +1231,7 @@ class Sim:
         watch.add(mid)
         self._wake(name, self.q.now)
 
-    def _count_skipped_passes(self) -> None:
+    def _count_passes(self) -> None:
         """The passes a month that runs every pass would have counted: each point of a
         net's grid up to the end at which the control plane was up."""
         for name in self.scheduled_nets():
