@@ -132,9 +132,13 @@ class Chaos:
     _paused: set[int] = field(default_factory=set)
     _postgres_down: threading.Event = field(default_factory=threading.Event)
     # One machine fault at a time on a machine: free again 10 s after its fault is over,
-    # and never after a fault that dooms it (a dead worker, a critical GPU).
+    # and never again in the life a fault doomed (a dead worker, a critical GPU). A life is
+    # (machine, process group of its boot): a machine the nets stopped and the scale step
+    # started again is a new life, a fair target (retiring the id had left a soak with no
+    # machine to aim at once both of its pool's machines had come back from a stop).
     _free_at: dict[str, float] = field(default_factory=dict)
-    _retired: set[str] = field(default_factory=set)
+    _retired: set[tuple[str, int]] = field(default_factory=set)
+    _lives: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (hasattr(self.postgres, "shut_down") and hasattr(self.postgres, "start_again")):
@@ -220,7 +224,11 @@ class Chaos:
             with contextlib.suppress(OSError, ValueError):
                 data = json.loads(record.read_text())
                 machine_id = record.parent.name
-                free = machine_id not in self._retired and time.time() >= self._free_at.get(machine_id, 0.0)
+                life = int(data.get("pgid") or 0)
+                self._lives[machine_id] = life
+                free = (machine_id, life) not in self._retired and time.time() >= self._free_at.get(
+                    machine_id, 0.0
+                )
                 if data.get("status") == "RUNNING" and data.get("pgid") and free:
                     found.append((machine_id, data))
         return sorted(found)
@@ -228,7 +236,7 @@ class Chaos:
     def _hold(self, fault: Fault, retire: bool = False) -> Fault:
         """Keep further machine faults off ``fault``'s machine (see ``_free_at``)."""
         if retire:
-            self._retired.add(fault.machine_id)
+            self._retired.add((fault.machine_id, self._lives.get(fault.machine_id, 0)))
         else:
             busy = fault.duration_s + 10.0
             self._free_at[fault.machine_id] = time.time() + busy
