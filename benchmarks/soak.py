@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                     progress(began, arrivals, chaos, supervisor, sampler, sessions)
         except KeyboardInterrupt:  # Ctrl-C ends the chaos early; the run is still judged
             print("soak: interrupted — ending the chaos now and judging what ran", flush=True)
-        print("soak: chaos over — every fault healed; draining", flush=True)
+        chaos_minutes = (time.time() - began) / 60
+        print(f"soak: chaos over after {chaos_minutes:.1f} min — every fault healed; draining", flush=True)
         chaos.stop()
         arrivals.stop()
         drain_until = time.time() + args.drain_s
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                 "unexpected_service_exits": len(supervisor.unexpected_exits),
                 "agents_back_after_kill": sum("agent back" in f.detail for f in chaos.faults),
                 "process_samples": sampler.samples,
-                "minutes": args.minutes,
+                "minutes": round(chaos_minutes, 1),
                 "speed": args.speed,
                 "seed": args.seed,
             }
