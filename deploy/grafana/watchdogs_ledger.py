@@ -124,6 +124,19 @@ def dashboard() -> Dashboard:
         )
         .with_panel(
             p.graph(
+                "GPU findings",
+                "GPU health findings the machines reported for the first time, per minute, by "
+                "severity and kind (an Xid, ECC, a row remap, a lost GPU, a failed "
+                "initialisation): a critical one cordons its machine and the gpu_fault net "
+                "destroys it; a warning is only counted.",
+                [p.query(p.per_minute(m.GPU_FINDINGS, ["severity", "finding"]), "{{severity}} {{finding}}")],
+                unit="opm",
+                stacked=True,
+                width=p.FULL,
+            )
+        )
+        .with_panel(
+            p.graph(
                 "Watchdog silence",
                 "Seconds since each watchdog (a reaper net, the sweeper's passes, the "
                 "scheduler's request watchdogs) last completed a pass.",

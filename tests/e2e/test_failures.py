@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+from datetime import datetime
 
 from sqlalchemy import select
 
@@ -62,6 +63,19 @@ def test_restarting_the_scheduler_mid_job_stops_nothing(fleet: Fleet) -> None:
     fleet.clock.advance(15)  # the worker's reports fail meanwhile; its runner keeps going
     time.sleep(0.3)
     fleet.start("scheduler", port=fleet.scheduler_port, tag="-2")
+    restarted_at = fleet.clock.now()
+    # The worker's channel reconnects in real time (gRPC's back-off); the clock moves slowly
+    # until its first report reaches the new scheduler, so the restart lasts seconds of
+    # clock as it would in life — the steps of 2 s every 50 ms below would otherwise turn a
+    # second of reconnecting under load into past half the lease, and the machine's fence
+    # would rightly stop the job.
+    fleet.advance_until(
+        lambda: reported_since(fleet, attempt.machine_id, restarted_at),
+        step_s=1,
+        real_pause_s=0.5,
+        max_virtual_s=25,
+        what="the worker's first report to the new scheduler",
+    )
     done = fleet.advance_until(
         lambda: (j := fleet.get_job(job.job_id)).state == job_pb2.JOB_STATE_SUCCEEDED and j,
         step_s=2,
@@ -70,6 +84,12 @@ def test_restarting_the_scheduler_mid_job_stops_nothing(fleet: Fleet) -> None:
     )
     assert [a.attempt_id for a in done.attempts] == [attempt.id], "the new leader adopted the attempt"
     assert done.attempts[0].state == job_pb2.ATTEMPT_STATE_SUCCEEDED
+
+
+def reported_since(fleet: Fleet, machine_id: str, since: datetime) -> bool:
+    with fleet.sessions() as s:
+        at = s.get_one(models.Machine, machine_id).worker_report_at
+    return at is not None and at >= since
 
 
 class HangingAgent:

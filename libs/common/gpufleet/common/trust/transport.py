@@ -29,6 +29,16 @@ from gpufleet.common.trust.reloading_channel import ReloadingChannel, channel_cr
 log = logging.getLogger(__name__)
 
 
+# Every channel dials again within seconds once its server is back. gRPC's default
+# reconnect back-off grows to 120 s; after a control-plane restart of a minute a machine's
+# worker could then wait that long to report — past its attempts' lease fence (half of a
+# 90 s lease), which would stop every job it runs although nothing was wrong.
+RECONNECT_BACKOFF: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 1000),
+    ("grpc.max_reconnect_backoff_ms", 5000),
+)
+
+
 class TransportNotConfigured(RuntimeError):
     """Neither TLS files nor the explicit insecure flag: the process must not start."""
 
@@ -131,7 +141,9 @@ class Transport:
         """A channel to ``address`` that only a server whose certificate carries
         ``server_name`` can answer (:meth:`server_name`); its new connections are made
         with the certificate in force (:class:`ReloadingChannel`)."""
-        opts = list(options or [])
+        given = list(options or [])
+        named = {name for name, _ in given}
+        opts = [*given, *((n, v) for n, v in RECONNECT_BACKOFF if n not in named)]
         if self.files is None:
             return grpc.insecure_channel(address, options=opts)
         return ReloadingChannel(address, server_name, opts, self.tls)
