@@ -19,6 +19,8 @@ from rich.live import Live
 from rich.status import Status
 from rich.text import Text
 
+from gpufleet.common.signals import stop_on_signals
+
 # Real time between two looks: the CLI waits on the person's clock, not the system's.
 DEFAULT_INTERVAL_S = 2.0
 
@@ -28,24 +30,32 @@ def _console(stream: object) -> Console:
 
 
 def watch(render: Callable[[], str], interval_s: float, stamp: Callable[[], datetime]) -> int:
-    """Show ``render()`` every ``interval_s`` seconds until Ctrl-C (exit 0); a failing call
-    ends the watch with its error, as the same command without --watch would."""
-    pause = threading.Event()
+    """Show ``render()`` every ``interval_s`` seconds until Ctrl-C or SIGTERM (exit 0); a
+    failing call ends the watch with its error, as the same command without --watch would.
+
+    The signals set an event (:func:`gpufleet.common.signals.stop_on_signals`) instead of
+    raising in the middle of a call: a watch started in the background, where SIGINT starts
+    out ignored and Python would never raise KeyboardInterrupt, stops all the same, and a
+    look in flight ends before the watch does."""
+    stop = threading.Event()
+    stop_on_signals(stop)
     console = _console(sys.stdout)
     try:
         if console.is_terminal:
             with Live(console=console, auto_refresh=False, vertical_overflow="ellipsis") as live:
-                while True:
+                while not stop.is_set():
                     header = f"every {interval_s:g}s, at {stamp():%H:%M:%S} (Ctrl-C stops)\n\n"
                     live.update(Text(header + render()), refresh=True)
-                    pause.wait(interval_s)
-        while True:
+                    stop.wait(interval_s)
+            return 0
+        while not stop.is_set():
             print(f"--- {stamp():%Y-%m-%d %H:%M:%S}", flush=True)
             print(render(), flush=True)
             print(flush=True)
-            pause.wait(interval_s)
-    except KeyboardInterrupt:
-        return 0
+            stop.wait(interval_s)
+    except KeyboardInterrupt:  # a signal that came before the handlers were in place
+        pass
+    return 0
 
 
 @contextlib.contextmanager
