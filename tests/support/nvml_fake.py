@@ -79,6 +79,11 @@ def load_fake_pynvml(state: Path | FakeGpus) -> ModuleType:
     return module
 
 
+def inherited_pythonpath() -> dict[str, str]:
+    """This process's PYTHONPATH, if any: what :func:`agent_env` puts the fake in front of."""
+    return {k: v for k, v in os.environ.items() if k == "PYTHONPATH"}
+
+
 def agent_env(env: dict[str, str], state: FakeGpus) -> dict[str, str]:
     """``env`` for a process whose ``import pynvml`` finds the fake, reading ``state``."""
     path = os.pathsep.join(p for p in (str(FAKE_NVML_DIR), env.get("PYTHONPATH", "")) if p)

@@ -6,7 +6,6 @@ the machine's GPU health — in Probe and in the worker's heartbeat — carries 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from gpufleet.v1 import job_pb2, machine_pb2
 from tests.integration.agent.conftest import AgentLauncher, AgentProcess, start_request
 from tests.integration.agent.fake_scheduler import FakeWorkerService, wait_for
-from tests.support.nvml_fake import FAKE_NVML_DIR, STATE_ENV, FakeGpus
+from tests.support.nvml_fake import FakeGpus, agent_env, inherited_pythonpath
 
 
 @pytest.fixture
@@ -26,14 +25,12 @@ def gpus(tmp_path: Path) -> FakeGpus:
 
 @pytest.fixture
 def agent(launcher: AgentLauncher, gpus: FakeGpus, tmp_path: Path) -> Iterator[AgentProcess]:
-    pythonpath = os.pathsep.join(p for p in (str(FAKE_NVML_DIR), os.environ.get("PYTHONPATH", "")) if p)
     yield launcher.start(
         tmp_path / "state",
         slots=1,
         machine_id="gpu-machine",
         extra_env={
-            "PYTHONPATH": pythonpath,
-            STATE_ENV: str(gpus.path),
+            **agent_env(inherited_pythonpath(), gpus),
             "GPUFLEET_GPU_HEALTH_POLL_S": "0.1",
             "GPUFLEET_GPU_INIT_RETRY_AFTER_S": "0.05",
         },
