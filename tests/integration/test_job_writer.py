@@ -62,7 +62,7 @@ def end(
     return tally
 
 
-def test_a_gpu_fault_is_our_failure_uncharged_and_requeued_patiently(sessions: sessionmaker[Session]) -> None:
+def test_a_gpu_fault_is_our_failure_uncharged_and_a_disruption(sessions: sessionmaker[Session]) -> None:
     attempt_id = running_attempt(sessions)
     tally = end(sessions, attempt_id, EndCause.GPU_FAULT, Mover.GPU_HEALTH, on_machine=True)
     attempt, job, events = rows(sessions, attempt_id)
@@ -75,12 +75,16 @@ def test_a_gpu_fault_is_our_failure_uncharged_and_requeued_patiently(sessions: s
     assert attempt.slot_seconds == pytest.approx(600.0)
     assert (job.state, job.lost_retries_used, job.failure_retries_used, job.charge_micros) == (
         "QUEUED",
-        1,
+        0,
         0,
         0,
     )
+    assert job.disruptions_used == 1
     assert job.not_before is not None and job.not_before.replace(tzinfo=UTC) == NOW + timedelta(seconds=30)
-    assert events == ["GPU fault on its machine; requeued (1 of 5), not charged"]
+    assert events == [
+        "GPU fault on its machine; requeued (disruption 1 of 20, not counted against its retries), "
+        "not charged"
+    ]
     assert (dict(tally.retried), dict(tally.lost)) == ({("clip", "gpu_fault"): 1}, {})
 
 
@@ -143,8 +147,16 @@ def test_a_machine_replaced_for_a_gpu_fault_ends_its_attempts_as_that(
         (attempt_id, "RUNNING", "QUEUED")
     ]
     attempt, job, events = rows(sessions, attempt_id)
-    assert (attempt.state, attempt.charged, job.lost_retries_used) == ("INFRA_ERROR", False, 1)
-    assert events == ["machine replaced (gpu_fault, by scheduler); requeued (1 of 5), not charged"]
+    assert (attempt.state, attempt.charged, job.lost_retries_used, job.disruptions_used) == (
+        "INFRA_ERROR",
+        False,
+        0,
+        1,
+    )
+    assert events == [
+        "machine replaced (gpu_fault, by scheduler); requeued (disruption 1 of 20, not counted against its "
+        "retries), not charged"
+    ]
 
 
 def test_the_batched_move_is_a_compare_and_set(sessions: sessionmaker[Session]) -> None:

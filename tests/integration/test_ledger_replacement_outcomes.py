@@ -136,7 +136,7 @@ def test_a_loss_that_ends_a_job_counts_it_finished_and_its_attempt_lost(
 
     with sessions() as s, s.begin():
         record_and_apply(
-            s, T0, "preempted", "inventory_reconcile", machine_id=machine, instruments=probe.instruments
+            s, T0, "went_silent", "went_silent", machine_id=machine, instruments=probe.instruments
         )
     assert counted(probe) == (
         {"clip": 2},

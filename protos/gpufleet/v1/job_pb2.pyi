@@ -126,7 +126,7 @@ class Checkpoint(_message.Message):
     def __init__(self, checkpoint_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., sequence: _Optional[int] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "job_id", "workspace", "pool", "kind", "pipeline_version", "tenant_values", "request_id", "state", "create_time", "update_time", "start_time", "end_time", "attempt_count", "failure_retries_used", "lost_retries_used", "status_message", "slot_seconds", "charge_micros", "attempts", "pending_reason", "pending_message", "expected_ready_time")
+    __slots__ = ("name", "job_id", "workspace", "pool", "kind", "pipeline_version", "tenant_values", "request_id", "state", "create_time", "update_time", "start_time", "end_time", "attempt_count", "failure_retries_used", "lost_retries_used", "status_message", "slot_seconds", "charge_micros", "attempts", "pending_reason", "pending_message", "expected_ready_time", "disruptions_used")
     class TenantValuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +157,7 @@ class Job(_message.Message):
     PENDING_REASON_FIELD_NUMBER: _ClassVar[int]
     PENDING_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_READY_TIME_FIELD_NUMBER: _ClassVar[int]
+    DISRUPTIONS_USED_FIELD_NUMBER: _ClassVar[int]
     name: str
     job_id: str
     workspace: str
@@ -180,7 +181,8 @@ class Job(_message.Message):
     pending_reason: PendingReason
     pending_message: str
     expected_ready_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., workspace: _Optional[str] = ..., pool: _Optional[str] = ..., kind: _Optional[str] = ..., pipeline_version: _Optional[str] = ..., tenant_values: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt_count: _Optional[int] = ..., failure_retries_used: _Optional[int] = ..., lost_retries_used: _Optional[int] = ..., status_message: _Optional[str] = ..., slot_seconds: _Optional[float] = ..., charge_micros: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., pending_reason: _Optional[_Union[PendingReason, str]] = ..., pending_message: _Optional[str] = ..., expected_ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    disruptions_used: int
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., workspace: _Optional[str] = ..., pool: _Optional[str] = ..., kind: _Optional[str] = ..., pipeline_version: _Optional[str] = ..., tenant_values: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt_count: _Optional[int] = ..., failure_retries_used: _Optional[int] = ..., lost_retries_used: _Optional[int] = ..., status_message: _Optional[str] = ..., slot_seconds: _Optional[float] = ..., charge_micros: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., pending_reason: _Optional[_Union[PendingReason, str]] = ..., pending_message: _Optional[str] = ..., expected_ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disruptions_used: _Optional[int] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("job", "state", "event_time", "message", "sequence")

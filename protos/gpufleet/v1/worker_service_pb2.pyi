@@ -98,7 +98,7 @@ class ReportHeartbeatResponse(_message.Message):
     def __init__(self, lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cancel_attempt_ids: _Optional[_Iterable[str]] = ..., lease_s: _Optional[float] = ...) -> None: ...
 
 class ReportCompletionRequest(_message.Message):
-    __slots__ = ("machine_id", "attempt_id", "outcome", "exit_code", "slot_seconds", "message", "slot_not_closed")
+    __slots__ = ("machine_id", "attempt_id", "outcome", "exit_code", "slot_seconds", "message", "slot_not_closed", "disrupted")
     MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +106,7 @@ class ReportCompletionRequest(_message.Message):
     SLOT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SLOT_NOT_CLOSED_FIELD_NUMBER: _ClassVar[int]
+    DISRUPTED_FIELD_NUMBER: _ClassVar[int]
     machine_id: str
     attempt_id: str
     outcome: _job_pb2.AttemptState
@@ -113,7 +114,8 @@ class ReportCompletionRequest(_message.Message):
     slot_seconds: float
     message: str
     slot_not_closed: bool
-    def __init__(self, machine_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., outcome: _Optional[_Union[_job_pb2.AttemptState, str]] = ..., exit_code: _Optional[int] = ..., slot_seconds: _Optional[float] = ..., message: _Optional[str] = ..., slot_not_closed: _Optional[bool] = ...) -> None: ...
+    disrupted: bool
+    def __init__(self, machine_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., outcome: _Optional[_Union[_job_pb2.AttemptState, str]] = ..., exit_code: _Optional[int] = ..., slot_seconds: _Optional[float] = ..., message: _Optional[str] = ..., slot_not_closed: _Optional[bool] = ..., disrupted: _Optional[bool] = ...) -> None: ...
 
 class ReportCompletionResponse(_message.Message):
     __slots__ = ("attempt",)

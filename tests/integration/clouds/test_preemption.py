@@ -72,8 +72,9 @@ def test_the_reconcile_records_the_preemption_and_requeues_the_job_uncharged(wor
         now,
     )
     job = world.job(running.job_id)
-    assert (job.state, job.lost_retries_used, job.charge_micros) == ("QUEUED", 1, 0)
-    assert job.not_before is not None and job.not_before > now  # the patient back-off
+    # The cloud's reason: a disruption, no retry of the job's spent.
+    assert (job.state, job.lost_retries_used, job.disruptions_used, job.charge_micros) == ("QUEUED", 0, 1, 0)
+    assert job.not_before is not None and job.not_before > now  # the back-off
     machine = world.machine(running.machine_id)
     # It follows the provider (stopped, disk kept) and its history grows for expected cost.
     assert (machine.state, machine.intent, machine.preemption_count) == ("STOPPED", "STOPPED", 1)

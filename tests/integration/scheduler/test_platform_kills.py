@@ -1,9 +1,10 @@
 """Who pays for a killed attempt, through a real scheduler process and real PostgreSQL.
 
 A runner reports a job the platform killed (a slot's wipe, its machine stopping) as
-INFRA_ERROR with the platform's reason: never charged, and never counted against the job's
-retry budget — it goes back to the queue on the separate, patient budget for the
-platform's own failures. The job's own death — a non-zero exit, ``kill -9 $$``, the kernel
+INFRA_ERROR with the platform's reason and ``disrupted``: never charged, and never counted
+against the job's retry budgets — neither its own nor the patient one — only against the
+wide disruption bound. An INFRA_ERROR the platform cannot explain (a pipeline that would
+not start) spends the patient budget. The job's own death — a non-zero exit, ``kill -9 $$``, the kernel
 killing it at its memory limit — is FAILED: charged, and it spends a retry. The platform's
 own stops for a cancel or a time limit end the job as CANCELLED or TIMED_OUT, never
 FAILED, and spend no retry either.
@@ -32,7 +33,13 @@ PLATFORM_KILL = "killed by the platform (slot 0 wiped for attempt 7c0e), exit 13
 
 
 def report(
-    scheduler: ServiceProcess, machine_id: str, attempt_id: str, outcome: int, exit_code: int, message: str
+    scheduler: ServiceProcess,
+    machine_id: str,
+    attempt_id: str,
+    outcome: int,
+    exit_code: int,
+    message: str,
+    disrupted: bool = False,
 ) -> None:
     with scheduler.channel(f"machine:{machine_id}") as channel:
         worker_service_pb2_grpc.WorkerServiceStub(channel).ReportCompletion(
@@ -43,6 +50,7 @@ def report(
                 exit_code=exit_code,
                 slot_seconds=600.0,
                 message=message,
+                disrupted=disrupted,
             ),
             timeout=10,
         )
@@ -51,7 +59,17 @@ def report(
 @pytest.mark.parametrize(
     ("outcome", "exit_code", "message", "charged", "job_state", "own_retries", "patient_retries", "ledger"),
     [
-        (job_pb2.ATTEMPT_STATE_INFRA_ERROR, 137, PLATFORM_KILL, False, "QUEUED", 0, 1, "job_infra_error"),
+        (job_pb2.ATTEMPT_STATE_INFRA_ERROR, 137, PLATFORM_KILL, False, "QUEUED", 0, 0, "job_infra_error"),
+        (
+            job_pb2.ATTEMPT_STATE_INFRA_ERROR,
+            0,
+            "the job could not start: no pipeline 'p1'",
+            False,
+            "QUEUED",
+            0,
+            1,
+            "job_infra_error",
+        ),
         (
             job_pb2.ATTEMPT_STATE_FAILED,
             137,
@@ -84,7 +102,7 @@ def report(
             "job_timed_out",
         ),
     ],
-    ids=["platform-kill", "own-sigkill", "own-oom", "own-exit", "time-limit"],
+    ids=["platform-kill", "unexplained-infra-error", "own-sigkill", "own-oom", "own-exit", "time-limit"],
 )
 def test_a_kill_the_platform_made_is_never_the_tenants(
     scheduler: ServiceProcess,
@@ -102,11 +120,13 @@ def test_a_kill_the_platform_made_is_never_the_tenants(
     now = datetime.now(UTC)
     machine_id = add_machine(sessions, now)
     attempt_id = add_attempt(sessions, now, machine_id)
-    report(scheduler, machine_id, attempt_id, outcome, exit_code, message)
+    disrupted = message == PLATFORM_KILL  # as the agent says it (gpufleet.agent.verdict)
+    report(scheduler, machine_id, attempt_id, outcome, exit_code, message, disrupted)
     with sessions() as s:
         attempt = s.get_one(models.Attempt, attempt_id)
         job = s.get_one(models.Job, attempt.job_id)
         rows = s.scalars(select(models.Failure).where(models.Failure.attempt_id == attempt_id)).all()
+    assert job.disruptions_used == (1 if disrupted else 0)
     assert attempt.charged is charged
     assert (attempt.charge_micros > 0) is charged
     assert (job.charge_micros > 0) is charged

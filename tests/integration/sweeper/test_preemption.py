@@ -62,12 +62,14 @@ def test_a_preempted_spot_machines_job_goes_back_to_the_queue_uncharged(
     assert (attempt.state, attempt.charged, attempt.charge_micros) == ("LOST", False, 0)
     assert attempt.ended_at == noticed
     assert attempt.slot_seconds == (noticed - start).total_seconds()
+    # The cloud's own reason: the job spends no retry of its own nor of the patient budget.
     assert (job.state, job.lost_retries_used, job.failure_retries_used, job.charge_micros) == (
         "QUEUED",
-        1,
+        0,
         0,
         0,
     )
+    assert job.disruptions_used == 1
     assert job.not_before == noticed + timedelta(seconds=30)
     assert "not charged" in job.status_message
     [row] = sweep.failures()
@@ -113,7 +115,8 @@ def test_an_on_demand_instance_that_vanished_is_lost_but_not_a_preemption(sim_sw
     sim.cloud.preempt(machine(sweep.sessions, mid).provider_instance_id)  # it vanishes
     sweep.step(60)
     attempt, job = attempt_and_job(sweep, attempt_id)
-    assert (attempt.state, attempt.charged, job.state, job.lost_retries_used) == ("LOST", False, "QUEUED", 1)
+    assert (attempt.state, attempt.charged, job.state, job.lost_retries_used) == ("LOST", False, "QUEUED", 0)
+    assert job.disruptions_used == 1  # gone from the cloud's list: not the job's doing
     [row] = sweep.failures()
     assert (row.failure_class, row.machine_id) == ("instance_gone", mid)
     assert "vanished" in row.details

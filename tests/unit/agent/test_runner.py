@@ -20,7 +20,7 @@ from gpufleet.agent.launcher import CurrentUserLauncher, OpenSlot, SlotError, Sl
 from gpufleet.agent.runner import Runner, job_base_environment
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome
 from gpufleet.agent.statedir import AttemptFiles, StateDir
-from gpufleet.agent.verdict import StopReason, decide_outcome, exit_code_of
+from gpufleet.agent.verdict import StopReason, decide_outcome, exit_code_of, is_disruption
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.lease_fence import runner_fence_s
 from tests.unit.agent.factories import spec
@@ -72,6 +72,27 @@ def test_a_kill_is_the_platforms_only_when_the_platform_recorded_it(
     decided, text = decide_outcome(exit_code, stopped, killed_by_platform=platform, out_of_memory=oom)
     assert decided is outcome
     assert message in text
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "stopped", "platform", "disrupted"),
+    [
+        (143, StopReason.LEASE_FENCED, "", True),  # the fence: the control plane was out of reach
+        (0, StopReason.RUNNER_STOPPED, "", True),  # the machine stopping under it
+        (137, None, "slot 0 wiped", True),  # a kill the agent announced
+        # The job's own ends, and a cancel or a time limit, are never disruptions.
+        (137, None, "", False),
+        (3, None, "", False),
+        (143, StopReason.CANCELLED, "", False),
+        (143, StopReason.TIMED_OUT, "", False),
+        (0, None, "slot 0 wiped", False),  # it finished anyway: succeeded
+    ],
+)
+def test_a_disruption_is_an_infra_error_whose_reason_the_platform_knows(
+    exit_code: int, stopped: StopReason | None, platform: str, disrupted: bool
+) -> None:
+    outcome, _ = decide_outcome(exit_code, stopped, killed_by_platform=platform)
+    assert is_disruption(outcome, stopped, platform) is disrupted
 
 
 def test_a_signal_death_reads_like_the_shell() -> None:
@@ -340,6 +361,9 @@ def test_a_job_whose_lease_goes_unrenewed_past_the_fence_is_stopped_as_ours(tmp_
     thread.join(10)
     assert results[0].outcome is Outcome.INFRA_ERROR
     assert "lease fence" in results[0].message and "45 s" in results[0].message
+    # The platform's own reason: the scheduler spends no retry of the job's on it.
+    assert results[0].disrupted
+    assert AttemptResult.load(runner.files.result) == results[0]
 
 
 def test_each_renewal_moves_the_fence(tmp_path: Path) -> None:

@@ -49,20 +49,33 @@ EXPECTED: dict[EndCause, tuple[AttemptState, bool, str | JobState, float | None,
     C.JOB_FAILED: (A.FAILED, True, "ordinary", 10.0, {Mover.WORKER}),
     C.RUNNER_TIMED_OUT: (A.TIMED_OUT, True, J.TIMED_OUT, None, {Mover.WORKER}),
     C.RUNNER_CANCELLED: (A.CANCELLED, True, J.CANCELLED, None, {Mover.WORKER}),
+    # The runner died without a word: the job might have brought it down.
     C.INFRA_ERROR: (A.INFRA_ERROR, False, "patient", 30.0, {Mover.WORKER}),
-    C.SLOT_NOT_CLOSED: (A.INFRA_ERROR, False, "patient", 30.0, {Mover.WORKER}),
+    # The platform stopped a job running well (the lease fence): not the job's doing.
+    C.DISRUPTED: (A.INFRA_ERROR, False, "disruption", 30.0, {Mover.WORKER}),
+    # The job never started.
+    C.SLOT_NOT_CLOSED: (A.INFRA_ERROR, False, "disruption", 30.0, {Mover.WORKER}),
     C.TIME_LIMIT: (A.TIMED_OUT, True, J.TIMED_OUT, None, {Mover.LIMITS}),
+    # The machine went dark: a job that crashes its machine must not roam the fleet.
     C.LEASE_EXPIRED: (A.LOST, False, "patient", 30.0, {Mover.LEASE_EXPIRY}),
-    # Today's take-back: the patient budget, doubling from the scheduler's retry back-off.
-    C.TAKEN_BACK: (A.INFRA_ERROR, False, "patient", 10.0, {Mover.DISPATCH}),
+    # Never started: the disruption budget, doubling from the scheduler's retry back-off.
+    C.TAKEN_BACK: (A.INFRA_ERROR, False, "disruption", 10.0, {Mover.DISPATCH}),
     C.CANCEL_REQUESTED: (A.CANCELLED, True, J.CANCELLED, None, {Mover.CANCEL}),
     C.MACHINE_LOST: (A.LOST, False, "patient", 30.0, {Mover.MACHINE_LOSS}),
-    C.GPU_FAULT: (A.INFRA_ERROR, False, "patient", 30.0, {Mover.GPU_HEALTH, Mover.MACHINE_LOSS}),
+    # The cloud's own reason (pre-empted, spot-stopped, gone from its list).
+    C.RECLAIMED: (A.LOST, False, "disruption", 30.0, {Mover.MACHINE_LOSS}),
+    # NVML's finding: hardware.
+    C.GPU_FAULT: (A.INFRA_ERROR, False, "disruption", 30.0, {Mover.GPU_HEALTH, Mover.MACHINE_LOSS}),
 }
 
 
 def job(
-    *, state: JobState = J.RUNNING, failures: int = 0, losses: int = 0, cancel: bool = False
+    *,
+    state: JobState = J.RUNNING,
+    failures: int = 0,
+    losses: int = 0,
+    cancel: bool = False,
+    disruptions: int = 0,
 ) -> JobCounters:
     return JobCounters(
         state=state,
@@ -71,6 +84,7 @@ def job(
         retry_budget=2,
         lost_retry_budget=5,
         cancel_requested=cancel,
+        disruptions_used=disruptions,
     )
 
 
@@ -90,8 +104,16 @@ def test_the_attempt_ends_as_its_cause_says_and_is_charged_only_for_the_tenants_
 @pytest.mark.parametrize("cause", list(EndCause))
 def test_with_retries_left(cause: EndCause) -> None:
     _, _, way, backoff, _ = EXPECTED[cause]
-    update = decide_attempt_end(cause, job(failures=1, losses=2), POLICY, exit_code=3)
-    if way == "ordinary":
+    update = decide_attempt_end(cause, job(failures=1, losses=2, disruptions=7), POLICY, exit_code=3)
+    assert update.disruptions_used == (8 if way == "disruption" else 7)
+    if way == "disruption":
+        assert (update.job_state, update.failure_retries_used, update.lost_retries_used) == (J.QUEUED, 1, 2)
+        # a fixed back-off, but a start that keeps failing doubles (capped at 2^5)
+        assert update.backoff_s == (backoff * 32 if cause is C.TAKEN_BACK else backoff)
+        assert update.message.endswith(
+            "; requeued (disruption 8 of 20, not counted against its retries), not charged"
+        )
+    elif way == "ordinary":
         assert (update.job_state, update.failure_retries_used, update.lost_retries_used) == (J.QUEUED, 2, 2)
         assert update.backoff_s == backoff  # fixed: no doubling for the tenant's failures
         assert update.message == "attempt failed (exit 3); retry 2 of 2"
@@ -108,6 +130,10 @@ def test_with_retries_left(cause: EndCause) -> None:
 def test_with_retries_spent(cause: EndCause) -> None:
     _, _, way, _, _ = EXPECTED[cause]
     update = decide_attempt_end(cause, job(failures=2, losses=5), POLICY, exit_code=1)
+    if way == "disruption":  # the job's own budgets spent do not end it for a disruption
+        assert (update.job_state, update.disruptions_used) == (J.QUEUED, 1)
+        assert update.backoff_s is not None
+        return
     if way == "ordinary":
         assert update.job_state is J.FAILED
         assert update.message == "failed (exit 1); retry budget spent"
@@ -123,7 +149,7 @@ def test_with_retries_spent(cause: EndCause) -> None:
 def test_a_job_whose_cancel_was_asked_for_is_never_requeued(cause: EndCause) -> None:
     _, _, way, _, _ = EXPECTED[cause]
     update = decide_attempt_end(cause, job(cancel=True), POLICY)
-    if way in ("ordinary", "patient"):
+    if way in ("ordinary", "patient", "disruption"):
         assert (update.job_state, update.message, update.backoff_s) == (J.CANCELLED, "cancelled", None)
         assert (update.failure_retries_used, update.lost_retries_used) == (0, 0)
     else:
@@ -143,15 +169,35 @@ def test_the_patient_back_off_doubles_from_the_lost_back_off() -> None:
     assert waits == [30.0, 60.0, 120.0, 240.0, 480.0]
 
 
-def test_a_gpu_fault_is_our_failure_uncharged_and_patient() -> None:
-    update = decide_attempt_end(C.GPU_FAULT, job(failures=2, losses=0), POLICY)
+def test_a_gpu_fault_is_our_failure_uncharged_and_spends_no_retry() -> None:
+    update = decide_attempt_end(C.GPU_FAULT, job(failures=2, losses=5), POLICY)
     assert (update.charged, update.job_state, update.lost_retries_used, update.failure_retries_used) == (
         False,
         J.QUEUED,
-        1,
+        5,  # the patient budget is untouched, even when spent
         2,  # the tenant's own budget is untouched, even when spent
     )
-    assert update.message == "GPU fault on its machine; requeued (1 of 5), not charged"
+    assert update.message == (
+        "GPU fault on its machine; requeued (disruption 1 of 20, not counted against its retries), "
+        "not charged"
+    )
+
+
+@pytest.mark.parametrize("cause", sorted(c for c in EndCause if EXPECTED[c][2] == "disruption"))
+def test_a_disruption_ends_the_job_only_once_the_disruption_budget_is_spent(cause: EndCause) -> None:
+    """A bound against a loop (a machine that refuses every start), never a judgement."""
+    update = decide_attempt_end(cause, job(disruptions=19), POLICY)
+    assert (update.job_state, update.disruptions_used) == (J.QUEUED, 20)
+    update = decide_attempt_end(cause, job(disruptions=20), POLICY)
+    assert (update.job_state, update.disruptions_used, update.backoff_s) == (J.FAILED, 20, None)
+    assert update.message.endswith("; disruption budget spent")
+    assert not update.charged
+
+
+def test_the_patient_budget_ends_a_job_that_keeps_losing_its_machine_whatever_its_disruptions() -> None:
+    update = decide_attempt_end(C.LEASE_EXPIRED, job(losses=5, disruptions=0), POLICY)
+    assert update.job_state is J.FAILED
+    assert update.message.endswith("; lost-retry budget spent")
 
 
 def test_the_callers_words_name_the_end() -> None:
@@ -203,6 +249,9 @@ def test_a_worker_report_names_its_cause() -> None:
     assert cause_of_report(A.CANCELLED) is C.RUNNER_CANCELLED
     assert cause_of_report(A.INFRA_ERROR) is C.INFRA_ERROR
     assert cause_of_report(A.INFRA_ERROR, slot_not_closed=True) is C.SLOT_NOT_CLOSED
+    assert cause_of_report(A.INFRA_ERROR, disrupted=True) is C.DISRUPTED
+    # Only an INFRA_ERROR can be a disruption: a failure is the job's own, whatever is said.
+    assert cause_of_report(A.FAILED, disrupted=True) is C.JOB_FAILED
 
 
 # -- the ledger's job routes and the code never disagree ----------------------------------
@@ -238,8 +287,11 @@ def test_a_lease_that_ran_out_routes_as_the_job_is_requeued() -> None:
     assert route(FailureClass.LEASE_EXPIRED) is LedgerOutcome.RETRY_SAME_MACHINE
 
 
-def test_a_replaced_machines_attempts_end_as_a_loss_or_a_gpu_fault() -> None:
-    assert replace_cause(FailureClass.PREEMPTED) is C.MACHINE_LOST
+def test_a_replaced_machines_attempts_end_as_a_loss_a_reclaim_or_a_gpu_fault() -> None:
+    for cls in (FailureClass.PREEMPTED, FailureClass.SPOT_STOPPED, FailureClass.INSTANCE_GONE):
+        assert replace_cause(cls) is C.RECLAIMED, cls
+    for cls in (FailureClass.WENT_SILENT, FailureClass.MACHINE_STOPPED_ITSELF, FailureClass.BOOT_FAILED):
+        assert replace_cause(cls) is C.MACHINE_LOST, cls
     assert replace_cause("gpu_fault") is C.GPU_FAULT
 
 
@@ -249,6 +301,9 @@ def test_the_default_back_offs_are_the_settings_defaults() -> None:
     assert RetryPolicy().retry_backoff_s == fields["retry_backoff_s"].default
     assert RetryPolicy().lost_retry_backoff_s == fields["lost_retry_backoff_s"].default
     assert RetryPolicy().lost_retry_backoff_s == OutcomePolicy().lost_retry_backoff_s
+    assert RetryPolicy().disruption_budget == fields["disruption_budget"].default
+    assert RetryPolicy().disruption_budget == OutcomePolicy().disruption_budget
+    assert Settings().retry_policy() == RetryPolicy()
 
 
 def test_the_design_doc_lists_every_cause_as_the_code_ends_it() -> None:

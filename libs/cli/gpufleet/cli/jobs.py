@@ -245,7 +245,8 @@ def job(args: argparse.Namespace) -> int:
                 ("charged", f"{output.money(j.charge_micros)} for {j.slot_seconds:.0f} slot-seconds"),
                 (
                     "retries used",
-                    f"{j.failure_retries_used} for its own failures, {j.lost_retries_used} for lost machines",
+                    f"{j.failure_retries_used} for its own failures, {j.lost_retries_used} for lost machines"
+                    + (f"; {j.disruptions_used} disruptions ridden out" if j.disruptions_used else ""),
                 ),
             ]
         )

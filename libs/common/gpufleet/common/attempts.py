@@ -5,9 +5,11 @@ a loss (DESIGN §6). The decision and the writes are the job lifecycle's
 A lost machine is never the tenant's fault: its live attempts end ``LOST`` and uncharged,
 and each job goes back to the queue on its separate, more patient retry budget with a
 doubling back-off — ``FAILED`` once that budget is spent, ``CANCELLED`` when a cancel was
-already asked for. The scheduler learns of losses from leases that run out; the sweeper
-learns of them from the provider's own list (a pre-empted spot instance, an instance that
-vanished). Both write through here so a loss is accounted for the same way whoever saw it.
+already asked for. A machine the cloud took back, or a GPU fault, spends the disruption
+budget instead (:mod:`gpufleet.common.job_lifecycle`). The scheduler learns of losses from
+leases that run out; the sweeper learns of them from the provider's own list (a pre-empted
+spot instance, an instance that vanished). Both write through here so a loss is accounted
+for the same way whoever saw it.
 
 Everything here runs inside the caller's transaction (which the caller fences when it is
 a leader); nothing here calls a provider or an agent.
@@ -51,6 +53,7 @@ def end_live_attempts_lost(
     *,
     why: str,
     lost_retry_backoff_s: float,
+    disruption_budget: int = RetryPolicy.disruption_budget,
     cause: EndCause = EndCause.MACHINE_LOST,
 ) -> list[LostAttempt]:
     """End every live attempt on ``machine_id`` by ``cause`` (a machine lost: ``LOST``; a
@@ -72,7 +75,7 @@ def end_live_attempts_lost(
             .with_for_update()
         ).scalars()
     )
-    policy = RetryPolicy(lost_retry_backoff_s=lost_retry_backoff_s)
+    policy = RetryPolicy(lost_retry_backoff_s=lost_retry_backoff_s, disruption_budget=disruption_budget)
     by = Mover.GPU_HEALTH if cause is EndCause.GPU_FAULT else Mover.MACHINE_LOSS
     lost: list[LostAttempt] = []
     for attempt in attempts:

@@ -11,13 +11,24 @@ whether it is charged, which way its job goes and who may end an attempt so; and
 :class:`JobUpdate`. The SQL writer (:mod:`gpufleet.common.job_writer`) and the simulator
 apply that same object.
 
-Two retry budgets (DESIGN §6):
+Three retry budgets (DESIGN §6, and Kubernetes' pod failure policy, whose ``Ignore``
+rule keeps a disruption off a Job's ``backoffLimit``):
 
 - *ordinary* — the tenant's own failure (a non-zero exit): charged, spends the kind's
   ``retry_budget``, back in the queue after a fixed ``retry_backoff_s``;
-- *patient* — our failure (a lost machine or lease, an infrastructure error, a platform
-  kill, a dispatch taken back, a GPU fault): never charged, spends the separate
-  ``lost_retry_budget``, back-off doubling with each such failure.
+- *patient* — our failure that the job might still have caused (the machine went dark and
+  its lease ran out, its worker fell silent, its pipeline could not be started): never charged, spends the
+  separate ``lost_retry_budget``, back-off doubling with each such failure. A job that
+  brings down every machine it lands on must end, not roam the fleet;
+- *disruption* — our failure that the job cannot have caused, because the platform knows
+  its own reason: the job never started (a dispatch taken back, walls that could not be
+  built), the GPU reported a hardware fault, the cloud took the machine back (pre-empted,
+  spot-stopped, gone from its list), or the platform stopped a job that was running well
+  (the machine's lease fence, the machine stopping, its runner found dead, a kill the
+  agent announced). Never
+  charged, never spends the patient budget — a soak that restarts the database every
+  minute must not fail a tenant's job — and spends only ``disruption_budget``, a wide
+  bound against a loop (a machine that refuses every start), after a fixed back-off.
 
 A job already final stays final whatever an attempt's end says; a job whose cancel was
 asked for is cancelled rather than requeued. Nothing here touches a database: the module
@@ -67,6 +78,7 @@ class JobEffect(StrEnum):
     TIME_OUT = "time_out"
     RETRY_ORDINARY = "retry_ordinary"  # the tenant's failure: FAILED once the budget is spent
     RETRY_PATIENT = "retry_patient"  # our failure: FAILED once the patient budget is spent
+    RETRY_DISRUPTED = "retry_disrupted"  # ours, not the job's doing: the disruption budget
 
 
 class Backoff(StrEnum):
@@ -75,6 +87,7 @@ class Backoff(StrEnum):
     FIXED_RETRY = "fixed_retry"  # now + retry_backoff_s
     DOUBLING_LOST = "doubling_lost"  # now + lost_retry_backoff_s * 2^(n-1)
     DOUBLING_RETRY = "doubling_retry"  # now + retry_backoff_s * 2^(n-1): a dispatch taken back
+    FIXED_LOST = "fixed_lost"  # now + lost_retry_backoff_s: a disruption (not the job's doing)
 
 
 class EndCause(StrEnum):
@@ -84,13 +97,15 @@ class EndCause(StrEnum):
     JOB_FAILED = "job_failed"  # the worker: the job's own death (non-zero exit, OOM kill)
     RUNNER_TIMED_OUT = "runner_timed_out"  # the worker: its runner stopped it at the limit
     RUNNER_CANCELLED = "runner_cancelled"  # the worker: its runner stopped it for a cancel
-    INFRA_ERROR = "infra_error"  # the worker: the platform failed or killed it
+    INFRA_ERROR = "infra_error"  # the worker: it could not be started (no pipeline, ...)
+    DISRUPTED = "disrupted"  # the worker: the platform stopped a job running well (fence, ...)
     SLOT_NOT_CLOSED = "slot_not_closed"  # the worker: the slot's walls could not be built
     TIME_LIMIT = "time_limit"  # the fleet tick: past its kind's time limit
     LEASE_EXPIRED = "lease_expired"  # the fleet tick: its lease ran out
     TAKEN_BACK = "taken_back"  # the dispatch: StartJob failed or never answered
     CANCEL_REQUESTED = "cancel_requested"  # the tenant's CancelJob
     MACHINE_LOST = "machine_lost"  # the ledger replaced its machine
+    RECLAIMED = "reclaimed"  # the cloud took its machine back (pre-empted, spot-stopped, gone)
     GPU_FAULT = "gpu_fault"  # a critical GPU fault on its machine (Xid 79, ECC, ...)
 
 
@@ -133,20 +148,22 @@ END_RULES: dict[EndCause, EndRule] = {
     C.INFRA_ERROR: _rule(
         AS.INFRA_ERROR, False, _E.RETRY_PATIENT, _B.DOUBLING_LOST, "job_infra_error", M.WORKER
     ),
+    C.DISRUPTED: _rule(AS.INFRA_ERROR, False, _E.RETRY_DISRUPTED, _B.FIXED_LOST, "job_infra_error", M.WORKER),
     C.SLOT_NOT_CLOSED: _rule(
-        AS.INFRA_ERROR, False, _E.RETRY_PATIENT, _B.DOUBLING_LOST, "slot_could_not_be_closed", M.WORKER
+        AS.INFRA_ERROR, False, _E.RETRY_DISRUPTED, _B.FIXED_LOST, "slot_could_not_be_closed", M.WORKER
     ),
     C.TIME_LIMIT: _rule(AS.TIMED_OUT, True, _E.TIME_OUT, None, "job_timed_out", M.LIMITS),
     C.LEASE_EXPIRED: _rule(
         AS.LOST, False, _E.RETRY_PATIENT, _B.DOUBLING_LOST, "lease_expired", M.LEASE_EXPIRY
     ),
     C.TAKEN_BACK: _rule(
-        AS.INFRA_ERROR, False, _E.RETRY_PATIENT, _B.DOUBLING_RETRY, "job_infra_error", M.DISPATCH
+        AS.INFRA_ERROR, False, _E.RETRY_DISRUPTED, _B.DOUBLING_RETRY, "job_infra_error", M.DISPATCH
     ),
     C.CANCEL_REQUESTED: _rule(AS.CANCELLED, True, _E.CANCEL, None, None, M.CANCEL),
     C.MACHINE_LOST: _rule(AS.LOST, False, _E.RETRY_PATIENT, _B.DOUBLING_LOST, None, M.MACHINE_LOSS),
+    C.RECLAIMED: _rule(AS.LOST, False, _E.RETRY_DISRUPTED, _B.FIXED_LOST, None, M.MACHINE_LOSS),
     C.GPU_FAULT: _rule(
-        AS.INFRA_ERROR, False, _E.RETRY_PATIENT, _B.DOUBLING_LOST, None, M.GPU_HEALTH, M.MACHINE_LOSS
+        AS.INFRA_ERROR, False, _E.RETRY_DISRUPTED, _B.FIXED_LOST, None, M.GPU_HEALTH, M.MACHINE_LOSS
     ),
 }
 
@@ -167,14 +184,19 @@ LEDGER_ROUTE_OF_EFFECT: dict[JobEffect, LedgerOutcome] = {
     JobEffect.TIME_OUT: LedgerOutcome.FAIL_JOB,
     JobEffect.RETRY_ORDINARY: LedgerOutcome.RETRY_SAME_MACHINE,
     JobEffect.RETRY_PATIENT: LedgerOutcome.RETRY_SAME_MACHINE,
+    JobEffect.RETRY_DISRUPTED: LedgerOutcome.RETRY_SAME_MACHINE,
 }
 LEDGER_ROUTE_OF_WATCHDOG_MOVE: dict[JobState, LedgerOutcome] = {
     J.FAILED: LedgerOutcome.FAIL_JOB,
     J.QUEUED: LedgerOutcome.NOTHING,
 }
 
-# The causes that are our failure: never charged, retried on the patient budget.
-OUR_FAILURES = frozenset(c for c, r in END_RULES.items() if r.job is JobEffect.RETRY_PATIENT)
+# The causes that are our failure: never charged, retried on the patient or the disruption
+# budget; and those of them the job cannot have caused.
+OUR_FAILURES = frozenset(
+    c for c, r in END_RULES.items() if r.job in (JobEffect.RETRY_PATIENT, JobEffect.RETRY_DISRUPTED)
+)
+DISRUPTIONS = frozenset(c for c, r in END_RULES.items() if r.job is JobEffect.RETRY_DISRUPTED)
 
 # The attempt states that are never charged (and those always charged): what a check of
 # the charges after the fact reads — an attempt's state says which, whoever ended it.
@@ -187,12 +209,14 @@ _WORDS: dict[EndCause, str] = {
     C.RUNNER_TIMED_OUT: "timed out",
     C.RUNNER_CANCELLED: "cancelled",
     C.INFRA_ERROR: "infrastructure error",
+    C.DISRUPTED: "stopped by the platform",
     C.SLOT_NOT_CLOSED: "infrastructure error",
     C.TIME_LIMIT: "stopped: past its kind's time limit",
     C.LEASE_EXPIRED: "machine lost (lease expired)",
     C.TAKEN_BACK: "could not start on the machine",
     C.CANCEL_REQUESTED: "cancelled",
     C.MACHINE_LOST: "machine lost",
+    C.RECLAIMED: "machine taken back by the cloud",
     C.GPU_FAULT: "GPU fault on its machine",
 }
 
@@ -203,6 +227,9 @@ _JOB_STATE = {
 }
 
 _ACTIVE = (J.DISPATCHING, J.RUNNING)
+
+# A start that keeps failing backs off 2^5 times its first wait at most (320 s by default).
+_MAX_DOUBLINGS = 5
 
 
 def _job_moves() -> dict[tuple[JobState, JobState], frozenset[Mover]]:
@@ -271,6 +298,9 @@ class RetryPolicy:
 
     retry_backoff_s: float = 10.0
     lost_retry_backoff_s: float = 30.0
+    # Disruptions (ends the job cannot have caused) a job may ride out before it is FAILED:
+    # a bound against a loop, not a judgement of the job.
+    disruption_budget: int = 20
 
 
 @dataclass(frozen=True)
@@ -283,6 +313,7 @@ class JobCounters:
     retry_budget: int
     lost_retry_budget: int
     cancel_requested: bool = False
+    disruptions_used: int = 0
 
 
 @dataclass(frozen=True)
@@ -301,6 +332,7 @@ class JobUpdate:
     backoff_s: float | None
     message: str
     ledger_class: str | None
+    disruptions_used: int = 0
 
     @property
     def requeued(self) -> bool:
@@ -321,7 +353,7 @@ def decide_attempt_end(
     """
     rule = END_RULES[cause]
     words = why or _WORDS.get(cause, cause.value)
-    failures, losses = job.failure_retries_used, job.lost_retries_used
+    failures, losses, disruptions = job.failure_retries_used, job.lost_retries_used, job.disruptions_used
     backoff: float | None = None
     to: JobState | None
     if job.state in TERMINAL_JOB_STATES:
@@ -337,6 +369,20 @@ def decide_attempt_end(
             message = f"attempt failed (exit {exit_code}); retry {failures} of {job.retry_budget}"
         else:
             to, message = J.FAILED, f"failed (exit {exit_code}); retry budget spent"
+    elif rule.job is JobEffect.RETRY_DISRUPTED:
+        if disruptions < policy.disruption_budget:
+            disruptions += 1
+            to = J.QUEUED
+            if rule.backoff is Backoff.DOUBLING_RETRY:  # a start that failed: it may fail again
+                backoff = policy.retry_backoff_s * (2 ** (min(disruptions, _MAX_DOUBLINGS + 1) - 1))
+            else:
+                backoff = policy.lost_retry_backoff_s
+            message = (
+                f"{words}; requeued (disruption {disruptions} of {policy.disruption_budget}, "
+                f"not counted against its retries), not charged"
+            )
+        else:
+            to, message = J.FAILED, f"{words}; disruption budget spent"
     elif losses < job.lost_retry_budget:
         losses += 1
         base = (
@@ -356,17 +402,23 @@ def decide_attempt_end(
         backoff_s=backoff,
         message=message,
         ledger_class=rule.ledger_class,
+        disruptions_used=disruptions,
     )
 
 
-def cause_of_report(outcome: AttemptState, *, slot_not_closed: bool = False) -> EndCause:
-    """The cause of an end the worker reports (its runner's outcome)."""
+def cause_of_report(
+    outcome: AttemptState, *, slot_not_closed: bool = False, disrupted: bool = False
+) -> EndCause:
+    """The cause of an end the worker reports (its runner's outcome and the facts it adds
+    to an INFRA_ERROR: the walls were never built, or the platform stopped a job running
+    well)."""
+    infra = C.SLOT_NOT_CLOSED if slot_not_closed else C.DISRUPTED if disrupted else C.INFRA_ERROR
     return {
         AS.SUCCEEDED: C.SUCCEEDED,
         AS.FAILED: C.JOB_FAILED,
         AS.TIMED_OUT: C.RUNNER_TIMED_OUT,
         AS.CANCELLED: C.RUNNER_CANCELLED,
-        AS.INFRA_ERROR: C.SLOT_NOT_CLOSED if slot_not_closed else C.INFRA_ERROR,
+        AS.INFRA_ERROR: infra,
     }[outcome]
 
 

@@ -79,6 +79,7 @@ def counters_of(job: models.Job, kind: models.JobKind) -> JobCounters:
         retry_budget=kind.retry_budget,
         lost_retry_budget=kind.lost_retry_budget,
         cancel_requested=bool(job.cancel_requested),
+        disruptions_used=job.disruptions_used or 0,
     )
 
 
@@ -236,6 +237,7 @@ def end_attempt(
         check_job_move(JobState(before), decided.job_state, by)
         job.failure_retries_used = decided.failure_retries_used
         job.lost_retries_used = decided.lost_retries_used
+        job.disruptions_used = decided.disruptions_used
         if decided.backoff_s is not None:
             job.not_before = now + timedelta(seconds=decided.backoff_s)
         set_job_state(session, job, decided.job_state, now, decided.message)

@@ -319,6 +319,7 @@ def _replace(
         now,
         why=f"machine replaced ({failure_class}, by {detector})",
         lost_retry_backoff_s=policy.lost_retry_backoff_s,
+        disruption_budget=policy.disruption_budget,
         cause=replace_cause(failure_class),
     )
     tally = OutcomeTally()
@@ -331,10 +332,21 @@ def _replace(
     return lost
 
 
+# The replacements whose reason the cloud gave: the job on the machine cannot have caused
+# them (a slot holds no cloud credentials), so they spend the disruption budget.
+RECLAIMED_CLASSES = frozenset({FailureClass.PREEMPTED, FailureClass.SPOT_STOPPED, FailureClass.INSTANCE_GONE})
+
+
 def replace_cause(failure_class: str) -> EndCause:
     """How a replaced machine's attempts end: a GPU fault ends them as that (our failure,
-    INFRA_ERROR), any other replacement as a lost machine (LOST)."""
-    return EndCause.GPU_FAULT if failure_class == EndCause.GPU_FAULT.value else EndCause.MACHINE_LOST
+    INFRA_ERROR, not the job's doing); a machine the cloud took back as RECLAIMED (LOST,
+    not the job's doing); any other replacement as a lost machine (LOST: the machine went
+    dark, which a job might have caused)."""
+    if failure_class == EndCause.GPU_FAULT.value:
+        return EndCause.GPU_FAULT
+    if failure_class in {c.value for c in RECLAIMED_CLASSES}:
+        return EndCause.RECLAIMED
+    return EndCause.MACHINE_LOST
 
 
 def _append(

@@ -17,3 +17,5 @@ class OutcomePolicy:
     halt_ttl: timedelta | None = None
     # Back-off before a job whose machine was replaced is dispatched again (doubles per loss).
     lost_retry_backoff_s: float = 30.0
+    # Ends a job cannot have caused that it may ride out (gpufleet.common.job_lifecycle).
+    disruption_budget: int = 20

@@ -197,12 +197,17 @@ class StoreSettings(BaseServiceSettings):
     offering_quarantine_ttl_s: float = Field(default=1800.0, ge=0)
     halt_provisioning_ttl_s: float = Field(default=0.0, ge=0)
     lost_retry_backoff_s: float = Field(default=30.0, ge=0)
+    # Ends a job cannot have caused (a start taken back, a GPU fault, a machine the cloud
+    # took back, the machine's lease fence) spend this budget, not the patient one: a wide
+    # bound against a loop, never a judgement of the job.
+    disruption_budget: int = Field(default=20, ge=0)
 
     def outcome_policy(self) -> OutcomePolicy:
         return OutcomePolicy(
             offering_quarantine_ttl=_optional(self.offering_quarantine_ttl_s),
             halt_ttl=_optional(self.halt_provisioning_ttl_s),
             lost_retry_backoff_s=self.lost_retry_backoff_s,
+            disruption_budget=self.disruption_budget,
         )
 
 

@@ -89,6 +89,7 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
             "offering_quarantine_ttl_s",
             "halt_provisioning_ttl_s",
             "lost_retry_backoff_s",
+            "disruption_budget",
         }
     ),
     "sweeper": frozenset({"inventory_reconcile_every_s", "orphan_sweep_every_s", "orphan_grace_s"}),
@@ -99,6 +100,7 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
             "start_backoff_s",
             "retry_backoff_s",
             "lost_retry_backoff_s",
+            "disruption_budget",
             "dispatch_deadline_s",
             "dispatch_backoff_s",
             "dispatch_backoff_max_s",

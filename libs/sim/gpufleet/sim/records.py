@@ -62,6 +62,7 @@ class Job:
     queued_since: float = 0.0
     backoff_until: float = 0.0
     losses: int = 0  # the patient budget spent (our failures)
+    disruptions: int = 0  # the disruption budget spent (ours, not the job's doing)
     failures: int = 0  # the ordinary budget spent (the job's own failures)
     live: Attempt | None = None
     first_start: float | None = None

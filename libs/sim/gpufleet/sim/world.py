@@ -35,7 +35,7 @@ from gpufleet.common import lifecycle
 from gpufleet.common import nets as net_registry
 from gpufleet.common.catalog import DEFAULT_CATALOG
 from gpufleet.common.db.enums import JobState, LedgerOutcome, MachineState
-from gpufleet.common.job_lifecycle import OUR_FAILURES, EndCause, JobCounters, RetryPolicy, decide_attempt_end
+from gpufleet.common.job_lifecycle import OUR_FAILURES, EndCause, JobCounters, decide_attempt_end
 from gpufleet.common.ledger import FailureClass, replace_cause, route
 from gpufleet.common.outcome_policy import OutcomePolicy
 from gpufleet.reaper import (
@@ -246,7 +246,7 @@ class Sim:
         self.tick_policies: dict[int, Policy] = {}
         self.outcomes: OutcomePolicy = self.settings.reaper.outcome_policy()
         # A requeue's back-offs as the scheduler's job writers build them.
-        self.retries = RetryPolicy(self.scheduler.retry_backoff_s, self.scheduler.lost_retry_backoff_s)
+        self.retries = self.scheduler.retry_policy()
         reaper = self.settings.reaper
         self.every = self.settings.cadences()
         self.every[MERGED_CHECK] = self.every["went_silent"]
@@ -662,7 +662,12 @@ class Sim:
         m, job = a.machine, a.job
         kind = KINDS[job.kind]
         counters = JobCounters(
-            JobState(job.state), job.failures, job.losses, kind.retry_budget, kind.lost_retry_budget
+            JobState(job.state),
+            job.failures,
+            job.losses,
+            kind.retry_budget,
+            kind.lost_retry_budget,
+            disruptions_used=job.disruptions,
         )
         update = decide_attempt_end(cause, counters, self.retries)
         a.state = update.attempt_state.value
@@ -682,6 +687,7 @@ class Sim:
         if update.charged:
             a.charged_micros = round(slot_s * m.offering.hourly_price_micros / SLOTS_PER_MACHINE / 3600.0)
         job.failures, job.losses = update.failure_retries_used, update.lost_retries_used
+        job.disruptions = update.disruptions_used
         if update.job_state is JobState.QUEUED:
             self._requeue(job, now + (update.backoff_s or 0.0))
         elif update.job_state is not None:

@@ -131,6 +131,7 @@ class GrpcSchedulerReports:
             slot_seconds=result.slot_seconds,
             message=result.message,
             slot_not_closed=result.slot_not_closed,
+            disrupted=result.disrupted,
         )
         self._once(self._stub.ReportCompletion, request)
 

@@ -36,7 +36,7 @@ from gpufleet.agent.redact import Redactor
 from gpufleet.agent.settings import Settings
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome, iso
 from gpufleet.agent.statedir import AttemptFiles, atomic_write_json, atomic_write_text
-from gpufleet.agent.verdict import StopReason, decide_outcome, exit_code_of
+from gpufleet.agent.verdict import StopReason, decide_outcome, exit_code_of, is_disruption
 from gpufleet.agent.walls import pipelines
 from gpufleet.agent.walls.setup import WallsUnavailable, build_launcher
 from gpufleet.agent.walls.wipe import remove_tree
@@ -244,16 +244,18 @@ class Runner:
         if self.signalled:
             stopped = StopReason.RUNNER_STOPPED
         exit_code = exit_code_of(returncode)
+        # Read after the job ended: a kill is recorded before it is sent.
+        killed_by_platform = platform_kills.recorded_kill(self.files) if exit_code else ""
         outcome, message = decide_outcome(
             exit_code,
             stopped,
             self._cancel_reason(),
-            # Read after the job ended: a kill is recorded before it is sent.
-            killed_by_platform=platform_kills.recorded_kill(self.files) if exit_code else "",
+            killed_by_platform=killed_by_platform,
             out_of_memory=bool(exit_code) and slot.out_of_memory(),
             fence_message=self._fence_message(),
         )
-        return self._finish(start, outcome, exit_code, message)
+        disrupted = is_disruption(outcome, stopped, killed_by_platform)
+        return self._finish(start, outcome, exit_code, message, disrupted=disrupted)
 
     def _stop_reason(self, deadline: datetime | None) -> StopReason | None:
         if self.signalled:
@@ -317,6 +319,7 @@ class Runner:
         message: str,
         *,
         slot_not_closed: bool = False,
+        disrupted: bool = False,
     ) -> AttemptResult:
         end = self.clock.now()
         # Measured for every outcome; whether it is charged is the scheduler's call.
@@ -330,6 +333,7 @@ class Runner:
             start_time=iso(start),
             end_time=iso(end),
             slot_not_closed=slot_not_closed,
+            disrupted=disrupted,
         )
         result.save(self.files.result)
         log.info(

@@ -115,6 +115,9 @@ class AttemptResult:
     end_time: str = ""
     # INFRA_ERROR because the slot's walls could not be built: the job never started.
     slot_not_closed: bool = False
+    # INFRA_ERROR because the platform stopped a job running well (the lease fence, the
+    # runner told to stop, an announced platform kill): not the job's doing.
+    disrupted: bool = False
 
     def save(self, path: Path) -> None:
         doc = asdict(self)
@@ -135,6 +138,7 @@ class AttemptResult:
             start_time=str(doc.get("start_time", "")),
             end_time=str(doc.get("end_time", "")),
             slot_not_closed=bool(doc.get("slot_not_closed", False)),
+            disrupted=bool(doc.get("disrupted", False)),
         )
 
 

@@ -58,6 +58,18 @@ def decide_outcome(
     return Outcome.FAILED, f"the job exited with code {exit_code}"
 
 
+def is_disruption(outcome: Outcome, stopped: StopReason | None, killed_by_platform: str = "") -> bool:
+    """Whether an INFRA_ERROR is one the platform knows its own reason for, so the job
+    cannot have caused it: the lease fence, the runner told to stop (the machine stopping),
+    a kill the agent announced. The scheduler then spends no retry of the job's
+    (:mod:`gpufleet.common.job_lifecycle`). (A runner that died without a verdict is one
+    too, said by the worker that finds it.) A pipeline missing on the machine is not: it
+    would fail the same way on every machine."""
+    if outcome is not Outcome.INFRA_ERROR:
+        return False
+    return stopped in (StopReason.LEASE_FENCED, StopReason.RUNNER_STOPPED) or bool(killed_by_platform)
+
+
 def _signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name

@@ -183,7 +183,9 @@ class Worker:
         return running, ended
 
     def _runner_lost(self, files: AttemptFiles) -> AttemptResult:
-        """The runner died without a verdict: our failure, never the tenant's."""
+        """The runner died without a verdict: our failure, never the tenant's — and one the
+        job cannot have caused (the runner is the platform's process, out of the slot
+        user's reach), so it is reported ``disrupted``: it spends no retry of the job's."""
         state = read_json(files.runner_state)
         job_pid = state.get("job_pid") if isinstance(state, dict) else None
         if isinstance(job_pid, int) and is_alive(job_pid, environ=(f"GPUFLEET_JOB_SPEC={files.spec}",)):
@@ -201,6 +203,7 @@ class Worker:
             message="the runner died without writing a result",
             start_time=str(state.get("start_time", "")) if isinstance(state, dict) else "",
             end_time=now,
+            disrupted=True,
         )
         result.save(files.result)
         log.warning("attempt %s: runner lost; reporting INFRA_ERROR", files.attempt_id)

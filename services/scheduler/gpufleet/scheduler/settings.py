@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_settings import NoDecode
 
+from gpufleet.common.job_lifecycle import RetryPolicy
 from gpufleet.common.lease_fence import lease_violation
 from gpufleet.common.settings import StoreSettings
 from gpufleet.scheduler.checkpoint_location import CheckpointLocation, parse_checkpoint_location
@@ -43,6 +44,11 @@ class Settings(StoreSettings):
     start_backoff_s: float = Field(default=60.0, gt=0)
     # Back-off before a job whose attempt failed or was lost is dispatched again.
     retry_backoff_s: float = Field(default=10.0, ge=0)
+
+    def retry_policy(self) -> RetryPolicy:
+        """The back-offs and the disruption budget every end of an attempt here decides by."""
+        return RetryPolicy(self.retry_backoff_s, self.lost_retry_backoff_s, self.disruption_budget)
+
     # Fair share looks at GPU slot-seconds used over this window.
     fair_share_window_s: float = Field(default=86400.0, gt=0)
     # Within one tick, a workspace given a slot is charged this many slot-seconds before

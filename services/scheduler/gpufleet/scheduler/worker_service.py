@@ -30,7 +30,7 @@ from gpufleet.common.db.enums import (
     WorkloadClass,
 )
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from gpufleet.common.job_lifecycle import Mover, RetryPolicy, cause_of_report
+from gpufleet.common.job_lifecycle import Mover, cause_of_report
 from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.job_writer import end_attempt, move_job, start_attempt_running
 from gpufleet.common.ledger import record_failure
@@ -84,7 +84,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self.settings = settings
         # Jobs finished and retried by the completions reported here.
         self.outcomes = JobOutcomes(instruments)
-        self.retry_policy = RetryPolicy(settings.retry_backoff_s, settings.lost_retry_backoff_s)
+        self.retry_policy = settings.retry_policy()
         store = open_checkpoint_store(settings.checkpoint_location(), settings.checkpoint_max_bytes)
         self.checkpoints = CheckpointService(sessions, clock, store)
 
@@ -221,10 +221,11 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         tally: OutcomeTally,
     ) -> None:
         """The worker's word on how the attempt ended: the job lifecycle decides the rest
-        (a failure on our side costs nothing and is retried patiently; the job's own
+        (a failure on our side costs nothing and is retried patiently — on the disruption
+        budget when the agent says the platform stopped a job running well; the job's own
         outcome is charged)."""
         outcome = AttemptState(enum_name(job_pb2.AttemptState, "ATTEMPT_STATE_", request.outcome))
-        cause = cause_of_report(outcome, slot_not_closed=request.slot_not_closed)
+        cause = cause_of_report(outcome, slot_not_closed=request.slot_not_closed, disrupted=request.disrupted)
         attempt.exit_code = request.exit_code
         machine_id = attempt.machine_id
         detail = f"attempt {attempt.id} on {machine_id}: exit {request.exit_code} {request.message}".strip()

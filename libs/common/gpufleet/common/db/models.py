@@ -249,6 +249,8 @@ class Job(Base):
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
     failure_retries_used: Mapped[int] = mapped_column(Integer, default=0)
     lost_retries_used: Mapped[int] = mapped_column(Integer, default=0)
+    # Ends the job cannot have caused (gpufleet.common.job_lifecycle's disruptions).
+    disruptions_used: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     status_message: Mapped[str] = mapped_column(Text, default="")
     slot_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     charge_micros: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -44,7 +44,7 @@ from gpufleet.common.db import models
 from gpufleet.common.db.bulk import among, insert_rows
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState, JobState, MachineState
 from gpufleet.common.errors import Fenced, GpufleetError
-from gpufleet.common.job_lifecycle import EndCause, Mover, RetryPolicy, check_job_move
+from gpufleet.common.job_lifecycle import EndCause, Mover, check_job_move
 from gpufleet.common.job_outcomes import OutcomeTally
 from gpufleet.common.job_writer import attempts_running, end_attempt, move_jobs
 from gpufleet.common.leadership import LeaderLease
@@ -180,7 +180,7 @@ class DispatchController:
         self.clock = clock
         self.lease = lease
         self.settings = settings
-        self.retry_policy = RetryPolicy(settings.retry_backoff_s, settings.lost_retry_backoff_s)
+        self.retry_policy = settings.retry_policy()
         self.calls = calls
         self.agents = agents
         self.outcomes = outcomes

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES
-from gpufleet.common.job_lifecycle import EndCause, Mover, RetryPolicy
+from gpufleet.common.job_lifecycle import EndCause, Mover
 from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.job_writer import end_attempt
 from gpufleet.common.leadership import LeaderLease
@@ -44,7 +44,7 @@ class LimitsController:
         self.settings = settings
         self.dispatch = dispatch
         self.outcomes = outcomes
-        self.retry_policy = RetryPolicy(settings.retry_backoff_s, settings.lost_retry_backoff_s)
+        self.retry_policy = settings.retry_policy()
 
     def apply(self, expired: list[str], over_limit: list[str], now: datetime, report: TickReport) -> None:
         """At most ``PER_TICK`` of each a tick, ``BATCH`` to a transaction, so that a mass
