@@ -28,23 +28,26 @@ a Python service or agent restarts in 1-3 s real on this loaded 2-core host and 
 agents' gRPC deadlines are real seconds (5 s). At 60x the lease would be 1.5 s real,
 shorter than one restart, and the nets would fire on the host's slowness, not on faults.
 
+Once judged, it ends everything it started (benchmarks/soak_parts/teardown.py: the
+services, then every process of every machine boot), and looks for any process still
+pointing into its state folder: each is killed and named, and counted in
+``processes_left_after_teardown``.
+
 It prints a line a minute, then a table and the details of every non-zero figure, and last
 one JSON line. Exit status 1 when a zero-figure is not zero or the self-check fails (the
 soak did not do the work it reports: too few jobs completed, an enabled class never
-injected, no process samples).
+injected, no process samples; or a process outlived the teardown).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import inspect
 import json
 import os
 import random
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -67,6 +70,7 @@ from benchmarks.soak_parts.job_processes import JobProcessSampler
 from benchmarks.soak_parts.machine_watch import MachineWatch
 from benchmarks.soak_parts.probe_proxy import ProbeProxies
 from benchmarks.soak_parts.supervisor import Supervisor
+from benchmarks.soak_parts.teardown import MachineGroups, end_machines, leftovers
 from benchmarks.soak_parts.verdict import judge
 from gpufleet.agent.settings import Settings as AgentSettings
 from gpufleet.cli.credentials import tls_dir
@@ -172,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
     proxies = ProbeProxies(machines_root, on_machine=new_machine)
     supervisor = Supervisor(stack, machines_root)
+    groups = MachineGroups(machines_root)  # every machine boot's process group, for the teardown
     reaper = ReaperSettings()
     agent = AgentSettings(machine_id="soak")
     thresholds = Thresholds(
@@ -186,6 +191,34 @@ def main(argv: list[str] | None = None) -> int:
     )
     status = 1
     chaos: Chaos | None = None
+    torn_down = False
+
+    def teardown() -> list[str]:
+        """End everything the soak started but PostgreSQL, in an order where nothing can
+        start anything again behind it: the chaos and the supervisor (which restarts
+        services), the services (the provisioner starts machines), every machine's
+        processes, the stack's folder; then the processes still alive that are the soak's
+        (named, and killed)."""
+        nonlocal torn_down
+        torn_down = True
+        for step in (
+            *([chaos.stop] if chaos is not None else []),
+            supervisor.stop,
+            groups.stop,
+            stack.stop,
+            lambda: end_machines(machines_root, groups.groups),
+            stack.shutdown,
+        ):
+            try:
+                step()
+            except Exception as exc:  # the next steps must still run
+                print(f"soak: teardown: {exc!r}", file=sys.stderr, flush=True)
+        left = leftovers(state, groups.groups)
+        print(f"soak: processes left after teardown: {len(left)}", flush=True)
+        for line in left:
+            print(f"soak: left after teardown (killed): {line}", flush=True)
+        return left
+
     try:
         chaos = Chaos(
             rng=rng,
@@ -202,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         chaos.enable_probe_proxies()  # before the first machine: every agent behind its proxy
         proxies.start()
+        groups.start()
         t0 = time.time()
         stack.start()
         clock = ScaledClock(args.speed, stack.config.clock_origin)
@@ -301,7 +335,15 @@ def main(argv: list[str] | None = None) -> int:
         for name, code, tail in supervisor.unexpected_exits:
             last = [line for line in tail.splitlines() if line.strip()][-3:]
             verdict.note("unexpected_service_exits", f"{name} exited {code}: {' | '.join(last)[:600]}")
+        # Judged: the machines and services are ended now, so the report can say whether
+        # anything outlived them.
+        left = teardown()
+        figures["processes_left_after_teardown"] = len(left)
+        for line in left:
+            verdict.note("processes_left_after_teardown", line)
         problems = self_check(args, figures, injected, chaos)
+        if left:
+            problems.append(f"processes left after teardown: {len(left)} (killed now)")
         figures["self_check"] = "ok" if not problems else "failed"
         figures["problems"] = problems
         report(figures, verdict.details)
@@ -309,47 +351,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(figures, sort_keys=True), flush=True)
         return status
     finally:
-        if chaos is not None:
-            chaos.stop()
-        supervisor.stop()
-        end_machines(machines_root)
-        stack.shutdown()
+        if not torn_down:
+            teardown()  # the run failed or was interrupted: still nothing may outlive it
         postgres.stop()
         if args.keep or status != 0:
             print(f"soak: state folder kept: {state}", file=sys.stderr)
         else:
             shutil.rmtree(state, ignore_errors=True)
-
-
-def end_machines(machines_root: Path) -> None:
-    """End every local machine by its driver's record (instance.json's process group, the
-    systemd stand-in's): ``gpufleet down`` finds a machine by ``disk/agent.pid``, which
-    under the stand-in is the agent, not the machine's session, and would leave its
-    worker behind."""
-    groups = []
-    for record in machines_root.glob("*/instance.json"):
-        with contextlib.suppress(OSError, ValueError):
-            pgid = json.loads(record.read_text()).get("pgid")
-            if pgid:
-                (record.parent / "disk" / "machine.stopping").write_text("the soak ended\n")
-                groups.append(int(pgid))
-    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
-        for pgid in groups:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, sig)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
-            time.sleep(0.2)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def backend_client(stack: Stack) -> Client:
@@ -462,8 +470,9 @@ def report(figures: dict[str, Any], details: dict[str, list[str]]) -> None:
         ("jobs by state", figures["jobs_by_state"]),
         ("attempts by state", figures["attempts_by_state"]),
         (
-            "detections judged / not judged (run ended)",
-            f"{figures['detections_judged']} / {figures['detections_not_judged_run_ended']}",
+            "detections judged / not (run ended / not in service)",
+            f"{figures['detections_judged']} / {figures['detections_not_judged_run_ended']}"
+            f" / {figures['detections_not_judged_not_in_service']}",
         ),
         ("slowest detection by class (s, control-plane clock)", figures["detection_delay_max_s"]),
         ("job processes of ended attempts at the end", figures["job_processes_of_ended_attempts_at_end"]),
@@ -472,6 +481,7 @@ def report(figures: dict[str, Any], details: dict[str, list[str]]) -> None:
             f"{figures['service_restarts_after_chaos']} / {figures['unexpected_service_exits']}",
         ),
         ("agents back after a kill (systemd stand-in)", figures["agents_back_after_kill"]),
+        ("processes left after teardown", figures["processes_left_after_teardown"]),
         ("submit retries", figures["submit_retries"]),
         (
             "process samples / attempts seen in them",

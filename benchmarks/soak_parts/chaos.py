@@ -129,6 +129,7 @@ class Chaos:
     no_target: dict[str, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _timers: list[threading.Thread] = field(default_factory=list)
+    _thread: threading.Thread | None = None
     _paused: set[int] = field(default_factory=set)
     _postgres_down: threading.Event = field(default_factory=threading.Event)
     # One machine fault at a time on a machine: free again 10 s after its fault is over,
@@ -154,13 +155,16 @@ class Chaos:
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self._loop, name="chaos", daemon=True)
         thread.start()
+        self._thread = thread
         return thread
 
     def stop(self) -> None:
         """No new fault; every fault in progress ends now (agents continued, paths healed,
         the provider's window closed, PostgreSQL started)."""
         self._stop.set()
-        for thread in self._timers:
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(30)  # a fault being injected now: its timers are listed after
+        for thread in list(self._timers):
             thread.join(30)
         for pid in list(self._paused):
             with contextlib.suppress(ProcessLookupError):

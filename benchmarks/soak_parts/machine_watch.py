@@ -16,6 +16,9 @@ from gpufleet.common.db import models
 
 # A machine in one of these, or marked lost or cordoned, is out of service: acted on.
 OUT_OF_SERVICE = frozenset({"STOPPING", "STOPPED", "DESTROYING", "DESTROYED"})
+# The states the lost and went-silent nets watch (a machine still booting is the boot
+# nets', whose deadlines are far longer).
+IN_SERVICE = frozenset({"READY", "DRAINING"})
 
 
 @dataclass
@@ -52,6 +55,17 @@ class MachineWatch:
             if not seen or seen[-1][1:] != (state, lost, cordoned):
                 seen.append((now, state, bool(lost), bool(cordoned)))
         self.reads += 1
+
+    def state_at(self, machine_id: str, t: float) -> tuple[str, bool, bool] | None:
+        """The machine's (state, lost, cordoned) as last read at or before ``t`` (the
+        control plane's clock); None when it had not been read by then. A change shows up
+        here up to one read (``every_s``, real) after it happened."""
+        found = None
+        for at, state, lost, cordoned in self.history.get(machine_id, []):
+            if at > t:
+                break
+            found = (state, lost, cordoned)
+        return found
 
     def acted_at(self, machine_id: str, since: float) -> float | None:
         """The first time at or after ``since`` the machine was seen out of service (``since``

@@ -12,7 +12,6 @@ A machine's agent daemon is restarted inside the machine, by systemd's stand-in
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,12 +28,18 @@ class Supervisor:
     _expected: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
 
     def start(self) -> None:
-        threading.Thread(target=self._loop, name="supervisor", daemon=True).start()
+        self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
+        """No restart after this returns (a restart in progress is waited for): the
+        teardown stops the services next, and one started behind its back would live on."""
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(30.0)
 
     def expect_exit(self, service: str) -> None:
         with self._lock:
@@ -55,5 +60,6 @@ class Supervisor:
                     log = self.stack.config.state_dir / "logs" / f"{name}.log"
                     tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
                     self.unexpected_exits.append((name, code, tail))
-                time.sleep(self.restart_after_s)
+                if self._stop.wait(self.restart_after_s):
+                    return
                 self.stack.spawn(name)

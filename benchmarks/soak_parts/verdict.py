@@ -12,6 +12,9 @@ and the provider's truth (the local driver's folders and processes).
   store does not hold, or holds as DESTROYED.
 - ``late_detections``: machine faults past a threshold that no net acted on (a ledger row
   on the machine, or the machine stopped or destroyed) within threshold plus one cadence.
+  A fault for the nets that watch machines in service (machine lost, went silent) on a
+  machine the store did not hold in service at the fault (still booting: the chaos aims
+  by the provider's truth) is not judged: ``detections_not_judged_not_in_service``.
 - ``wrong_charges``: charged attempts whose charge is not the scheduler's own
   ``attempt_charge_micros``, attempts that ended by our failure and were charged, and jobs
   whose total is not the sum of their attempts'.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -32,12 +35,14 @@ from sqlalchemy.orm import Session
 
 from benchmarks.soak_parts.chaos import MACHINE_FAULTS, Fault, Thresholds
 from benchmarks.soak_parts.job_processes import JobProcessSampler
-from benchmarks.soak_parts.machine_watch import MachineWatch
+from benchmarks.soak_parts.machine_watch import IN_SERVICE, OUT_OF_SERVICE, MachineWatch
 from gpufleet.common.db import models
 from gpufleet.common.job_writer import attempt_charge_micros
 
 # Attempts that end by our doing when the job itself always succeeds.
 OUR_FAILURES = frozenset({"LOST", "INFRA_ERROR", "FAILED", "TIMED_OUT"})
+# What the nets that watch machines in service must do (see ``not_in_service``).
+IN_SERVICE_EXPECTS = frozenset({"machine_lost", "went_silent"})
 
 
 @dataclass
@@ -167,10 +172,82 @@ def judge(
     v.figures["healthy_destroys"] = len(healthy)
 
     # ---- detections ------------------------------------------------------------------
-    late = judged = not_judged = 0
+    judge_detections(v, faults, thresholds, machines, failures, watch, virtual_end, slack_virtual_s)
+
+    # ---- the provider's truth ---------------------------------------------------------
+    unrecorded = 0
+    groups = _live_process_groups()
+    for record_path in sorted(machines_root.glob("*/instance.json")):
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(record_path.read_text())
+            machine_id = record_path.parent.name
+            alive = record.get("pgid") in groups
+            m = machines.get(machine_id)
+            if alive and (m is None or m.state == "DESTROYED"):
+                unrecorded += 1
+                v.note(
+                    "instances_billing_unrecorded",
+                    f"{record['provider_instance_id']} ({machine_id}): alive, the store holds "
+                    f"{'nothing' if m is None else 'it as DESTROYED'}",
+                )
+    v.figures["instances_billing_unrecorded"] = unrecorded
+    live_attempts = {a.id for a in attempts if a.state in ("STARTING", "RUNNING")}
+    strays = sorted(a for a in sampler.last_alive if a not in live_attempts)
+    v.figures["job_processes_of_ended_attempts_at_end"] = len(strays)
+    for attempt_id in strays:
+        v.note(
+            "job_processes_of_ended_attempts_at_end",
+            f"attempt {attempt_id} of job {sampler.attempt_job[attempt_id]}",
+        )
+    return v
+
+
+def not_in_service(expect: str, at_fault: tuple[str, bool, bool] | None) -> str | None:
+    """Why a fault that expects ``expect`` is not judged as a detection, given its machine's
+    (state, lost, cordoned) in the store at the fault's time (``MachineWatch.state_at``);
+    None when it is judged.
+
+    The lost and went-silent nets watch machines in service (READY or DRAINING); a machine
+    still provisioning, booting or starting is the boot nets', whose deadlines are far
+    longer, so a fault the chaos aimed at it (from the provider's truth, which says
+    RUNNING as soon as the process is up) is no test of those nets. A machine already
+    acted on (lost, cordoned, stopping or gone) stays judged: ``MachineWatch.acted_at``
+    says it was acted on at the fault's own time."""
+    if expect not in IN_SERVICE_EXPECTS:
+        return None
+    if at_fault is None:
+        return "not yet read in the store"
+    state, lost, cordoned = at_fault
+    if lost or cordoned or state in OUT_OF_SERVICE or state in IN_SERVICE:
+        return None
+    return state
+
+
+def judge_detections(
+    v: Verdict,
+    faults: list[Fault],
+    thresholds: Thresholds,
+    machines: Mapping[str, Any],
+    failures: Sequence[Any],
+    watch: MachineWatch,
+    virtual_end: float,
+    slack_virtual_s: float,
+) -> None:
+    """``late_detections`` and its companions, from the faults, the store's machines (by id)
+    and failure ledger rows, and the watch's history; no database."""
+    late = judged = not_judged = not_in_service_n = 0
     delays: dict[str, list[float]] = {}
     for f in faults:
         if not f.expect:
+            continue
+        why = not_in_service(f.expect, watch.state_at(f.machine_id, f.virtual_at))
+        if why is not None:
+            not_in_service_n += 1
+            v.note(
+                "detections_not_judged_not_in_service (info)",
+                f"{f.cls} on {f.machine_id} ({f.duration_s:.1f} s real): expected {f.expect}, but the "
+                f"machine was {why} at the fault, not in service",
+            )
             continue
         deadline = f.virtual_at + f.deadline_virtual_s
         m = machines.get(f.machine_id)
@@ -198,31 +275,8 @@ def judge(
     v.figures["late_detections"] = late
     v.figures["detections_judged"] = judged
     v.figures["detections_not_judged_run_ended"] = not_judged
+    v.figures["detections_not_judged_not_in_service"] = not_in_service_n
     v.figures["detection_delay_max_s"] = {k: round(max(d), 1) for k, d in delays.items()}
-
-    # ---- the provider's truth ---------------------------------------------------------
-    unrecorded = 0
-    groups = _live_process_groups()
-    for record_path in sorted(machines_root.glob("*/instance.json")):
-        with contextlib.suppress(OSError, ValueError):
-            record = json.loads(record_path.read_text())
-            machine_id = record_path.parent.name
-            alive = record.get("pgid") in groups
-            m = machines.get(machine_id)
-            if alive and (m is None or m.state == "DESTROYED"):
-                unrecorded += 1
-                v.note(
-                    "instances_billing_unrecorded",
-                    f"{record['provider_instance_id']} ({machine_id}): alive, the store holds "
-                    f"{'nothing' if m is None else 'it as DESTROYED'}",
-                )
-    v.figures["instances_billing_unrecorded"] = unrecorded
-    live_attempts = {a.id for a in attempts if a.state in ("STARTING", "RUNNING")}
-    strays = sorted(a for a in sampler.last_alive if a not in live_attempts)
-    v.figures["job_processes_of_ended_attempts_at_end"] = len(strays)
-    for a in strays:
-        v.note("job_processes_of_ended_attempts_at_end", f"attempt {a} of job {sampler.attempt_job[a]}")
-    return v
 
 
 def _live_process_groups() -> set[int]:

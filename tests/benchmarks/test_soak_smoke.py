@@ -2,7 +2,8 @@
 never silently break the soak: a minute of chaos with every class of fault that has landed
 enabled, then its checks. It must do the work it reports (jobs completed, several classes
 injected, the processes sampled) and end with its JSON line; and it must fail when it did
-not (a floor of completed jobs it cannot reach).
+not (a floor of completed jobs it cannot reach). Either way nothing it started may outlive
+it (``processes_left_after_teardown``).
 
 The zero-figures are the soak's to report, not this smoke's to assert: a short run on a
 shared 2-core machine says little about them, and a real defect they find must be fixed
@@ -69,6 +70,10 @@ def test_the_soak_does_its_work_and_reports_every_figure() -> None:
         assert cls not in injected
     assert figures["process_samples"] > 100
     assert "faults injected by class" in out
+    # Nothing the soak started outlives it (each machine's stand-in, agent, worker, runners).
+    assert figures["processes_left_after_teardown"] == 0, out[-4000:]
+    assert "soak: processes left after teardown: 0" in out
+    assert isinstance(figures["detections_not_judged_not_in_service"], int)
 
 
 @pytest.mark.timeout(300)
@@ -80,3 +85,4 @@ def test_a_soak_that_did_not_complete_its_floor_of_jobs_fails() -> None:
     assert figures["self_check"] == "failed"
     assert any("completed (floor 10000)" in p for p in figures["problems"]), figures["problems"]
     assert "self-check: FAILED" in out
+    assert figures["processes_left_after_teardown"] == 0, out[-4000:]
