@@ -401,3 +401,29 @@ def test_a_mass_lease_expiry_is_spread_over_ticks_so_no_pass_is_long(
     assert {fleet.row(models.Attempt, a).state for a in gone} == {"LOST"}
     tick.settle(30)
     assert sorted(agent.cancelled) == sorted(gone)  # each one told to stop on its agent
+
+
+def test_a_lease_that_ran_out_on_a_machine_still_answering_spends_no_retry_of_the_jobs(fleet: Fleet) -> None:
+    """A worker killed on a live machine: its agent still answers the reaper's probes long
+    after the last renewal, so the loss is the platform's (a disruption, no retry of the
+    job's spent); a machine that went dark — no probe answered since — might have been
+    brought down by its job, so that loss spends the patient budget."""
+    agent = fleet.agent()
+    now = fleet.clock.now()
+    renewed = now - timedelta(seconds=fleet.settings.attempt_lease_s + 1)  # lease ran out 1 s ago
+    answering = fleet.machine(agent, slots=1, probe_ok_at=now - timedelta(seconds=5))
+    dark = fleet.machine(agent, slots=1, probe_ok_at=renewed - timedelta(seconds=5))
+    up, down = (
+        fleet.attempt(fleet.job(n, "RUNNING"), m, 0, started_s_ago=600, lease_in_s=-1)
+        for n, m in ((1, answering), (2, dark))
+    )
+    lease, tick = fleet.leader("replica-a")
+    assert lease.try_acquire()
+    assert tick.run(fleet.clock.now()).actions["lease_expired"] == 2
+    tick.settle(30)
+    for attempt_id, used in ((up, (0, 1)), (down, (1, 0))):
+        attempt = fleet.row(models.Attempt, attempt_id)
+        job = fleet.row(models.Job, attempt.job_id)
+        assert (attempt.state, attempt.charged, job.state) == ("LOST", False, "QUEUED")
+        assert (job.lost_retries_used, job.disruptions_used) == used, attempt_id
+    assert "the machine still answered" in fleet.row(models.Job, "job-1").status_message

@@ -6,6 +6,7 @@ move, nothing out of a final state, and the ledger's job routes saying what the 
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from gpufleet.common.job_lifecycle import (
     check_cause,
     check_job_move,
     decide_attempt_end,
+    lease_expiry_cause,
     table_rows,
 )
 from gpufleet.common.ledger import ROUTES, FailureClass, replace_cause, route
@@ -58,6 +60,8 @@ EXPECTED: dict[EndCause, tuple[AttemptState, bool, str | JobState, float | None,
     C.TIME_LIMIT: (A.TIMED_OUT, True, J.TIMED_OUT, None, {Mover.LIMITS}),
     # The machine went dark: a job that crashes its machine must not roam the fleet.
     C.LEASE_EXPIRED: (A.LOST, False, "patient", 30.0, {Mover.LEASE_EXPIRY}),
+    # The lease ran out while the machine's agent still answered: its worker died.
+    C.WORKER_LOST: (A.LOST, False, "disruption", 30.0, {Mover.LEASE_EXPIRY}),
     # Never started: the disruption budget, doubling from the scheduler's retry back-off.
     C.TAKEN_BACK: (A.INFRA_ERROR, False, "disruption", 10.0, {Mover.DISPATCH}),
     C.CANCEL_REQUESTED: (A.CANCELLED, True, J.CANCELLED, None, {Mover.CANCEL}),
@@ -240,6 +244,27 @@ def test_the_starts_and_the_request_watchdogs_moves() -> None:
     # A watchdog never ends a running job, nor succeeds one.
     assert Mover.REQUEST_WATCHDOG not in JOB_TRANSITIONS[(J.RUNNING, J.FAILED)]
     assert (J.QUEUED, J.SUCCEEDED) not in JOB_TRANSITIONS
+
+
+T = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("probe_after_renewal_s", "cause"),
+    [
+        (None, C.LEASE_EXPIRED),  # never probed: dark as far as anyone knows
+        (-30.0, C.LEASE_EXPIRED),  # the last answer came before the last renewal
+        (59.0, C.LEASE_EXPIRED),  # not yet overdue: the machine may have died just after
+        (60.0, C.WORKER_LOST),  # up a whole overdue period after its worker went quiet
+        (85.0, C.WORKER_LOST),
+    ],
+)
+def test_a_lease_that_ran_out_on_a_machine_still_answering_is_its_workers_loss(
+    probe_after_renewal_s: float | None, cause: EndCause
+) -> None:
+    renewed = T
+    probe = None if probe_after_renewal_s is None else renewed + timedelta(seconds=probe_after_renewal_s)
+    assert lease_expiry_cause(renewed + timedelta(seconds=90), 90.0, probe, overdue_s=60.0) is cause
 
 
 def test_a_worker_report_names_its_cause() -> None:

@@ -16,13 +16,15 @@ rule keeps a disruption off a Job's ``backoffLimit``):
 
 - *ordinary* — the tenant's own failure (a non-zero exit): charged, spends the kind's
   ``retry_budget``, back in the queue after a fixed ``retry_backoff_s``;
-- *patient* — our failure that the job might still have caused (the machine went dark and
-  its lease ran out, its worker fell silent, its pipeline could not be started): never charged, spends the
+- *patient* — our failure that the job might still have caused (the machine went dark —
+  its lease ran out and its agent answered no probe either, its worker fell silent, it
+  stopped itself — or its pipeline could not be started): never charged, spends the
   separate ``lost_retry_budget``, back-off doubling with each such failure. A job that
   brings down every machine it lands on must end, not roam the fleet;
 - *disruption* — our failure that the job cannot have caused, because the platform knows
   its own reason: the job never started (a dispatch taken back, walls that could not be
-  built), the GPU reported a hardware fault, the cloud took the machine back (pre-empted,
+  built), the lease ran out while the machine's agent still answered (its worker died),
+  the GPU reported a hardware fault, the cloud took the machine back (pre-empted,
   spot-stopped, gone from its list), or the platform stopped a job that was running well
   (the machine's lease fence, the machine stopping, its runner found dead, a kill the
   agent announced). Never
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from gpufleet.common.db.enums import (
@@ -101,7 +104,8 @@ class EndCause(StrEnum):
     DISRUPTED = "disrupted"  # the worker: the platform stopped a job running well (fence, ...)
     SLOT_NOT_CLOSED = "slot_not_closed"  # the worker: the slot's walls could not be built
     TIME_LIMIT = "time_limit"  # the fleet tick: past its kind's time limit
-    LEASE_EXPIRED = "lease_expired"  # the fleet tick: its lease ran out
+    LEASE_EXPIRED = "lease_expired"  # the fleet tick: its lease ran out, the machine dark
+    WORKER_LOST = "worker_lost"  # the fleet tick: its lease ran out, the machine's agent up
     TAKEN_BACK = "taken_back"  # the dispatch: StartJob failed or never answered
     CANCEL_REQUESTED = "cancel_requested"  # the tenant's CancelJob
     MACHINE_LOST = "machine_lost"  # the ledger replaced its machine
@@ -156,6 +160,7 @@ END_RULES: dict[EndCause, EndRule] = {
     C.LEASE_EXPIRED: _rule(
         AS.LOST, False, _E.RETRY_PATIENT, _B.DOUBLING_LOST, "lease_expired", M.LEASE_EXPIRY
     ),
+    C.WORKER_LOST: _rule(AS.LOST, False, _E.RETRY_DISRUPTED, _B.FIXED_LOST, "lease_expired", M.LEASE_EXPIRY),
     C.TAKEN_BACK: _rule(
         AS.INFRA_ERROR, False, _E.RETRY_DISRUPTED, _B.DOUBLING_RETRY, "job_infra_error", M.DISPATCH
     ),
@@ -213,6 +218,7 @@ _WORDS: dict[EndCause, str] = {
     C.SLOT_NOT_CLOSED: "infrastructure error",
     C.TIME_LIMIT: "stopped: past its kind's time limit",
     C.LEASE_EXPIRED: "machine lost (lease expired)",
+    C.WORKER_LOST: "lease expired while the machine still answered: its worker or our path to it failed",
     C.TAKEN_BACK: "could not start on the machine",
     C.CANCEL_REQUESTED: "cancelled",
     C.MACHINE_LOST: "machine lost",
@@ -404,6 +410,24 @@ def decide_attempt_end(
         ledger_class=rule.ledger_class,
         disruptions_used=disruptions,
     )
+
+
+def lease_expiry_cause(
+    lease_expires_at: datetime, lease_s: float, probe_ok_at: datetime | None, overdue_s: float
+) -> EndCause:
+    """Why an attempt's lease ran out, from the machine's other liveness channel.
+
+    The worker renews the lease (``lease_expires_at`` is its last renewal plus
+    ``lease_s``); the reaper's probe reaches the agent (``probe_ok_at``). When the agent
+    answered a probe ``overdue_s`` or more after the last renewal, the machine was up well
+    after its worker went quiet: the worker died or our path to it broke — the platform's
+    parts, out of the slot user's reach — so it is ``WORKER_LOST``, a disruption. Otherwise
+    the machine went dark with the job on it, which the job might have caused:
+    ``LEASE_EXPIRED``, on the patient budget."""
+    renewed_at = lease_expires_at - timedelta(seconds=lease_s)
+    if probe_ok_at is not None and probe_ok_at >= renewed_at + timedelta(seconds=overdue_s):
+        return C.WORKER_LOST
+    return C.LEASE_EXPIRED
 
 
 def cause_of_report(

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.db import models
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES
-from gpufleet.common.job_lifecycle import EndCause, Mover
+from gpufleet.common.job_lifecycle import EndCause, Mover, lease_expiry_cause
 from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.job_writer import end_attempt
 from gpufleet.common.leadership import LeaderLease
@@ -85,14 +85,22 @@ class LimitsController:
             return None
         machine = session.get_one(models.Machine, attempt.machine_id)
         lease_ran_out = attempt.lease_expires_at
+        # Its agent still answering long after the worker went quiet: not the job's doing.
+        cause = lease_expiry_cause(
+            lease_ran_out, self.settings.attempt_lease_s, machine.probe_ok_at, self.settings.worker_fresh_s
+        )
         ended = end_attempt(
             session,
             attempt,
-            EndCause.LEASE_EXPIRED,
+            cause,
             now,
             by=Mover.LEASE_EXPIRY,
             policy=self.retry_policy,
-            message="lease expired: the machine stopped reporting",
+            message=(
+                "lease expired: the machine stopped reporting"
+                if cause is EndCause.LEASE_EXPIRED
+                else "lease expired: the machine's worker stopped reporting while its agent still answered"
+            ),
             on_machine=True,
             tally=tally,
         )
