@@ -103,3 +103,24 @@ def test_the_help_states_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert "0 succeeded" in text and "3 failed" in text and "6 ended by the platform" in text
+
+
+@pytest.mark.parametrize(
+    ("last_attempt", "status"),
+    [
+        (job_pb2.ATTEMPT_STATE_FAILED, 3),  # its own code failed, its retries spent
+        (job_pb2.ATTEMPT_STATE_LOST, 6),  # our failures spent its budget: the platform's end
+        (job_pb2.ATTEMPT_STATE_INFRA_ERROR, 6),
+        (None, 3),  # ended without running (its queue wait ran out)
+    ],
+)
+def test_a_job_failed_by_the_platform_says_so_in_its_exit_status(
+    last_attempt: int | None, status: int
+) -> None:
+    job = job_pb2.Job(state=job_pb2.JOB_STATE_FAILED)
+    if last_attempt is not None:
+        job.attempts.add(state=job_pb2.ATTEMPT_STATE_FAILED)
+        job.attempts.add(state=last_attempt)
+    assert outcomes.of_ended_job(job) == status
+    job.state = job_pb2.JOB_STATE_SUCCEEDED
+    assert outcomes.of_ended_job(job) == 0

@@ -101,7 +101,7 @@ def submit(args: argparse.Namespace) -> int:
         output.print_json(ended)
     else:
         print(ending_line(ended))
-    return outcomes.of_job(ended.state) or 0
+    return outcomes.of_ended_job(ended) or 0
 
 
 def event_line(event: job_pb2.JobEvent) -> str:

@@ -42,7 +42,7 @@ def _logs(args: argparse.Namespace) -> int:
         job = wait_for_first_attempt(args, job)
         if not job.attempts:  # it ended without running (cancelled, or its queue wait ran out)
             say(f"job {job_id} {state_name(job.state).lower()} without running: {job.status_message or '-'}")
-            return outcomes.of_job(job.state) or outcomes.FAILED
+            return outcomes.of_ended_job(job) or outcomes.FAILED
     attempt_id = copy_log(stub, job_id, attempt_id, args.follow)
     if not args.follow:
         return 0

@@ -48,6 +48,16 @@ def of_job(state: int) -> int | None:
     return _JOB.get(state)
 
 
+def of_ended_job(job: job_pb2.Job) -> int | None:
+    """The exit status for ``job`` as a whole: a job FAILED because its last attempt was
+    ended by the platform (its retry budget for our failures spent) says 6, not 3 — the
+    job's own code did not fail. None while it has not ended."""
+    status = of_job(job.state)
+    if status == FAILED and job.attempts and of_attempt(job.attempts[-1].state) == PLATFORM:
+        return PLATFORM
+    return status
+
+
 def of_attempt(state: int) -> int | None:
     """The exit status for an attempt in ``state``; None while it runs."""
     return _ATTEMPT.get(state)
