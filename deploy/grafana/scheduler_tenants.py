@@ -1,10 +1,8 @@
 """*Scheduler & tenants*: how long jobs wait, by kind and plan tier, what starts and how it
-ends, what dispatch costs, how the fair share divides the fleet, and where the fleet tick
-spends its time; then the calls between the parts and to the database, and the calls the
+ends, what dispatch costs, how the fair share divides the fleet, how close each plan tier's
+workspaces are to their plan's cap on GPU jobs at once, and where the fleet tick spends its
+time; then the calls between the parts and to the database, and the calls the
 authorization table refused.
-
-Plan caps have no metric of their own yet: a tier held at its cap shows here as its queue
-growing while its fair-share usage stays flat.
 """
 
 from __future__ import annotations
@@ -29,8 +27,8 @@ def dashboard() -> Dashboard:
             "gpufleet / Scheduler & tenants",
             UID,
             "Queue depth and wait by kind and plan tier, jobs started and finished, retries, "
-            "dispatch, fair share, the fleet tick's phases, gRPC calls and the database (metrics: "
-            "docs/metrics.md).",
+            "dispatch, fair share, plan caps, the fleet tick's phases, gRPC calls and the database "
+            "(metrics: docs/metrics.md).",
         )
         .with_row(p.row("Queue"))
         .with_panel(
@@ -168,6 +166,43 @@ def dashboard() -> Dashboard:
                 unit="h",
                 stacked=True,
                 width=p.FULL,
+            )
+        )
+        .with_row(p.row("Plan caps"))
+        .with_panel(
+            p.graph(
+                "Jobs held by plan caps",
+                "Queued jobs that could start but for their workspace's plan cap (GPU jobs at "
+                "once), by plan tier: the pending reason PLAN_CONCURRENCY_LIMIT. More machines "
+                "will not start these; a bigger plan would.",
+                [p.query(p.gauge(m.SCHEDULER_PLAN_CAP_HELD_JOBS, ["plan_tier"]), "tier {{plan_tier}}")],
+                stacked=True,
+                width=p.THIRD,
+            )
+        )
+        .with_panel(
+            p.graph(
+                "Workspaces at their plan's cap",
+                "Workspaces running as many GPU jobs as their plan allows at once, by plan tier: "
+                "the next job each submits waits for one of its own to end.",
+                [
+                    p.query(
+                        p.gauge(m.SCHEDULER_PLAN_CAP_WORKSPACES_AT_CAP, ["plan_tier"]), "tier {{plan_tier}}"
+                    )
+                ],
+                stacked=True,
+                width=p.THIRD,
+            )
+        )
+        .with_panel(
+            p.graph(
+                "GPU jobs running by plan tier",
+                "Live GPU jobs (an attempt starting or running) by plan tier, as the caps count "
+                "them: read beside the two panels before it, how much of a tier's use is pressed "
+                "against its cap.",
+                [p.query(p.gauge(m.SCHEDULER_PLAN_CAP_RUNNING_JOBS, ["plan_tier"]), "tier {{plan_tier}}")],
+                stacked=True,
+                width=p.THIRD,
             )
         )
         .with_row(p.row("Fleet tick"))

@@ -69,6 +69,10 @@ MUST_SHOW = {
     ("gpufleet / Scheduler & tenants", "Jobs started by kind"),
     ("gpufleet / Scheduler & tenants", "Queue wait by kind"),
     ("gpufleet / Scheduler & tenants", "Fleet tick: p99 per phase"),
+    # Reported per plan tier (zero where no cap binds): the plan caps' gauges reach Prometheus.
+    ("gpufleet / Scheduler & tenants", "Jobs held by plan caps"),
+    ("gpufleet / Scheduler & tenants", "Workspaces at their plan's cap"),
+    ("gpufleet / Scheduler & tenants", "GPU jobs running by plan tier"),
     ("gpufleet / Scheduler & tenants", "gRPC server latency by method"),
     ("gpufleet / Scheduler & tenants", "Database statement latency by operation"),
     ("gpufleet / Watchdogs & ledger", "Actions by net"),

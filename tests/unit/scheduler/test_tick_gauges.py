@@ -20,10 +20,14 @@ from gpufleet.common.metrics.catalog import (
     JOBS_STARTED,
     SCHEDULER_DISPATCH_DURATION,
     SCHEDULER_FAIR_SHARE_USAGE,
+    SCHEDULER_PLAN_CAP_HELD_JOBS,
+    SCHEDULER_PLAN_CAP_RUNNING_JOBS,
+    SCHEDULER_PLAN_CAP_WORKSPACES_AT_CAP,
     SCHEDULER_QUEUE_JOBS,
     SCHEDULER_QUEUE_WAIT,
 )
 from gpufleet.scheduler.tick.metrics import Assigned, TickMetrics
+from gpufleet.scheduler.tick.plan_caps import PlanCapFigures
 from tests.support.metrics import MetricsProbe
 from tests.unit.scheduler.fleet_views import NOW, machine, running_on, snapshot
 
@@ -35,6 +39,9 @@ GAUGES = (
     FLEET_WARM_MACHINES,
     SCHEDULER_FAIR_SHARE_USAGE,
     SCHEDULER_QUEUE_JOBS,
+    SCHEDULER_PLAN_CAP_HELD_JOBS,
+    SCHEDULER_PLAN_CAP_WORKSPACES_AT_CAP,
+    SCHEDULER_PLAN_CAP_RUNNING_JOBS,
 )
 
 
@@ -78,7 +85,11 @@ def test_the_gauges_report_the_last_snapshot_only_while_it_is_fresh(probe: Metri
         snapshot(fleet, workspace_tiers={"w": 1}, usage_per_workspace={"w": 900.0}),
         epoch=1,
     )
-    metrics.counted_queue(clock.now(), {("short", "1"): 12, ("film", "1"): 0})
+    metrics.counted_queue(
+        clock.now(),
+        {("short", "1"): 12, ("film", "1"): 0},
+        PlanCapFigures(held={"0": 0, "1": 9}, at_cap={"0": 0, "1": 1}, running={"0": 0, "1": 3}),
+    )
     assert probe.value(FLEET_SPEND_RATE.name, provider="GCP", pool="l4") == pytest.approx(2.5)
     assert probe.value(FLEET_SLOTS.name, pool="l4", slot_state="busy") == 1
     assert probe.value(FLEET_SLOTS.name, pool="l4", slot_state="free") == 3
@@ -89,6 +100,12 @@ def test_the_gauges_report_the_last_snapshot_only_while_it_is_fresh(probe: Metri
         (("kind", "short"), ("plan_tier", "1")): 12,
         (("kind", "film"), ("plan_tier", "1")): 0,
     }
+    assert probe.series(SCHEDULER_PLAN_CAP_HELD_JOBS.name) == {
+        (("plan_tier", "0"),): 0,
+        (("plan_tier", "1"),): 9,
+    }
+    assert probe.value(SCHEDULER_PLAN_CAP_WORKSPACES_AT_CAP.name, plan_tier="1") == 1
+    assert probe.value(SCHEDULER_PLAN_CAP_RUNNING_JOBS.name, plan_tier="1") == 3
 
     clock.advance(timedelta(seconds=3 * TICK_S + 1))  # no tick since: deposed, or stuck
     assert all(probe.series(g.name) == {} for g in GAUGES)

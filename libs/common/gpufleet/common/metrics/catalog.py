@@ -649,6 +649,46 @@ SCHEDULER_FAIR_SHARE_USAGE = Metric(
     "tier: the usage the fleet tick's fair share orders the queue by.",
     stability=Stability.ALPHA,
 )
+# A plan allows each of its workspaces a number of GPU jobs at once (``max_gpu_jobs``); the
+# fleet tick's demand step leaves a workspace's queued jobs beyond that out, and records
+# PLAN_CONCURRENCY_LIMIT for them. These three say, per tier, how much of the waiting is the
+# plans' doing rather than the fleet's.
+SCHEDULER_PLAN_CAP_HELD_JOBS = Metric(
+    name="gpufleet.scheduler.plan_cap.held_jobs",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{job}",
+    labels=(PLAN_TIER,),
+    description="Queued jobs their workspace's plan cap holds back, by plan tier: of each workspace's "
+    "QUEUED jobs that could start now (workspace not paused, back-off over), those beyond the room its "
+    "plan leaves (GPU jobs at once less its live ones) — the jobs the fleet tick gives "
+    "PLAN_CONCURRENCY_LIMIT (QUEUE_WAIT_DEADLINE_NEAR naming it, near their deadline), all of them, "
+    "not only those a tick reads. Above 0 for long, the plan and not the fleet is what keeps that "
+    "tier waiting: more machines will not start these jobs, a bigger plan would. Counted by the "
+    "scheduler leader after each fleet tick.",
+    stability=Stability.ALPHA,
+)
+SCHEDULER_PLAN_CAP_WORKSPACES_AT_CAP = Metric(
+    name="gpufleet.scheduler.plan_cap.workspaces_at_cap",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{workspace}",
+    labels=(PLAN_TIER,),
+    description="Workspaces running as many GPU jobs as their plan allows at once (or more, after a "
+    "cap was lowered), by plan tier: the next job each submits waits for one of its own to end, "
+    "whatever the fleet has free. A plan allowing none counts a workspace only while it has a job "
+    "that could start. Counted by the scheduler leader after each fleet tick, its assignments "
+    "included.",
+    stability=Stability.ALPHA,
+)
+SCHEDULER_PLAN_CAP_RUNNING_JOBS = Metric(
+    name="gpufleet.scheduler.plan_cap.running_jobs",
+    instrument=Instrument.OBSERVABLE_GAUGE,
+    unit="{job}",
+    labels=(PLAN_TIER,),
+    description="GPU jobs live (an attempt STARTING or RUNNING) by plan tier, as the plans' caps count "
+    "them: beside gpufleet.scheduler.plan_cap.workspaces_at_cap, how much of each tier's use is "
+    "pressed against its cap. From the scheduler leader's last fleet tick, its assignments included.",
+    stability=Stability.ALPHA,
+)
 JOBS_FINISHED = Metric(
     name="gpufleet.jobs.finished",
     instrument=Instrument.COUNTER,
@@ -885,6 +925,9 @@ CATALOGUE: tuple[Metric, ...] = (
     SCHEDULER_QUEUE_WAIT,
     SCHEDULER_DISPATCH_DURATION,
     SCHEDULER_FAIR_SHARE_USAGE,
+    SCHEDULER_PLAN_CAP_HELD_JOBS,
+    SCHEDULER_PLAN_CAP_WORKSPACES_AT_CAP,
+    SCHEDULER_PLAN_CAP_RUNNING_JOBS,
     JOBS_FINISHED,
     JOBS_RETRIED,
     ATTEMPTS_LOST,

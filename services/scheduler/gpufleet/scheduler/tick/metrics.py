@@ -3,7 +3,8 @@ started (and how long it had waited) and what could not, the machines it saw, th
 they cost and the work waiting for them.
 
 Everything here is fed from what the tick already read or did, with one exception: the
-queue's depth, one grouped query off the tick's path (:mod:`.queue_depth` says why).
+queue's depth, one grouped query off the tick's path (:mod:`.queue_depth` says why), which
+also gives the plan caps' gauges each workspace's jobs that could start (:mod:`.plan_caps`).
 The gauges are read from the last snapshot, and only while that snapshot is fresh (three
 ticks): a replica that lost the lease stops ticking, and so stops reporting within three
 ticks, leaving the leader's figures the only ones. The GPU-seconds counters are booked by
@@ -34,6 +35,9 @@ from gpufleet.common.metrics.catalog import (
     SCHEDULER_DISPATCH_DURATION,
     SCHEDULER_DISPATCH_FAILURES,
     SCHEDULER_FAIR_SHARE_USAGE,
+    SCHEDULER_PLAN_CAP_HELD_JOBS,
+    SCHEDULER_PLAN_CAP_RUNNING_JOBS,
+    SCHEDULER_PLAN_CAP_WORKSPACES_AT_CAP,
     SCHEDULER_QUEUE_JOBS,
     SCHEDULER_QUEUE_WAIT,
     SCHEDULER_TICK_PHASE_DURATION,
@@ -43,6 +47,7 @@ from gpufleet.scheduler.tick.dispatch_failure import DispatchFailure
 from gpufleet.scheduler.tick.fleet_figures import NO_POOL, FleetFigures, GpuMeter, fleet_figures
 from gpufleet.scheduler.tick.idle_timers import IdleTimerClears
 from gpufleet.scheduler.tick.model import FleetSnapshot
+from gpufleet.scheduler.tick.plan_caps import PlanCapFigures
 from gpufleet.scheduler.tick.queue_depth import QueueKey
 
 # Every state a snapshot's machine can be in: each is reported, zero when empty, so a
@@ -106,7 +111,8 @@ class TickMetrics:
         # (the snapshot's time, its machines by state, pool and provider, its figures):
         # replaced whole by the tick, read whole by the metrics reader's thread.
         self._seen: tuple[datetime, dict[MachineKey, int], FleetFigures] | None = None
-        self._queue: tuple[datetime, dict[QueueKey, int]] | None = None
+        # (the count's tick time, the queue by kind and tier, the plan caps' figures).
+        self._queue: tuple[datetime, dict[QueueKey, int], PlanCapFigures | None] | None = None
         self._observing: list[Observing] = [
             instruments.observe(metric, source)
             for metric, source in (
@@ -117,6 +123,9 @@ class TickMetrics:
                 (FLEET_WARM_MACHINES, self._warm),
                 (SCHEDULER_FAIR_SHARE_USAGE, self._fair_share),
                 (SCHEDULER_QUEUE_JOBS, self._queued),
+                (SCHEDULER_PLAN_CAP_HELD_JOBS, self._held_by_cap),
+                (SCHEDULER_PLAN_CAP_WORKSPACES_AT_CAP, self._at_cap),
+                (SCHEDULER_PLAN_CAP_RUNNING_JOBS, self._running_by_tier),
             )
         ]
 
@@ -133,8 +142,12 @@ class TickMetrics:
             self._billed.add(billed, labels)
             self._idle.add(idle, labels)
 
-    def counted_queue(self, at: datetime, counts: dict[QueueKey, int]) -> None:
-        self._queue = (at, counts)
+    def counted_queue(
+        self, at: datetime, counts: dict[QueueKey, int], caps: PlanCapFigures | None = None
+    ) -> None:
+        """The queue's count for the tick at ``at``: its depth by kind and tier, and the plan
+        caps' figures made from it (None: not made, their gauges say nothing)."""
+        self._queue = (at, counts, caps)
 
     def ticked(self, phases: Mapping[str, float]) -> None:
         for phase, seconds in phases.items():
@@ -217,6 +230,25 @@ class TickMetrics:
             return
         for (kind, tier), n in queue[1].items():
             yield n, {"kind": kind, "plan_tier": tier}
+
+    def _caps(self) -> PlanCapFigures | None:
+        queue = self._queue
+        return queue[2] if queue is not None and self._fresh(queue[0]) else None
+
+    def _held_by_cap(self) -> Observed:
+        if (c := self._caps()) is not None:
+            for tier, n in c.held.items():
+                yield n, {"plan_tier": tier}
+
+    def _at_cap(self) -> Observed:
+        if (c := self._caps()) is not None:
+            for tier, n in c.at_cap.items():
+                yield n, {"plan_tier": tier}
+
+    def _running_by_tier(self) -> Observed:
+        if (c := self._caps()) is not None:
+            for tier, n in c.running.items():
+                yield n, {"plan_tier": tier}
 
     def close(self) -> None:
         for observing in self._observing:
