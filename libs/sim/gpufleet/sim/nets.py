@@ -101,6 +101,7 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
             "retry_backoff_s",
             "lost_retry_backoff_s",
             "disruption_budget",
+            "fair_share_window_s",
             "dispatch_deadline_s",
             "dispatch_backoff_s",
             "dispatch_backoff_max_s",

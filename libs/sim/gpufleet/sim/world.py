@@ -64,6 +64,7 @@ from gpufleet.scheduler.tick.model import (
     TickPlan,
 )
 from gpufleet.sim.clock import EventQueue, dt, secs
+from gpufleet.sim.fair_share import WindowUsage, next_order_change
 from gpufleet.sim.fairness import FairnessLedger
 from gpufleet.sim.nets import NetSettings
 from gpufleet.sim.profile import Offering, SimConfig, load_offerings
@@ -97,7 +98,6 @@ PLANS: dict[str, tuple[int, float, int]] = {
 assert {p.id for p in DEFAULT_CATALOG.plans} <= set(PLANS)
 KINDS = {k.id: k for k in DEFAULT_CATALOG.kinds}
 SLOTS_PER_MACHINE = 2
-FAIR_SHARE_HALF_LIFE_S = 86400.0
 
 
 NOT_RUNNING = frozenset({"STOPPED", "DESTROYED"})
@@ -194,7 +194,6 @@ class Sim:
         self.waiting: Counter[tuple[str, str]] = Counter()
         # Pools whose last tick held a film back at the films' share cap.
         self.share_capped: set[str] = set()
-        self.usage: dict[str, tuple[float, float]] = {}  # ws -> (decayed slot-s, at)
         self.quarantined: dict[str, float] = {}  # offering -> until
         self.halted: dict[tuple[str, str], float] = {}  # (provider, region) -> until
         self.stockouts: dict[str, float] = {}  # zone -> until
@@ -203,6 +202,7 @@ class Sim:
         self.orphan_tracked: dict[tuple[str, str], orphan_sweep.TrackedOrphan] = {}
         self.dirty: set[str] = set()
         self.tick_pending = False
+        self.tick_at: float | None = None  # when the pending tick runs (an older event is void)
         self.down_until = 0.0  # the control plane is down (restart) until
         self.reaper_paused_until = 0.0
         self.outages: list[tuple[float, float]] = []
@@ -240,6 +240,9 @@ class Sim:
         # never restated here.
         self.settings = settings or NetSettings()
         self.scheduler = self.settings.scheduler
+        # Fair-share usage, as the scheduler's snapshot reads it (sim/fair_share.py).
+        self.usage = WindowUsage(self.scheduler.fair_share_window_s)
+        self.order_wake: dict[str, float] = {}  # pool -> its wake-up for a fair-share reorder
         self.tick_policy = Policy(
             max_running_machines=config.machines, worker_fresh_s=self.scheduler.worker_fresh_s
         )
@@ -307,8 +310,7 @@ class Sim:
             if self.evaluate_everything:
                 self._push_pass(name, self.every[name])
         if self.evaluate_everything:
-            self.tick_pending = True
-            self.q.at(self.cfg.tick_s, self._tick, TICK_RANK)
+            self._schedule_tick(self.cfg.tick_s)
         self._environment()
         self.q.at(3600.0, self._sample, SAMPLE_RANK)
         # The cycle collector is off while the month runs: the world makes next to no
@@ -415,8 +417,21 @@ class Sim:
         """Something the tick decides on changed: run it at its next cadence."""
         self.dirty.add(pool)
         if not self.tick_pending:
-            self.tick_pending = True
-            self.q.at(self._next_tick_at(), self._tick, TICK_RANK)
+            self._schedule_tick(self._next_tick_at())
+
+    def _schedule_tick(self, t: float) -> None:
+        """The pending tick runs at ``t`` (one at a time: an earlier-scheduled one is void)."""
+        self.tick_pending = True
+        self.tick_at = t
+        self.q.at(t, self._tick, TICK_RANK)
+
+    def _back_from_restart(self) -> None:
+        """A restarted scheduler's first tick runs as it comes back, over every pool (its
+        leader knows nothing of what changed while it was down), in both modes."""
+        if self.q.now < self.down_until:
+            return  # a longer restart began meanwhile: its own end does this
+        self.dirty.update(self.pools)
+        self._schedule_tick(self.q.now)
 
     def _next_tick_at(self) -> float:
         """The fleet tick that reads what happens now: this instant's, if the instant is on
@@ -430,11 +445,13 @@ class Sim:
         return max(k, 1) * step
 
     def _tick(self) -> None:
-        self.tick_pending = False
         now = self.q.now
+        if now != self.tick_at:
+            return  # superseded by a tick scheduled later (a restart's end)
+        self.tick_pending = False
+        self.tick_at = None
         if now < self.down_until:
-            self.tick_pending = True
-            self.q.at(self.down_until, self._tick, TICK_RANK)
+            self._schedule_tick(self.down_until)
             return
         if self.evaluate_everything:
             self.dirty.update(self.pools)
@@ -452,9 +469,29 @@ class Sim:
             plan = tick_decide.decide(snapshot, policy)
             self.metrics.decisions["fleet_tick"] += 1
             self._apply_plan(pool, plan, now)
+            self._wake_on_order_change(pool, now)
         if self.evaluate_everything and not self.tick_pending:
-            self.tick_pending = True
-            self.q.at(self._next_tick_at(), self._tick, TICK_RANK)
+            self._schedule_tick(self._next_tick_at())
+
+    def _wake_on_order_change(self, pool: str, now: float) -> None:
+        """Fair-share usage moves with the clock alone: look at the pool again when the
+        order of its waiting workspaces can next change (fair_share.next_order_change)."""
+        weights = {ws: jobs[0].weight for ws, jobs in self.ws_queue[pool].items() if jobs}
+        if len(weights) < 2:
+            return
+        wake = next_order_change(self.usage, weights, now)
+        if wake == INF:
+            return
+        if wake <= now:
+            self._touch(pool)  # inside the tick: its next cadence
+        elif self.order_wake.get(pool, INF) > wake:
+            self.order_wake[pool] = wake
+            self.q.at(wake, lambda: self._order_woken(pool, wake))
+
+    def _order_woken(self, pool: str, wake: float) -> None:
+        if self.order_wake.get(pool) == wake:
+            del self.order_wake[pool]
+        self._touch(pool)
 
     def _sample_fairness(self, pool: str, now: float) -> None:
         """Who contends for the pool's slots at this tick, as fairness.py defines it."""
@@ -468,8 +505,7 @@ class Sim:
         self.fairness.sample(pool, now, contenders)
 
     def _usage(self, ws: str, now: float) -> float:
-        used, at = self.usage.get(ws, (0.0, now))
-        return float(used * 0.5 ** ((now - at) / FAIR_SHARE_HALF_LIFE_S))
+        return self.usage.at(ws, now)
 
     def _snapshot(self, pool: str, now: float) -> FleetSnapshot:
         nowd = dt(now)
@@ -495,7 +531,7 @@ class Sim:
                         created_at=j.created_dt or nowd,
                         usage=usage,
                     )
-                else:  # the workspace's fair-share usage decays with time: read it anew
+                else:  # the workspace's fair-share usage moves with time: read it anew
                     object.__setattr__(jview, "usage", usage)
                 queued.append(jview)
                 room -= 1
@@ -565,6 +601,7 @@ class Sim:
         self.attempt_seq += 1
         a = Attempt(id=f"a{self.attempt_seq:08d}", job=job, machine=m, slots=slots, started=now)
         a.started_dt = dt(now)
+        self.usage.started(job.workspace, now, len(slots))
         for s in slots:
             m.attempts[s] = a
         m.drop_view()  # the slot map changed in place
@@ -681,9 +718,7 @@ class Sim:
         job.live = None
         self.running_per_ws[job.workspace] -= 1
         self.held_slots[(job.workspace, job.pool)] -= len(a.slots)
-        slot_s = (now - a.started) * len(a.slots)
-        used = self._usage(job.workspace, now) + slot_s
-        self.usage[job.workspace] = (used, now)
+        slot_s = self.usage.ended(job.workspace, a.started, now, len(a.slots))
         if update.charged:
             a.charged_micros = round(slot_s * m.offering.hourly_price_micros / SLOTS_PER_MACHINE / 3600.0)
         job.failures, job.losses = update.failure_retries_used, update.lost_retries_used
@@ -1720,6 +1755,7 @@ class Sim:
         if kind == "restart":
             self.down_until = max(self.down_until, now + duration)
             self.restarts.append((now, now + duration))
+            self.q.at(now + duration, self._back_from_restart)
         else:
             self.reaper_paused_until = max(self.reaper_paused_until, now + duration)
         # Recovered when it is back: a restart resumes every loop; a new leader takes over.
