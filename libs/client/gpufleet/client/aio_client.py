@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -19,21 +19,16 @@ import grpc
 import grpc.aio
 
 from gpufleet.client import errors, paging, requests
+from gpufleet.client.certificates import CHECK_EVERY_S
+from gpufleet.client.channels import AsyncChannels, Generation
 from gpufleet.client.connection import Connection, Deadlines
 from gpufleet.client.watch_resume import WatchResume
-from gpufleet.v1 import (
-    catalog_pb2,
-    catalog_service_pb2_grpc,
-    job_pb2,
-    job_service_pb2,
-    job_service_pb2_grpc,
-    workspace_service_pb2,
-    workspace_service_pb2_grpc,
-)
+from gpufleet.v1 import catalog_pb2, job_pb2, job_service_pb2, workspace_service_pb2
 
 
 class AsyncClient:
-    """See :class:`~gpufleet.client.Client` for the arguments; ``async with`` closes it."""
+    """See :class:`~gpufleet.client.Client` for the arguments (the certificate folder is
+    followed the same way); ``async with`` closes it."""
 
     def __init__(
         self,
@@ -46,19 +41,32 @@ class AsyncClient:
         watch_stream_timeout: float = Deadlines.watch_stream,
         watch_reconnect_within: float = Deadlines.watch_reconnect_within,
         options: list[tuple[str, Any]] | None = None,
+        certs_check_interval: float = CHECK_EVERY_S,
     ) -> None:
-        conn = Connection.of(address, certs, deployment=deployment, insecure=insecure, options=options)
+        conn = Connection.of(
+            address,
+            certs,
+            deployment=deployment,
+            insecure=insecure,
+            options=options,
+            certs_check_interval=certs_check_interval,
+        )
         self.deadlines = Deadlines(timeout, watch_stream_timeout, watch_reconnect_within)
-        if conn.credentials is None:
-            self.channel = grpc.aio.insecure_channel(conn.address, options=conn.options)
-        else:
-            self.channel = grpc.aio.secure_channel(conn.address, conn.credentials, options=conn.options)
-        self._jobs = job_service_pb2_grpc.JobServiceStub(self.channel)
-        self._workspaces = workspace_service_pb2_grpc.WorkspaceServiceStub(self.channel)
-        self._catalogue = catalog_service_pb2_grpc.CatalogServiceStub(self.channel)
+
+        def open_channel(credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+            if credentials is None:
+                return grpc.aio.insecure_channel(conn.address, options=conn.options)
+            return grpc.aio.secure_channel(conn.address, credentials, options=conn.options)
+
+        self.channels = AsyncChannels(conn, open_channel)
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The channel in force now (see :attr:`Client.channel`)."""
+        return self.channels.current.channel
 
     async def close(self) -> None:
-        await self.channel.close(grace=None)
+        await self.channels.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -68,11 +76,14 @@ class AsyncClient:
     ) -> None:
         await self.close()
 
-    async def _unary(self, method: Any, request: Any, timeout: float | None) -> Any:
-        try:
-            return await method(request, timeout=self.deadlines.call if timeout is None else timeout)
-        except grpc.RpcError as err:
-            raise errors.from_rpc_error(err) from err
+    async def _unary(
+        self, method: Callable[[Generation[grpc.aio.Channel]], Any], request: Any, timeout: float | None
+    ) -> Any:
+        async with self.channels.use() as on:
+            try:
+                return await method(on)(request, timeout=self.deadlines.call if timeout is None else timeout)
+            except grpc.RpcError as err:
+                raise errors.from_rpc_error(err) from err
 
     # JobService
 
@@ -96,11 +107,11 @@ class AsyncClient:
             tenant_values=tenant_values,
             request_id=request_id,
         )
-        job: job_pb2.Job = await self._unary(self._jobs.SubmitJob, request, timeout)
+        job: job_pb2.Job = await self._unary(lambda on: on.jobs.SubmitJob, request, timeout)
         return job
 
     async def get_job(self, job_id: str, *, timeout: float | None = None) -> job_pb2.Job:
-        job: job_pb2.Job = await self._unary(self._jobs.GetJob, requests.get_job(job_id), timeout)
+        job: job_pb2.Job = await self._unary(lambda on: on.jobs.GetJob, requests.get_job(job_id), timeout)
         return job
 
     def list_jobs(
@@ -118,7 +129,9 @@ class AsyncClient:
             request = requests.list_jobs(
                 workspace=workspace, state=state, pool=pool, page_size=page_size, page_token=token
             )
-            reply: job_service_pb2.ListJobsResponse = await self._unary(self._jobs.ListJobs, request, timeout)
+            reply: job_service_pb2.ListJobsResponse = await self._unary(
+                lambda on: on.jobs.ListJobs, request, timeout
+            )
             return reply.jobs, reply.next_page_token
 
         return paging.aitems(fetch)
@@ -127,7 +140,7 @@ class AsyncClient:
         self, job_id: str, *, reason: str = "", request_id: str | None = None, timeout: float | None = None
     ) -> job_pb2.Job:
         request = requests.cancel_job(job_id, reason=reason, request_id=request_id)
-        job: job_pb2.Job = await self._unary(self._jobs.CancelJob, request, timeout)
+        job: job_pb2.Job = await self._unary(lambda on: on.jobs.CancelJob, request, timeout)
         return job
 
     async def watch_job(self, job_id: str) -> AsyncIterator[job_pb2.JobEvent]:
@@ -136,26 +149,29 @@ class AsyncClient:
         resume = WatchResume(self.deadlines.watch_reconnect_within)
         while True:
             request = requests.watch_job(job_id, after_sequence=resume.after_sequence)
-            call = self._jobs.WatchJob(request, timeout=self.deadlines.watch_stream)
-            try:
-                async for event in call:
-                    if resume.heard(event):
-                        yield event
-                    if resume.ended:
-                        return
-                return
-            except grpc.RpcError as err:
-                error = errors.from_rpc_error(err)
-                pause = resume.cut(error)
-                if pause is None:
-                    raise error from err
-            finally:
-                call.cancel()
+            # Each stream goes on the channel in force when it opens, and keeps it to its end.
+            async with self.channels.use() as on:
+                call = on.jobs.WatchJob(request, timeout=self.deadlines.watch_stream)
+                try:
+                    async for event in call:
+                        if resume.heard(event):
+                            yield event
+                        if resume.ended:
+                            return
+                    return
+                except grpc.RpcError as err:
+                    error = errors.from_rpc_error(err)
+                    pause = resume.cut(error)
+                    if pause is None:
+                        raise error from err
+                finally:
+                    call.cancel()
             await asyncio.sleep(pause)
-            try:
-                await asyncio.wait_for(self.channel.channel_ready(), timeout=resume.time_left())
-            except TimeoutError:
-                raise error from None
+            async with self.channels.use() as on:
+                try:
+                    await asyncio.wait_for(on.channel.channel_ready(), timeout=resume.time_left())
+                except TimeoutError:
+                    raise error from None
 
     async def get_job_log(
         self,
@@ -167,7 +183,9 @@ class AsyncClient:
         timeout: float | None = None,
     ) -> job_service_pb2.GetJobLogResponse:
         request = requests.get_job_log(job_id, attempt_id=attempt_id, offset=offset, max_bytes=max_bytes)
-        page: job_service_pb2.GetJobLogResponse = await self._unary(self._jobs.GetJobLog, request, timeout)
+        page: job_service_pb2.GetJobLogResponse = await self._unary(
+            lambda on: on.jobs.GetJobLog, request, timeout
+        )
         return page
 
     async def read_job_log(
@@ -202,7 +220,7 @@ class AsyncClient:
     ) -> catalog_pb2.Workspace:
         request = requests.create_workspace(workspace_id, plan, paused=paused, request_id=request_id)
         workspace: catalog_pb2.Workspace = await self._unary(
-            self._workspaces.CreateWorkspace, request, timeout
+            lambda on: on.workspaces.CreateWorkspace, request, timeout
         )
         return workspace
 
@@ -210,7 +228,9 @@ class AsyncClient:
         self, workspace_id: str, *, timeout: float | None = None
     ) -> catalog_pb2.Workspace:
         request = requests.get_workspace(workspace_id)
-        workspace: catalog_pb2.Workspace = await self._unary(self._workspaces.GetWorkspace, request, timeout)
+        workspace: catalog_pb2.Workspace = await self._unary(
+            lambda on: on.workspaces.GetWorkspace, request, timeout
+        )
         return workspace
 
     def list_workspaces(
@@ -219,7 +239,7 @@ class AsyncClient:
         async def fetch(token: str) -> tuple[Sequence[catalog_pb2.Workspace], str]:
             request = requests.list_workspaces(page_size=page_size, page_token=token)
             reply: catalog_pb2.ListWorkspacesResponse = await self._unary(
-                self._workspaces.ListWorkspaces, request, timeout
+                lambda on: on.workspaces.ListWorkspaces, request, timeout
             )
             return reply.workspaces, reply.next_page_token
 
@@ -236,7 +256,7 @@ class AsyncClient:
     ) -> catalog_pb2.Workspace:
         request = requests.update_workspace(workspace_id, plan=plan, active=active, request_id=request_id)
         workspace: catalog_pb2.Workspace = await self._unary(
-            self._workspaces.UpdateWorkspace, request, timeout
+            lambda on: on.workspaces.UpdateWorkspace, request, timeout
         )
         return workspace
 
@@ -249,7 +269,9 @@ class AsyncClient:
         timeout: float | None = None,
     ) -> workspace_service_pb2.Usage:
         request = requests.get_usage(workspace_id, start=start, end=end)
-        usage: workspace_service_pb2.Usage = await self._unary(self._workspaces.GetUsage, request, timeout)
+        usage: workspace_service_pb2.Usage = await self._unary(
+            lambda on: on.workspaces.GetUsage, request, timeout
+        )
         return usage
 
     # CatalogService
@@ -259,7 +281,7 @@ class AsyncClient:
     ) -> AsyncIterator[catalog_pb2.Pool]:
         async def fetch(token: str) -> tuple[Sequence[catalog_pb2.Pool], str]:
             request = requests.list_pools(page_size=page_size, page_token=token)
-            reply = await self._unary(self._catalogue.ListPools, request, timeout)
+            reply = await self._unary(lambda on: on.catalogue.ListPools, request, timeout)
             return reply.pools, reply.next_page_token
 
         return paging.aitems(fetch)
@@ -269,7 +291,7 @@ class AsyncClient:
     ) -> AsyncIterator[catalog_pb2.JobKind]:
         async def fetch(token: str) -> tuple[Sequence[catalog_pb2.JobKind], str]:
             request = requests.list_job_kinds(page_size=page_size, page_token=token)
-            reply = await self._unary(self._catalogue.ListJobKinds, request, timeout)
+            reply = await self._unary(lambda on: on.catalogue.ListJobKinds, request, timeout)
             return reply.job_kinds, reply.next_page_token
 
         return paging.aitems(fetch)
@@ -279,7 +301,7 @@ class AsyncClient:
     ) -> AsyncIterator[catalog_pb2.Plan]:
         async def fetch(token: str) -> tuple[Sequence[catalog_pb2.Plan], str]:
             request = requests.list_plans(page_size=page_size, page_token=token)
-            reply = await self._unary(self._catalogue.ListPlans, request, timeout)
+            reply = await self._unary(lambda on: on.catalogue.ListPlans, request, timeout)
             return reply.plans, reply.next_page_token
 
         return paging.aitems(fetch)

@@ -1,6 +1,7 @@
-"""What a client is opened with: the scheduler's address, its credentials and channel
-options, and the deadlines each kind of call gets unless told otherwise. Shared by the sync
-and the asyncio client, which differ only in the channel they build from it."""
+"""What a client is opened with: the scheduler's address, its certificate folder (followed
+as it changes) and channel options, and the deadlines each kind of call gets unless told
+otherwise. Shared by the sync and the asyncio client, which differ only in the channels they
+build from it (:mod:`.channels`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
-from gpufleet.client.certificates import CertificateFolder
+from gpufleet.client.certificates import CHECK_EVERY_S, CertificateWatch
 from gpufleet.client.service_config import channel_options
 
 # A unary call's deadline when the caller names none.
@@ -35,7 +34,7 @@ class Deadlines:
 class Connection:
     address: str
     # None: plaintext, for a development stack run with GPUFLEET_INSECURE only.
-    credentials: grpc.ChannelCredentials | None
+    certificates: CertificateWatch | None
     options: list[tuple[str, Any]]
 
     @classmethod
@@ -47,9 +46,11 @@ class Connection:
         deployment: str | None,
         insecure: bool,
         options: list[tuple[str, Any]] | None = None,
+        certs_check_interval: float = CHECK_EVERY_S,
     ) -> Connection:
-        """Mutual TLS from the certificate folder ``certs``; plaintext only when asked by
-        name (``insecure=True`` and no folder), never as a fallback."""
+        """Mutual TLS from the certificate folder ``certs``, looked at again at most every
+        ``certs_check_interval`` seconds; plaintext only when asked by name
+        (``insecure=True`` and no folder), never as a fallback."""
         extra = list(options or [])
         if certs is not None and insecure:
             raise ValueError("a certificate folder or insecure=True, not both")
@@ -60,5 +61,5 @@ class Connection:
                     "wrote, or insecure=True for a development stack run without TLS"
                 )
             return cls(address, None, channel_options(None) + extra)
-        folder = CertificateFolder.read(certs, deployment)
-        return cls(address, folder.channel_credentials(), channel_options(folder.server_name) + extra)
+        watch = CertificateWatch(certs, deployment, check_every_s=certs_check_interval)
+        return cls(address, watch, channel_options(watch.current().server_name) + extra)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -19,17 +19,11 @@ from typing import Any
 import grpc
 
 from gpufleet.client import errors, paging, requests
+from gpufleet.client.certificates import CHECK_EVERY_S
+from gpufleet.client.channels import Generation, SyncChannels
 from gpufleet.client.connection import Connection, Deadlines
 from gpufleet.client.watch_resume import WatchResume
-from gpufleet.v1 import (
-    catalog_pb2,
-    catalog_service_pb2_grpc,
-    job_pb2,
-    job_service_pb2,
-    job_service_pb2_grpc,
-    workspace_service_pb2,
-    workspace_service_pb2_grpc,
-)
+from gpufleet.v1 import catalog_pb2, job_pb2, job_service_pb2, workspace_service_pb2
 
 
 class Client:
@@ -40,6 +34,11 @@ class Client:
     certificate's own unless ``deployment`` names it. ``timeout`` is every unary call's
     deadline in seconds; a watch's streams get ``watch_stream_timeout`` each, and a lost
     one is reopened for up to ``watch_reconnect_within`` seconds.
+
+    The certificate folder is followed: when its files change (a renewed certificate, key or
+    trust bundle), the next call opens a new channel with them, calls already going on
+    finish on the old one, which is then closed (:mod:`.channels`). ``certs_check_interval``
+    is how often, at most, the files are looked at (seconds).
     """
 
     def __init__(
@@ -53,19 +52,34 @@ class Client:
         watch_stream_timeout: float = Deadlines.watch_stream,
         watch_reconnect_within: float = Deadlines.watch_reconnect_within,
         options: list[tuple[str, Any]] | None = None,
+        certs_check_interval: float = CHECK_EVERY_S,
     ) -> None:
-        conn = Connection.of(address, certs, deployment=deployment, insecure=insecure, options=options)
+        conn = Connection.of(
+            address,
+            certs,
+            deployment=deployment,
+            insecure=insecure,
+            options=options,
+            certs_check_interval=certs_check_interval,
+        )
         self.deadlines = Deadlines(timeout, watch_stream_timeout, watch_reconnect_within)
-        if conn.credentials is None:
-            self.channel = grpc.insecure_channel(conn.address, options=conn.options)
-        else:
-            self.channel = grpc.secure_channel(conn.address, conn.credentials, options=conn.options)
-        self._jobs = job_service_pb2_grpc.JobServiceStub(self.channel)
-        self._workspaces = workspace_service_pb2_grpc.WorkspaceServiceStub(self.channel)
-        self._catalogue = catalog_service_pb2_grpc.CatalogServiceStub(self.channel)
+
+        def open_channel(credentials: grpc.ChannelCredentials | None) -> grpc.Channel:
+            if credentials is None:
+                return grpc.insecure_channel(conn.address, options=conn.options)
+            return grpc.secure_channel(conn.address, credentials, options=conn.options)
+
+        self.channels = SyncChannels(conn, open_channel)
+
+    @property
+    def channel(self) -> grpc.Channel:
+        """The channel in force now. A call made on it directly is not waited for when the
+        files change: it may be closed under that call."""
+        return self.channels.current.channel
 
     def close(self) -> None:
-        self.channel.close()
+        """Close every channel (calls still going on are cancelled)."""
+        self.channels.close()
 
     def __enter__(self) -> Client:
         return self
@@ -75,11 +89,14 @@ class Client:
     ) -> None:
         self.close()
 
-    def _unary(self, method: Any, request: Any, timeout: float | None) -> Any:
-        try:
-            return method(request, timeout=self.deadlines.call if timeout is None else timeout)
-        except grpc.RpcError as err:
-            raise errors.from_rpc_error(err) from err
+    def _unary(
+        self, method: Callable[[Generation[grpc.Channel]], Any], request: Any, timeout: float | None
+    ) -> Any:
+        with self.channels.use() as on:
+            try:
+                return method(on)(request, timeout=self.deadlines.call if timeout is None else timeout)
+            except grpc.RpcError as err:
+                raise errors.from_rpc_error(err) from err
 
     # JobService
 
@@ -108,12 +125,12 @@ class Client:
             tenant_values=tenant_values,
             request_id=request_id,
         )
-        job: job_pb2.Job = self._unary(self._jobs.SubmitJob, request, timeout)
+        job: job_pb2.Job = self._unary(lambda on: on.jobs.SubmitJob, request, timeout)
         return job
 
     def get_job(self, job_id: str, *, timeout: float | None = None) -> job_pb2.Job:
         """One job with its attempts (``job_id`` or ``jobs/{id}``)."""
-        job: job_pb2.Job = self._unary(self._jobs.GetJob, requests.get_job(job_id), timeout)
+        job: job_pb2.Job = self._unary(lambda on: on.jobs.GetJob, requests.get_job(job_id), timeout)
         return job
 
     def list_jobs(
@@ -132,7 +149,9 @@ class Client:
             request = requests.list_jobs(
                 workspace=workspace, state=state, pool=pool, page_size=page_size, page_token=token
             )
-            reply: job_service_pb2.ListJobsResponse = self._unary(self._jobs.ListJobs, request, timeout)
+            reply: job_service_pb2.ListJobsResponse = self._unary(
+                lambda on: on.jobs.ListJobs, request, timeout
+            )
             return reply.jobs, reply.next_page_token
 
         return paging.items(fetch)
@@ -142,7 +161,7 @@ class Client:
     ) -> job_pb2.Job:
         """Cancel a job (idempotent: a cancelled job is answered as it is)."""
         request = requests.cancel_job(job_id, reason=reason, request_id=request_id)
-        job: job_pb2.Job = self._unary(self._jobs.CancelJob, request, timeout)
+        job: job_pb2.Job = self._unary(lambda on: on.jobs.CancelJob, request, timeout)
         return job
 
     def watch_job(self, job_id: str) -> Iterator[job_pb2.JobEvent]:
@@ -155,27 +174,30 @@ class Client:
         resume = WatchResume(self.deadlines.watch_reconnect_within)
         while True:
             request = requests.watch_job(job_id, after_sequence=resume.after_sequence)
-            call = self._jobs.WatchJob(request, timeout=self.deadlines.watch_stream)
-            try:
-                for event in call:
-                    if resume.heard(event):
-                        yield event
-                    if resume.ended:
-                        return
-                return  # the server ended the stream without a final state: nothing more comes
-            except grpc.RpcError as err:
-                error = errors.from_rpc_error(err)
-                pause = resume.cut(error)
-                if pause is None:
-                    raise error from err
-            finally:
-                call.cancel()
+            # Each stream goes on the channel in force when it opens, and keeps it to its end.
+            with self.channels.use() as on:
+                call = on.jobs.WatchJob(request, timeout=self.deadlines.watch_stream)
+                try:
+                    for event in call:
+                        if resume.heard(event):
+                            yield event
+                        if resume.ended:
+                            return
+                    return  # the server ended the stream without a final state: nothing more comes
+                except grpc.RpcError as err:
+                    error = errors.from_rpc_error(err)
+                    pause = resume.cut(error)
+                    if pause is None:
+                        raise error from err
+                finally:
+                    call.cancel()
             # Real time: a back-off between two tries to reach the scheduler, not logic.
             time.sleep(pause)
-            try:
-                grpc.channel_ready_future(self.channel).result(timeout=resume.time_left())
-            except grpc.FutureTimeoutError:
-                raise error from None
+            with self.channels.use() as on:
+                try:
+                    grpc.channel_ready_future(on.channel).result(timeout=resume.time_left())
+                except grpc.FutureTimeoutError:
+                    raise error from None
 
     def get_job_log(
         self,
@@ -188,7 +210,7 @@ class Client:
     ) -> job_service_pb2.GetJobLogResponse:
         """One page of an attempt's log (the newest attempt's unless named), from ``offset``."""
         request = requests.get_job_log(job_id, attempt_id=attempt_id, offset=offset, max_bytes=max_bytes)
-        page: job_service_pb2.GetJobLogResponse = self._unary(self._jobs.GetJobLog, request, timeout)
+        page: job_service_pb2.GetJobLogResponse = self._unary(lambda on: on.jobs.GetJobLog, request, timeout)
         return page
 
     def read_job_log(
@@ -226,12 +248,16 @@ class Client:
         """Create a workspace on ``plan``; idempotent by ``request_id`` (made up when left
         out, the same for every retry of this call)."""
         request = requests.create_workspace(workspace_id, plan, paused=paused, request_id=request_id)
-        workspace: catalog_pb2.Workspace = self._unary(self._workspaces.CreateWorkspace, request, timeout)
+        workspace: catalog_pb2.Workspace = self._unary(
+            lambda on: on.workspaces.CreateWorkspace, request, timeout
+        )
         return workspace
 
     def get_workspace(self, workspace_id: str, *, timeout: float | None = None) -> catalog_pb2.Workspace:
         request = requests.get_workspace(workspace_id)
-        workspace: catalog_pb2.Workspace = self._unary(self._workspaces.GetWorkspace, request, timeout)
+        workspace: catalog_pb2.Workspace = self._unary(
+            lambda on: on.workspaces.GetWorkspace, request, timeout
+        )
         return workspace
 
     def list_workspaces(
@@ -242,7 +268,7 @@ class Client:
         def fetch(token: str) -> tuple[Sequence[catalog_pb2.Workspace], str]:
             request = requests.list_workspaces(page_size=page_size, page_token=token)
             reply: catalog_pb2.ListWorkspacesResponse = self._unary(
-                self._workspaces.ListWorkspaces, request, timeout
+                lambda on: on.workspaces.ListWorkspaces, request, timeout
             )
             return reply.workspaces, reply.next_page_token
 
@@ -260,7 +286,9 @@ class Client:
         """Change what is given: ``plan``, and/or ``active`` (False pauses the workspace:
         its queued jobs wait, its running ones finish; True resumes it)."""
         request = requests.update_workspace(workspace_id, plan=plan, active=active, request_id=request_id)
-        workspace: catalog_pb2.Workspace = self._unary(self._workspaces.UpdateWorkspace, request, timeout)
+        workspace: catalog_pb2.Workspace = self._unary(
+            lambda on: on.workspaces.UpdateWorkspace, request, timeout
+        )
         return workspace
 
     def get_usage(
@@ -274,7 +302,7 @@ class Client:
         """Slot-seconds, GPU-hours and charges of the attempts that ended in [start, end)
         (``end`` left out: now), in all, by kind and by UTC day."""
         request = requests.get_usage(workspace_id, start=start, end=end)
-        usage: workspace_service_pb2.Usage = self._unary(self._workspaces.GetUsage, request, timeout)
+        usage: workspace_service_pb2.Usage = self._unary(lambda on: on.workspaces.GetUsage, request, timeout)
         return usage
 
     # CatalogService
@@ -286,7 +314,7 @@ class Client:
 
         def fetch(token: str) -> tuple[Sequence[catalog_pb2.Pool], str]:
             request = requests.list_pools(page_size=page_size, page_token=token)
-            reply = self._unary(self._catalogue.ListPools, request, timeout)
+            reply = self._unary(lambda on: on.catalogue.ListPools, request, timeout)
             return reply.pools, reply.next_page_token
 
         return paging.items(fetch)
@@ -298,7 +326,7 @@ class Client:
 
         def fetch(token: str) -> tuple[Sequence[catalog_pb2.JobKind], str]:
             request = requests.list_job_kinds(page_size=page_size, page_token=token)
-            reply = self._unary(self._catalogue.ListJobKinds, request, timeout)
+            reply = self._unary(lambda on: on.catalogue.ListJobKinds, request, timeout)
             return reply.job_kinds, reply.next_page_token
 
         return paging.items(fetch)
@@ -310,7 +338,7 @@ class Client:
 
         def fetch(token: str) -> tuple[Sequence[catalog_pb2.Plan], str]:
             request = requests.list_plans(page_size=page_size, page_token=token)
-            reply = self._unary(self._catalogue.ListPlans, request, timeout)
+            reply = self._unary(lambda on: on.catalogue.ListPlans, request, timeout)
             return reply.plans, reply.next_page_token
 
         return paging.items(fetch)

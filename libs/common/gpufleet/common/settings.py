@@ -114,7 +114,10 @@ class BaseServiceSettings(BaseSettings):
             return OtlpTarget(self.otlp_endpoint, None)
         if self.otlp_trust == "deployment":
             return OtlpTarget(
-                self.otlp_endpoint, transport.channel_credentials, transport.server_name(Role.COLLECTOR)
+                self.otlp_endpoint,
+                transport.channel_credentials,
+                transport.server_name(Role.COLLECTOR),
+                follow=transport.tls,
             )
         if self.otlp_trust == "system":
             return OtlpTarget(self.otlp_endpoint, grpc.ssl_channel_credentials())

@@ -4,7 +4,8 @@ Logs are JSON lines carrying the current trace id, so a log line can be found fr
 trace and the reverse. Traces export over OTLP when ``GPUFLEET_OTLP_ENDPOINT`` is set;
 otherwise spans are still created (tests read them) but go nowhere. The export is a
 connection like any other: by default mutual TLS to a collector that proves the
-deployment's ``collector`` identity (:class:`OtlpTarget`).
+deployment's ``collector`` identity (:class:`OtlpTarget`), with the process's certificate
+followed as its files change (:func:`span_exporter`, :func:`metric_exporter`).
 """
 
 from __future__ import annotations
@@ -13,21 +14,32 @@ import json
 import logging
 import os
 import sys
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import grpc
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricReader,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+    from gpufleet.common.trust.material import TlsMaterial
+    from gpufleet.common.trust.reload import TlsReloader
 
 _configured = False
 # Set when the process runs without TLS (GPUFLEET_INSECURE): every log line says so.
@@ -65,17 +77,140 @@ class OtlpTarget:
     # Why it is plaintext, said once at start-up (None when it is not, or the whole process
     # runs insecure and says so on every line).
     plaintext_warning: str | None = None
+    # The process's own certificate files, when the export proves the process's identity
+    # with them: followed, so the export opens its connections with the certificate in
+    # force (``credentials`` is then only what they held when the target was made).
+    follow: TlsReloader | None = None
 
-    def exporter_args(self) -> dict[str, Any]:
-        if self.credentials is None:
+    def exporter_args(self, credentials: grpc.ChannelCredentials | None = None) -> dict[str, Any]:
+        """An OTLP exporter's arguments, with ``credentials`` in place of the target's own
+        when given."""
+        credentials = credentials or self.credentials
+        if credentials is None:
             return {"endpoint": self.endpoint, "insecure": True}
         options = (("grpc.ssl_target_name_override", self.server_name),) if self.server_name else None
         return {
             "endpoint": self.endpoint,
             "insecure": False,
-            "credentials": self.credentials,
+            "credentials": credentials,
             "channel_options": options,
         }
+
+
+def span_exporter(otlp: OtlpTarget, **kwargs: Any) -> SpanExporter:
+    """The OTLP span exporter of ``otlp`` (``kwargs``: more of OTLPSpanExporter's own),
+    following the process's certificate files when the target does."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    if otlp.follow is None:
+        return OTLPSpanExporter(**otlp.exporter_args(), **kwargs)
+    return FollowingSpanExporter(_Rebuilt(otlp, lambda args: OTLPSpanExporter(**args, **kwargs)))
+
+
+def metric_exporter(otlp: OtlpTarget, **kwargs: Any) -> MetricExporter:
+    """The OTLP metric exporter of ``otlp``, following the files as :func:`span_exporter`."""
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+    if otlp.follow is None:
+        return OTLPMetricExporter(**otlp.exporter_args(), **kwargs)
+    return FollowingMetricExporter(_Rebuilt(otlp, lambda args: OTLPMetricExporter(**args, **kwargs)))
+
+
+_E = TypeVar("_E", bound=SpanExporter | MetricExporter)
+
+
+class _Rebuilt(Generic[_E]):
+    """An OTLP exporter made again when the process's certificate files change.
+
+    OpenTelemetry's OTLP exporters take ``grpc.ChannelCredentials`` once, in their
+    constructor, and keep them for every channel they open (their reconnection after an
+    UNAVAILABLE too); gRPC's credentials are fixed values, and there is no public way to
+    hand an exporter new ones. So the exporter is made again, from its public constructor,
+    with the material in force: before an export, when the material changed. The exports
+    of one exporter are serialised (the SDK's processors and readers hold a lock around
+    them, and :class:`FollowingSpanExporter`/:class:`FollowingMetricExporter` hold their
+    own), so the old exporter has no export in flight when it is shut down (its channel
+    closed).
+    """
+
+    def __init__(self, target: OtlpTarget, make: Callable[[dict[str, Any]], _E]) -> None:
+        assert target.follow is not None
+        self._reloader = target.follow
+        self._target = target
+        self._make: Callable[[dict[str, Any]], _E] = make
+        self.lock = threading.Lock()
+        self._material = self._reloader.current()
+        self.exporter: _E = make(self._args(self._material))
+        # How many times the exporter was made again.
+        self.rebuilt = 0
+        self.closed = False
+
+    def _args(self, material: TlsMaterial) -> dict[str, Any]:
+        from gpufleet.common.trust.reloading_channel import channel_credentials
+
+        return self._target.exporter_args(channel_credentials(material))
+
+    def current(self) -> _E:
+        """The exporter to export with now (call with :attr:`lock` held)."""
+        material = self._reloader.current()
+        if material is not self._material and not self.closed:
+            old = self.exporter
+            self.exporter = self._make(self._args(material))
+            self._material = material
+            self.rebuilt += 1
+            old.shutdown()
+            logging.getLogger(__name__).debug(
+                "OTLP export to %s made again with %s", self._target.endpoint, material.describe()
+            )
+        return self.exporter
+
+
+class FollowingSpanExporter(SpanExporter):
+    """An OTLP span exporter whose certificate follows the process's files (:class:`_Rebuilt`)."""
+
+    def __init__(self, rebuilt: _Rebuilt[SpanExporter]) -> None:
+        self.rebuilt = rebuilt
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with self.rebuilt.lock:
+            return self.rebuilt.current().export(spans)
+
+    def shutdown(self) -> None:
+        # Not under the lock: a shutdown cuts short an export waiting to retry.
+        self.rebuilt.closed = True
+        self.rebuilt.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.rebuilt.exporter.force_flush(timeout_millis)
+
+
+class FollowingMetricExporter(MetricExporter):
+    """An OTLP metric exporter whose certificate follows the process's files
+    (:class:`_Rebuilt`). It states the temporality and aggregation the OTLP exporter it
+    wraps prefers (from the environment): the reader asks the exporter it is given."""
+
+    def __init__(self, rebuilt: _Rebuilt[MetricExporter]) -> None:
+        first = rebuilt.exporter
+        # MetricExporter's constructor keeps these, and PeriodicExportingMetricReader reads
+        # them back from the exporter it is given; there is no public getter.
+        super().__init__(
+            preferred_temporality=first._preferred_temporality,
+            preferred_aggregation=first._preferred_aggregation,
+        )
+        self.rebuilt = rebuilt
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        with self.rebuilt.lock:
+            return self.rebuilt.current().export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.rebuilt.exporter.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.rebuilt.closed = True
+        self.rebuilt.exporter.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
 class JsonFormatter(logging.Formatter):
@@ -146,12 +281,9 @@ def configure(
     provider = TracerProvider(resource=resource, sampler=sampler)
     readers: list[MetricReader] = []
     if otlp is not None:
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(**otlp.exporter_args())))
+        provider.add_span_processor(BatchSpanProcessor(span_exporter(otlp)))
         # Refusals by gate, actions by net, provider calls: exported beside the traces.
-        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(**otlp.exporter_args())))
+        readers.append(PeriodicExportingMetricReader(metric_exporter(otlp)))
     if scrape is not None:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
