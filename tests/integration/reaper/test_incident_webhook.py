@@ -9,12 +9,15 @@ post's outcome is read from its own instruments and from its row in ``watchdog_s
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import update
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.clock import ManualClock
@@ -360,3 +363,36 @@ def test_a_full_outbox_drops_and_counts_what_it_cannot_hold(
     assert probe.series(NOTIFIED) == {(("outcome", "sent"),): 2, (("outcome", "dropped"),): 1}
     assert cursor_row(sessions).actions == {"sent": 2, "dropped": 1}
     probe.close()
+
+
+def test_a_database_outage_is_one_line_a_poll_not_a_stack_trace(
+    sessions: sessionmaker[Session], receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL restarting is a known condition (gpufleet.common.db.outage): each poll
+    says so in one line and tries again; nothing is posted, nothing crashes."""
+    clock = ManualClock(T0)
+    lease = leader(sessions, clock)
+
+    def down() -> Session:
+        raise DisconnectionError("server closed the connection unexpectedly")
+
+    sender = WebhookSender(WebhookPolicy(receiver.url, WebhookFormat.ALERTMANAGER, timeout_s=5.0))
+    # Whatever opens a session fails as a restarting server makes it fail.
+    unavailable = cast("sessionmaker[Session]", down)
+    n = IncidentNotifier(unavailable, clock, lease, sender, NotifierPolicy(poll_s=10.0))
+    caplog.set_level(logging.WARNING, logger="gpufleet.reaper.incident_notifier")
+    n.start()
+    try:
+        for _ in range(3):
+            deadline = time.monotonic() + 10
+            seen = len(caplog.records)
+            while len(caplog.records) == seen and time.monotonic() < deadline:
+                time.sleep(0.02)
+            clock.advance(timedelta(seconds=10))
+    finally:
+        n.close(5)
+    lines = [r for r in caplog.records if "incident webhook" in r.getMessage()]
+    assert len(lines) >= 3, [r.getMessage() for r in caplog.records]
+    assert all("database is unavailable (server closed the connection" in r.getMessage() for r in lines)
+    assert all(r.exc_info is None for r in lines)  # no stack trace
+    assert (receiver.requests, receiver.received) == (0, [])

@@ -44,6 +44,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.clock import Clock
 from gpufleet.common.db.models import Incident, WatchdogStat
+from gpufleet.common.db.outage import describe, is_outage
 from gpufleet.common.errors import Fenced
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.metrics.catalog import INCIDENT_NOTIFICATIONS
@@ -218,8 +219,13 @@ class IncidentNotifier:
         while not self._stop.is_set():
             try:
                 self.poll()
-            except Exception:
-                log.exception("incident webhook: reading the incidents failed; again next poll")
+            except Exception as exc:
+                if is_outage(exc):  # a known condition (PostgreSQL restarting): one line, no stack
+                    log.warning(
+                        "incident webhook: the database is unavailable (%s); again next poll", describe(exc)
+                    )
+                else:
+                    log.exception("incident webhook: reading the incidents failed; again next poll")
             if self.clock.wait(self.policy.poll_s, self._stop):
                 return
 
@@ -313,8 +319,11 @@ class IncidentNotifier:
                         self._write_cursor(item.through)
                 elif not self._send(item.change):
                     self._unsettled.add(item.generation)
-            except Exception:
-                log.exception("incident webhook: the sender failed on one item; going on")
+            except Exception as exc:
+                if is_outage(exc):  # the cursor's write met a restarting database: the next poll
+                    log.warning("incident webhook: the database is unavailable (%s); going on", describe(exc))
+                else:
+                    log.exception("incident webhook: the sender failed on one item; going on")
             finally:
                 self._outbox.done()
 
