@@ -120,7 +120,7 @@ def start_postgres(*, durable_commits: bool = False) -> PostgresServer:
         shutil.chown(root, "postgres", "postgres")
         shutil.chown(root / "s", "postgres", "postgres")
 
-    def run(argv):
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             server._as_owner(argv),
             cwd=root,

@@ -146,7 +146,7 @@ class ScriptedProvisioner(provisioner_service_pb2_grpc.ProvisionerServiceService
 
     calls: list[ProviderCall] = field(default_factory=list)
     instances: list[provisioner_service_pb2.Instance] = field(default_factory=list)
-    unreachable: list[int] = field(default_factory=list)
+    unreachable: list[machine_pb2.Provider] = field(default_factory=list)
     failures: dict[str, list[str]] = field(default_factory=dict)
     server: ServiceServer | None = None
 
@@ -171,8 +171,8 @@ class ScriptedProvisioner(provisioner_service_pb2_grpc.ProvisionerServiceService
         machine_id: str,
         provider_instance_id: str,
         *,
-        provider: int = machine_pb2.PROVIDER_SIM,
-        status: int = provisioner_service_pb2.INSTANCE_STATUS_RUNNING,
+        provider: machine_pb2.Provider = machine_pb2.PROVIDER_SIM,
+        status: provisioner_service_pb2.InstanceStatus = provisioner_service_pb2.INSTANCE_STATUS_RUNNING,
         label: bool = True,
     ) -> None:
         labels = {"gpufleet-machine": machine_id, "gpufleet-deployment": "test"} if label else {}

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import grpc
 
@@ -35,7 +35,13 @@ else:
     _root = Path(tempfile.mkdtemp(prefix="gpufleet-test-ca-"))
     os.environ[_ROOT_ENV] = str(_root)
     _owner = os.getpid()
-    atexit.register(lambda: os.getpid() == _owner and shutil.rmtree(_root, True))
+
+    def _remove_root() -> None:
+        # Only the process that made the folder removes it (its children inherit the hook).
+        if os.getpid() == _owner:
+            shutil.rmtree(_root, True)
+
+    atexit.register(_remove_root)
 _lock = threading.Lock()
 _authorities: dict[str, Authority] = {}
 
@@ -111,7 +117,17 @@ def stand_in_agent_transport(deployment: str = DEFAULT_DEPLOYMENT) -> Transport:
         return Transport(deployment, _ensure(ident, name="scripted-agent-stand-in"))
 
 
-def settings(who: str | Role, deployment: str = DEFAULT_DEPLOYMENT) -> dict[str, str]:
+class TlsSettings(TypedDict):
+    """The fields of a service's ``Settings`` that :func:`settings` fills (``**``-unpacked,
+    each is checked against the field of the same name)."""
+
+    deployment_id: str
+    tls_ca_file: str
+    tls_cert_file: str
+    tls_key_file: str
+
+
+def settings(who: str | Role, deployment: str = DEFAULT_DEPLOYMENT) -> TlsSettings:
     """Keyword arguments for a service's ``Settings`` built in-process."""
     f = files(who, deployment)
     return {

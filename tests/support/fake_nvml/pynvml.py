@@ -45,7 +45,7 @@ import string
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 # Return codes, as in nvml.h / pynvml.
 NVML_SUCCESS = 0
@@ -174,7 +174,7 @@ def _extractNVMLErrorsAsClasses() -> None:
 _extractNVMLErrorsAsClasses()
 
 
-def _raise(code: int) -> None:
+def _raise(code: int) -> NoReturn:
     raise NVMLError(code)
 
 
