@@ -33,6 +33,7 @@ from itertools import accumulate
 
 from gpufleet.common import lifecycle
 from gpufleet.common import nets as net_registry
+from gpufleet.common.call_failures import Op, decide_call_failure
 from gpufleet.common.catalog import DEFAULT_CATALOG
 from gpufleet.common.db.enums import JobState, LedgerOutcome, MachineState
 from gpufleet.common.job_lifecycle import OUR_FAILURES, EndCause, JobCounters, decide_attempt_end
@@ -124,6 +125,16 @@ class Metrics:
     idle_by_cause: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     provider_calls: int = 0
     calls_without_intent: int = 0
+
+
+# A definitive refusal's injected failure class and its ledger class (the rest of a failed
+# call is provider_call_failed, as the scale step classes it).
+_REFUSAL_FAILURE = {"stockout": "stockout", "quota": "quota_error", "auth": "auth_error"}
+_REFUSAL_CLASS = {
+    "stockout": FailureClass.STOCKOUT,
+    "quota": FailureClass.QUOTA_EXCEEDED,
+    "auth": FailureClass.AUTH_FAILED,
+}
 
 
 class Sim:
@@ -1048,8 +1059,9 @@ class Sim:
                 if m.state == "PROVISIONING":
                     self._move(m, "BOOTING", lifecycle.Actor.FLEET_TICK)
                     self._watch_boot(m, now)
-            else:
+            else:  # done, but the scheduler saw its call fail
                 self._inject(m, "call_timed_out", now)
+                self._call_failed(m, "create", outcome)
             return
         self._provider_refused(m, "create", outcome)
 
@@ -1063,33 +1075,40 @@ class Sim:
         self._due("boot_failure", m, since + self.boot_window_s)
         self._due(MERGED_CHECK, m, since + self.cfg.merged_threshold_s)
 
-    def _provider_refused(self, m: Machine, op: str, outcome: str) -> None:
+    def _provider_refused(self, m: Machine, op: Op, outcome: str) -> None:
+        """A create or start that failed: nothing was done (``refused``) or the provider
+        said no outright (a stockout, a quota, credentials)."""
         now = self.q.now
         if outcome == "refused":
-            # Not definitive: the row stays in its transitional state, visible, for the
-            # stuck-transition net.
             f = self._inject(m, "call_failed", now)
             if self.policy == "oracle":
                 self._oracle_finish(m, f)
-            return
-        cls = {"stockout": "stockout", "quota": "quota_error", "auth": "auth_error"}[outcome]
-        fc = {
-            "stockout": FailureClass.STOCKOUT,
-            "quota": FailureClass.QUOTA_EXCEEDED,
-            "auth": FailureClass.AUTH_FAILED,
-        }[outcome]
-        f = self._inject(m, cls, now)
-        self._caught(f, "fleet_tick.scale")
-        self._ledger(fc, m)
-        if op == "create":
-            m.intent = "DESTROYED"
-            self._move(m, "DESTROYED", lifecycle.Actor.FLEET_TICK)
+                return
         else:
-            m.intent = "STOPPED"
-            m.start_failures += 1
-            m.backoff_until = dt(now + self.scheduler.start_backoff_s * 2 ** (m.start_failures - 1))
-            self._move(m, "STOPPED", lifecycle.Actor.FLEET_TICK)
-            self.q.at(secs(m.backoff_until), lambda: self._touch(m.offering.pool))
+            f = self._inject(m, _REFUSAL_FAILURE[outcome], now)
+            self._caught(f, "fleet_tick.scale")
+        self._call_failed(m, op, outcome)
+
+    def _call_failed(self, m: Machine, op: Op, outcome: str) -> None:
+        """The scale step's answer to a failed create or start, as the scheduler writes it
+        (tick/scale.py's ``_refused``): its ledger row, and the row's update from the shared
+        decision (gpufleet.common.call_failures) — a start's back-off whatever the failure,
+        the row ended when the provider refused outright, else left transitional for the
+        stuck-transition net."""
+        now = self.q.now
+        fc = _REFUSAL_CLASS.get(outcome, FailureClass.PROVIDER_CALL_FAILED)
+        failed = decide_call_failure(
+            op, fc.value, outcome in _REFUSAL_CLASS, m.start_failures, self.scheduler.start_backoff_s
+        )
+        m.start_failures = failed.start_failures
+        self._ledger(fc, m)
+        if failed.end_state is not None and failed.intent is not None:
+            m.intent = failed.intent.value
+            self._move(m, failed.end_state.value, lifecycle.Actor.FLEET_TICK)
+        if failed.backoff_s is not None:
+            m.backoff_until = dt(now + failed.backoff_s)
+            self.q.at(now + failed.backoff_s, lambda: self._touch(m.offering.pool))
+        self._touch(m.offering.pool)  # the scale step reads the row it wrote
 
     def _ledger(self, fc: FailureClass, m: Machine | None) -> None:
         """The ledger's own routing table decides what a detection leads to."""
@@ -1129,12 +1148,16 @@ class Sim:
             self._new_life(m, now)
             if outcome == "ok":
                 if m.state == "STARTING":
+                    m.start_failures = 0  # as the scheduler's answer to a start writes it
+                    m.backoff_until = None
                     self._move(m, "BOOTING", lifecycle.Actor.FLEET_TICK)
                     self._watch_boot(m, now)
-            else:
+            else:  # done, but the scheduler saw its call fail
                 f = self._inject(m, "call_timed_out", now)
                 if self.policy == "oracle":
                     self._oracle_finish(m, f)
+                else:
+                    self._call_failed(m, "start", outcome)
             return
         self._provider_refused(m, "start", outcome)
 

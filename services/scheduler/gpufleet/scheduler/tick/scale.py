@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common.call_failures import Op, decide_call_failure
 from gpufleet.common.calls import CallPool, Outcomes
 from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import Clock
@@ -42,8 +43,8 @@ from gpufleet.scheduler.tick.model import CreateMachine, StartMachine
 
 log = logging.getLogger(__name__)
 
-CREATE = "create"
-START = "start"
+CREATE: Op = "create"
+START: Op = "start"
 
 
 def is_definitive(exc: GpufleetError) -> bool:
@@ -222,7 +223,7 @@ class ScaleController:
         try:
             instance = self.provisioner.create(machine_id, offering_msg, request_id=f"{machine_id}:create")
         except GpufleetError as exc:  # a provider's refusal, or our own error: never the tick's
-            self._refused(machine_id, MachineState.PROVISIONING, exc, "create")
+            self._refused(machine_id, MachineState.PROVISIONING, exc, CREATE)
             return
         seen = self.clock.now()
         with self.sessions() as session, session.begin():
@@ -258,7 +259,7 @@ class ScaleController:
                 request_id=f"{machine_id}:start:{int(asked_at.timestamp())}",
             )
         except GpufleetError as exc:  # a provider's refusal, or our own error: never the tick's
-            self._refused(machine_id, MachineState.STARTING, exc, "start")
+            self._refused(machine_id, MachineState.STARTING, exc, START)
             return
         seen = self.clock.now()
         with self.sessions() as session, session.begin():
@@ -283,7 +284,7 @@ class ScaleController:
             )
         self.outcomes.add("started" if done else "start_answer_superseded")
 
-    def _refused(self, machine_id: str, left_in: MachineState, exc: GpufleetError, what: str) -> None:
+    def _refused(self, machine_id: str, left_in: MachineState, exc: GpufleetError, what: Op) -> None:
         """One ledger row for a failed create or start; the routed outcome takes effect
         through the ledger (a stockout quarantines the offering for the configured TTL,
         quota or auth halts the provider and region). When the provider definitively
@@ -299,11 +300,16 @@ class ScaleController:
                 return
             machine.pending_call = None
             machine.pending_call_at = None
-            if what == "start":
-                machine.start_failures += 1
-                machine.backoff_until = now + timedelta(
-                    seconds=self.settings.start_backoff_s * 2 ** (machine.start_failures - 1)
-                )
+            failed = decide_call_failure(
+                what,
+                cls.value,
+                is_definitive(exc),
+                machine.start_failures,
+                self.settings.start_backoff_s,
+            )
+            machine.start_failures = failed.start_failures
+            if failed.backoff_s is not None:
+                machine.backoff_until = now + timedelta(seconds=failed.backoff_s)
             record_failure(
                 session,
                 now,
@@ -315,13 +321,8 @@ class ScaleController:
                 apply=True,
                 policy=self.policy,
             )
-            if is_definitive(exc):
-                why = f"the provider refused the {what}: {cls.value}"
-                if what == "create":
-                    record(machine, MachineState.DESTROYED, by=Actor.FLEET_TICK, why=why, now=now)
-                    machine.intent = MachineIntent.DESTROYED.value
-                else:
-                    record(machine, MachineState.STOPPED, by=Actor.FLEET_TICK, why=why, now=now)
-                    machine.intent = MachineIntent.STOPPED.value
+            if failed.end_state is not None and failed.intent is not None:
+                record(machine, failed.end_state, by=Actor.FLEET_TICK, why=failed.why, now=now)
+                machine.intent = failed.intent.value
         self.outcomes.add(f"{what}_failed_{cls.value}")
         log.warning("%s of machine %s failed: %s", what, machine_id, exc)
