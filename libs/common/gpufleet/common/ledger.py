@@ -383,6 +383,60 @@ def _append(
     return row
 
 
+@dataclass(frozen=True)
+class QuarantineEffect:
+    """A quarantine to put in force: an offering, or a provider's region (``region`` ""
+    for the whole provider); ``ttl`` None until a human clears it."""
+
+    kind: QuarantineKind
+    ttl: timedelta | None
+    offering_id: str | None = None
+    provider: str | None = None
+    region: str | None = None
+
+
+@dataclass(frozen=True)
+class LedgerEffect:
+    """What a routed outcome does, as one update that the SQL applier
+    (:func:`apply_outcome`) and the simulator both apply (issue #26 item 1): end the
+    machine's live attempts, put a quarantine in force, open an incident."""
+
+    outcome: LedgerOutcome
+    replace_machine: bool = False
+    quarantine: QuarantineEffect | None = None
+    incident: bool = False
+
+
+def decide_effect(
+    failure_class: str,
+    outcome: LedgerOutcome,
+    policy: OutcomePolicy,
+    target: OutcomeTarget,
+    *,
+    on_machine: bool,
+) -> LedgerEffect:
+    """The effect of ``outcome`` for a row of ``failure_class`` on ``target`` (its fields
+    already filled from the row's machine, if any; ``on_machine``: the row names one)."""
+    quarantine = None
+    if outcome is LedgerOutcome.STOP_HARDWARE_CONFIG and target.offering_id:
+        quarantine = QuarantineEffect(
+            QuarantineKind.OFFERING, policy.offering_quarantine_ttl, offering_id=target.offering_id
+        )
+    elif outcome is LedgerOutcome.HALT_PROVISIONING and target.provider:
+        quarantine = QuarantineEffect(
+            QuarantineKind.PROVIDER_REGION,
+            policy.halt_ttl,
+            provider=target.provider,
+            region=target.region or "",
+        )
+    return LedgerEffect(
+        outcome,
+        replace_machine=outcome is LedgerOutcome.REPLACE_MACHINE and on_machine,
+        quarantine=quarantine,
+        incident=wants_incident(failure_class) or outcome is LedgerOutcome.ALERT_HUMAN,
+    )
+
+
 def apply_outcome(
     session: Session,
     now: datetime,
@@ -407,38 +461,34 @@ def apply_outcome(
     outcome = _stored_outcome(failure)
     applied = AppliedOutcome(outcome)
     machine = session.get(Machine, failure.machine_id) if failure.machine_id else None
-    if outcome is LedgerOutcome.REPLACE_MACHINE and machine is not None:
-        if not replaced:
-            applied.lost_attempts = _replace(
-                session, now, machine.id, failure.failure_class, failure.detector, policy, instruments
-            )
-    elif outcome is LedgerOutcome.STOP_HARDWARE_CONFIG:
-        offering_id = target.offering_id or (machine.offering_id if machine is not None else None)
-        if offering_id:
-            applied.quarantine = _quarantine(
-                session,
-                now,
-                policy.offering_quarantine_ttl,
-                f"{failure.failure_class} (ledger {failure.id}): {failure.details}",
-                kind=QuarantineKind.OFFERING,
-                offering_id=offering_id,
-            )
-    elif outcome is LedgerOutcome.HALT_PROVISIONING:
-        provider = target.provider or (machine.provider if machine is not None else None)
-        region = (
-            target.region if target.region is not None else (machine.region if machine is not None else "")
+    effect = decide_effect(
+        failure.failure_class,
+        outcome,
+        policy,
+        OutcomeTarget(
+            target.offering_id or (machine.offering_id if machine is not None else None),
+            target.provider or (machine.provider if machine is not None else None),
+            target.region if target.region is not None else (machine.region if machine is not None else ""),
+        ),
+        on_machine=machine is not None,
+    )
+    if effect.replace_machine and machine is not None and not replaced:
+        applied.lost_attempts = _replace(
+            session, now, machine.id, failure.failure_class, failure.detector, policy, instruments
         )
-        if provider:
-            applied.quarantine = _quarantine(
-                session,
-                now,
-                policy.halt_ttl,
-                f"{failure.failure_class} (ledger {failure.id}): {failure.details}",
-                kind=QuarantineKind.PROVIDER_REGION,
-                provider=provider,
-                region=region or "",
-            )
-    if wants_incident(failure.failure_class) or outcome is LedgerOutcome.ALERT_HUMAN:
+    if effect.quarantine is not None:
+        q = effect.quarantine
+        applied.quarantine = _quarantine(
+            session,
+            now,
+            q.ttl,
+            f"{failure.failure_class} (ledger {failure.id}): {failure.details}",
+            kind=q.kind,
+            offering_id=q.offering_id,
+            provider=q.provider,
+            region=q.region,
+        )
+    if effect.incident:
         applied.incident = _alert(session, now, failure, incident_key)
     session.flush()
     return applied

@@ -35,9 +35,9 @@ from gpufleet.common import lifecycle
 from gpufleet.common import nets as net_registry
 from gpufleet.common.call_failures import Op, decide_call_failure
 from gpufleet.common.catalog import DEFAULT_CATALOG
-from gpufleet.common.db.enums import JobState, LedgerOutcome, MachineState
+from gpufleet.common.db.enums import JobState, MachineState, QuarantineKind
 from gpufleet.common.job_lifecycle import OUR_FAILURES, EndCause, JobCounters, decide_attempt_end
-from gpufleet.common.ledger import FailureClass, replace_cause, route
+from gpufleet.common.ledger import FailureClass, OutcomeTarget, decide_effect, replace_cause, route
 from gpufleet.common.outcome_policy import OutcomePolicy
 from gpufleet.reaper import (
     auto_destroy,
@@ -1111,25 +1111,34 @@ class Sim:
         self._touch(m.offering.pool)  # the scale step reads the row it wrote
 
     def _ledger(self, fc: FailureClass, m: Machine | None) -> None:
-        """The ledger's own routing table decides what a detection leads to."""
+        """The ledger's own routing table decides what a detection leads to, and the
+        ledger's own decision (``decide_effect``) what that outcome does; applied here as
+        ``apply_outcome`` applies it in SQL — a quarantine already in force is kept, not
+        extended."""
         outcome = route(fc)
         self.metrics.decisions[f"ledger:{fc.value}"] += 1
         now = self.q.now
         if m is None:
             return
-        if outcome is LedgerOutcome.STOP_HARDWARE_CONFIG:
-            ttl = self.outcomes.offering_quarantine_ttl
-            until = now + (ttl.total_seconds() if ttl is not None else self.cfg.faults.human_response_s)
-            self.quarantined[m.offering.id] = until
-            self.q.at(until, lambda: self._touch(m.offering.pool))
-        elif outcome is LedgerOutcome.HALT_PROVISIONING:
-            ttl = self.outcomes.halt_ttl
-            # Until a human clears it: the profile's human response time.
-            until = now + (ttl.total_seconds() if ttl is not None else self.cfg.faults.human_response_s)
-            self.halted[(m.offering.provider, m.offering.region)] = until
-            for pool in self.pools:
-                self.q.at(until, partial(self._touch, pool))
-        elif outcome is LedgerOutcome.REPLACE_MACHINE:
+        o = m.offering
+        effect = decide_effect(
+            fc.value, outcome, self.outcomes, OutcomeTarget(o.id, o.provider, o.region), on_machine=True
+        )
+        q = effect.quarantine
+        if q is not None:
+            # Until a human clears it (no TTL): the profile's human response time.
+            ttl_s = q.ttl.total_seconds() if q.ttl is not None else self.cfg.faults.human_response_s
+            if q.kind is QuarantineKind.OFFERING and self.quarantined.get(o.id, 0.0) <= now:
+                until = self.quarantined[o.id] = now + ttl_s
+                self.q.at(until, lambda: self._touch(o.pool))
+            elif (
+                q.kind is QuarantineKind.PROVIDER_REGION
+                and self.halted.get((o.provider, o.region), 0.0) <= now
+            ):
+                until = self.halted[(o.provider, o.region)] = now + ttl_s
+                for pool in self.pools:
+                    self.q.at(until, partial(self._touch, pool))
+        if effect.replace_machine:
             for a in _live(m):
                 self._end_attempt(a, replace_cause(fc))
 
