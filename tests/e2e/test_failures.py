@@ -46,7 +46,11 @@ def test_killed_worker_loses_the_attempt_uncharged_and_the_job_runs_again(fleet:
     assert not lost.charged and lost.charge_micros == 0
     assert ok.charged and ok.charge_micros > 0
     assert done.charge_micros == ok.charge_micros, "the lost attempt costs nothing"
-    assert done.lost_retries_used == 1 and done.failure_retries_used == 0
+    # One of our failures, none of the job's: a disruption when the reaper's probe reached the
+    # machine's agent well after the worker went quiet (the usual case: only the worker was
+    # killed), else the patient budget (job_lifecycle.lease_expiry_cause).
+    assert done.failure_retries_used == 0
+    assert done.lost_retries_used + done.disruptions_used == 1
     with fleet.sessions() as s:
         classes = [f.failure_class for f in s.execute(select(models.Failure)).scalars()]
     assert "lease_expired" in classes
