@@ -6,11 +6,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from gpufleet.client import Client
+from gpufleet.v1 import job_pb2
 from tests.e2e.fleet import Fleet, make_fleet
 from tests.support import tls
 from tests.support.procs import ServiceProcess, start_service
@@ -92,3 +96,37 @@ def system(pg_url: str) -> Iterator[Fleet]:
     fleet.start_all()
     yield fleet
     fleet.close()
+
+
+@dataclass
+class WatchThread:
+    """A client's watch of one job, followed in a thread: the events so far, what it
+    raised, and the thread (``join`` when the job has ended)."""
+
+    seen: list[job_pb2.JobEvent] = field(default_factory=list)
+    failed: list[BaseException] = field(default_factory=list)
+    thread: threading.Thread | None = None
+
+    def join(self, timeout_s: float) -> bool:
+        """Whether the watch ended (its stream closed) within ``timeout_s``."""
+        assert self.thread is not None
+        self.thread.join(timeout_s)
+        return not self.thread.is_alive()
+
+    def is_alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+
+def watch_in_thread(fleet: Client, job_id: str) -> WatchThread:
+    """Start following ``job_id`` with ``fleet.watch_job`` in a daemon thread."""
+    watch = WatchThread()
+
+    def follow() -> None:
+        try:
+            watch.seen.extend(fleet.watch_job(job_id))
+        except BaseException as exc:
+            watch.failed.append(exc)
+
+    watch.thread = threading.Thread(target=follow, daemon=True)
+    watch.thread.start()
+    return watch

@@ -35,7 +35,7 @@ from gpufleet.client import AsyncClient, Client, GpufleetApiError
 from gpufleet.common.trust.identity import Identity, Role
 from gpufleet.common.trust.pki import Authority, TlsFiles
 from gpufleet.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
-from tests.integration.client.conftest import Scheduler, issue_certs
+from tests.integration.client.conftest import Scheduler, issue_certs, watch_in_thread
 from tests.support import tls
 from tests.support.kubelet_volume import KubeletVolume
 
@@ -101,17 +101,8 @@ def test_a_client_keeps_working_across_certs_issue_into_its_folder(
     with Client(scheduler.address, folder, certs_check_interval=0.2) as fleet:
         fleet.create_workspace("studio-1", "studio")
         job = fleet.submit_job("studio-1", "clip")
-        seen: list[job_pb2.JobEvent] = []
-        failed: list[BaseException] = []
-
-        def follow() -> None:
-            try:
-                seen.extend(fleet.watch_job(job.job_id))
-            except BaseException as exc:
-                failed.append(exc)
-
-        watcher = threading.Thread(target=follow, daemon=True)
-        watcher.start()
+        watcher = watch_in_thread(fleet, job.job_id)
+        seen, failed = watcher.seen, watcher.failed
         wait_until(lambda: bool(seen), "first event")
 
         # Calls go on all along: before, during and after the renewal, and after the first
@@ -155,8 +146,7 @@ def test_a_client_keeps_working_across_certs_issue_into_its_folder(
         scheduler.start_again()
         assert fleet.get_job(job.job_id).job_id == job.job_id
         fleet.cancel_job(job.job_id)
-        watcher.join(60)
-        assert not watcher.is_alive() and not failed, failed
+        assert watcher.join(60) and not failed, failed
         sequences = [e.sequence for e in seen]
         assert sequences == sorted(set(sequences)), "an event was given twice"
         assert seen[-1].state == job_pb2.JOB_STATE_CANCELLED

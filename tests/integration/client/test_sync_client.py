@@ -4,7 +4,6 @@ it, each answer checked as the backend would read it."""
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +20,7 @@ from gpufleet.client import (
     Unavailable,
 )
 from gpufleet.v1 import job_pb2
-from tests.integration.client.conftest import Scheduler, issue_certs
+from tests.integration.client.conftest import Scheduler, issue_certs, watch_in_thread
 
 BAD_SUBMIT_FIELDS = [
     ("request_id", "INVALID_FORMAT"),
@@ -155,17 +154,8 @@ def test_a_watch_survives_a_scheduler_restart(scheduler: Scheduler, backend_cert
     with Client(scheduler.address, backend_certs) as fleet:
         fleet.create_workspace("studio-1", "studio")
         job = fleet.submit_job("studio-1", "clip")
-        seen: list[job_pb2.JobEvent] = []
-        failed: list[BaseException] = []
-
-        def follow() -> None:
-            try:
-                seen.extend(fleet.watch_job(job.job_id))
-            except BaseException as exc:
-                failed.append(exc)
-
-        watcher = threading.Thread(target=follow, daemon=True)
-        watcher.start()
+        watcher = watch_in_thread(fleet, job.job_id)
+        seen, failed = watcher.seen, watcher.failed
         wait_until(lambda: bool(seen), "the first event")
         before = len(seen)
 
