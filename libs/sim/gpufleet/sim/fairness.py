@@ -6,9 +6,9 @@ have work waiting there (a queued job past its back-off), those workspaces *cont
 pie is the slots they hold in the pool at that instant (a workspace with nothing waiting
 asks for nothing, so what it holds is outside the question). Each contender's
 *entitlement* is the pie shared by weighted water-filling: in proportion to its plan's
-weight, but never more than it can use — what it holds plus the slots its waiting jobs
-need, or only what it holds once its plan's cap on jobs at once is reached — what it cannot
-use going to the others in proportion to theirs. Its *error* at that tick is
+weight, but never more than it can use — what it holds plus the slots of as many of its
+waiting jobs (oldest first) as its plan's cap on jobs at once leaves room for — what it
+cannot use going to the others in proportion to theirs. Its *error* at that tick is
 ``(held - entitled) / pie``: positive when it holds more than its share, in [-1, 1].
 
 Over the month, per workspace: the ticks it contended at; the slot-seconds it received and

@@ -508,11 +508,14 @@ class Sim:
         """Who contends for the pool's slots at this tick, as fairness.py defines it."""
         contenders = []
         for ws, jobs in self.ws_queue[pool].items():
-            want = sum(j.slots_needed for j in jobs if j.backoff_until <= now)
-            if want:
+            ready = [j for j in jobs if j.backoff_until <= now]
+            if ready:
                 held = self.held_slots[(ws, pool)]
-                capped = self.running_per_ws[ws] >= self.limits.get(ws, 0)
-                contenders.append((ws, float(held), float(held if capped else held + want)))
+                # What it can use more: its waiting jobs, but no more of them than its plan's
+                # cap on jobs at once leaves room for (the oldest first, as the tick takes them).
+                room = max(0, self.limits.get(ws, 0) - self.running_per_ws[ws])
+                more = sum(j.slots_needed for j in ready[:room])
+                contenders.append((ws, float(held), float(held + more)))
         self.fairness.sample(pool, now, contenders)
 
     def _usage(self, ws: str, now: float) -> float:
