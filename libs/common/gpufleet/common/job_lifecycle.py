@@ -349,6 +349,14 @@ class JobUpdate:
         return self.attempt_state is AttemptState.LOST
 
 
+def charge_micros(slot_seconds: float, hourly_price_micros: int, slots: int, rate_micros: int) -> int:
+    """A charged attempt's price: its slot-seconds x (the machine's hourly price / its
+    slots) x the plan's rate (``rate_micros`` per 1,000,000: 1.2x is 1_200_000). One
+    rule for the worker's end of an attempt and for the simulator's month."""
+    per_slot_second = hourly_price_micros / max(slots, 1) / 3600.0
+    return round(slot_seconds * per_slot_second * rate_micros / 1_000_000)
+
+
 def decide_attempt_end(
     cause: EndCause, job: JobCounters, policy: RetryPolicy, *, why: str = "", exit_code: int = 0
 ) -> JobUpdate:

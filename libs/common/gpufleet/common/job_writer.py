@@ -34,6 +34,7 @@ from gpufleet.common.job_lifecycle import (
     JobUpdate,
     Mover,
     RetryPolicy,
+    charge_micros,
     check_attempt_move,
     check_cause,
     check_job_move,
@@ -66,9 +67,9 @@ class Ended:
 
 
 def attempt_charge_micros(slot_seconds: float, machine: models.Machine, plan: models.Plan) -> int:
-    """slot-seconds x (machine's hourly price / its slots) x the plan's rate."""
-    per_slot_second = machine.hourly_price_micros / max(machine.slots, 1) / 3600.0
-    return round(slot_seconds * per_slot_second * plan.rate_micros / 1_000_000)
+    """slot-seconds x (machine's hourly price / its slots) x the plan's rate
+    (:func:`~gpufleet.common.job_lifecycle.charge_micros`, the rule the simulator runs too)."""
+    return charge_micros(slot_seconds, machine.hourly_price_micros, machine.slots, plan.rate_micros)
 
 
 def counters_of(job: models.Job, kind: models.JobKind) -> JobCounters:

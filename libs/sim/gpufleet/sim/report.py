@@ -126,6 +126,8 @@ def summarize(sim: Sim, wall_s: float) -> dict[str, Any]:
         "useful_gpu_hours": round(useful_h, 1),
         "idle_gpu_hours": round(billed_h - useful_h, 1),
         "cost_usd": round(m.cost_micros / 1e6, 2),
+        "charged_usd": round(sum(m.charged_micros.values()) / 1e6, 2),
+        "charged_usd_by_plan": {p: round(v / 1e6, 2) for p, v in sorted(m.charged_micros.items())},
         "idle_gpu_hours_by_cause": {
             k: round(v / 3600.0, 1) for k, v in sorted(m.idle_by_cause.items(), key=lambda kv: -kv[1])
         },
@@ -195,6 +197,7 @@ def table(out: dict[str, Any]) -> str:
         ("GPU-hours billed", "gpu_hours_billed"),
         ("  of which idle (no job)", "idle_gpu_hours"),
         ("cost (USD)", "cost_usd"),
+        ("charged to tenants (USD)", "charged_usd"),
         ("failures missed or late", "missed_or_late_detections"),
     ]
     lines = [

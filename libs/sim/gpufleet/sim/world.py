@@ -34,9 +34,15 @@ from itertools import accumulate
 from gpufleet.common import lifecycle
 from gpufleet.common import nets as net_registry
 from gpufleet.common.call_failures import Op, decide_call_failure
-from gpufleet.common.catalog import DEFAULT_CATALOG
+from gpufleet.common.catalog import DEFAULT_CATALOG, PlanSpec
 from gpufleet.common.db.enums import JobState, MachineState, QuarantineKind
-from gpufleet.common.job_lifecycle import OUR_FAILURES, EndCause, JobCounters, decide_attempt_end
+from gpufleet.common.job_lifecycle import (
+    OUR_FAILURES,
+    EndCause,
+    JobCounters,
+    charge_micros,
+    decide_attempt_end,
+)
 from gpufleet.common.ledger import FailureClass, OutcomeTarget, decide_effect, replace_cause, route
 from gpufleet.common.outcome_policy import OutcomePolicy
 from gpufleet.reaper import (
@@ -89,14 +95,15 @@ def _job_id(job: Job) -> str:
 RUNNING = frozenset({"BOOTING", "READY", "DRAINING"})
 TRANSITIONAL = frozenset({"PROVISIONING", "STARTING", "STOPPING", "DESTROYING"})
 DEPLOYMENT = "sim"
-# (tier, weight, GPU jobs at once): the catalogue's plan names and order, with the limits of
-# a fleet of hundreds of machines rather than the embedded default's two.
-PLANS: dict[str, tuple[int, float, int]] = {
-    "studio": (2, 2.0, 32),
-    "creator": (1, 1.0, 8),
-    "free": (0, 0.5, 2),
+# The catalogue's plans (tier, weight, rate: what the tick orders by and a charge is priced
+# at), with caps on GPU jobs at once for a fleet of hundreds of machines rather than the
+# embedded default's two; and a free plan the month adds (the lowest tier, half a weight,
+# the catalogue's default rate).
+_CAPS = {"studio": 32, "creator": 8, "free": 2}
+PLANS: dict[str, PlanSpec] = {
+    p.id: p.model_copy(update={"max_gpu_jobs": _CAPS[p.id]})
+    for p in (*DEFAULT_CATALOG.plans, PlanSpec(id="free", tier=0, weight=0.5))
 }
-assert {p.id for p in DEFAULT_CATALOG.plans} <= set(PLANS)
 KINDS = {k.id: k for k in DEFAULT_CATALOG.kinds}
 SLOTS_PER_MACHINE = 2
 
@@ -113,6 +120,8 @@ class Metrics:
     billed_s: float = 0.0
     useful_s: float = 0.0
     cost_micros: float = 0.0
+    # What tenants were charged, by plan (the charged attempts' prices at their plan's rate).
+    charged_micros: Counter[str] = field(default_factory=Counter)
     wasted_micros: float = 0.0
     healthy_destroys: int = 0
     jobs_run_twice_at_once: int = 0
@@ -237,8 +246,8 @@ class Sim:
         self.rng_jobs = random.Random(f"{config.seed}:jobs")
         self.rng_env = random.Random(f"{config.seed}:environment")
         self.workspaces = self._workspaces()
-        self.limits = {ws: PLANS[plan][2] for ws, plan, _, _ in self.workspaces}
-        self.fairness = FairnessLedger({ws: (plan, PLANS[plan][1]) for ws, plan, _, _ in self.workspaces})
+        self.limits = {ws: PLANS[plan].max_gpu_jobs for ws, plan, _, _ in self.workspaces}
+        self.fairness = FairnessLedger({ws: (plan, PLANS[plan].weight) for ws, plan, _, _ in self.workspaces})
         # Cumulative, once: ``choices`` would add up 400 weights at every arrival.
         self.ws_cum_weights = list(accumulate(x[3] for x in self.workspaces))
         self.kind_cum_weights = list(accumulate(k.share for k in self.cfg.workload.kinds))
@@ -392,7 +401,7 @@ class Sim:
         sigma = math.log(mix.p90_s / mix.p50_s) / 1.2816
         duration = min(rng.lognormvariate(math.log(mix.p50_s), sigma), 0.95 * kind.time_limit_s)
         fails = rng.random() < self.cfg.workload.own_failure_share
-        tier, weight, _ = PLANS[plan]
+        spec = PLANS[plan]
         self.job_seq += 1
         job = Job(
             id=f"j{self.job_seq:07d}",
@@ -402,8 +411,8 @@ class Sim:
             kind=kind.id,
             slots_needed=SLOTS_PER_MACHINE if kind.slots == 0 else kind.slots,
             whole=kind.slots == 0,
-            tier=tier,
-            weight=weight,
+            tier=spec.tier,
+            weight=spec.weight,
             created=now,
             duration_s=duration * (rng.random() if fails else 1.0),
             fails_own=fails,
@@ -734,7 +743,10 @@ class Sim:
         self.held_slots[(job.workspace, job.pool)] -= len(a.slots)
         slot_s = self.usage.ended(job.workspace, a.started, now, len(a.slots))
         if update.charged:
-            a.charged_micros = round(slot_s * m.offering.hourly_price_micros / SLOTS_PER_MACHINE / 3600.0)
+            a.charged_micros = charge_micros(
+                slot_s, m.offering.hourly_price_micros, SLOTS_PER_MACHINE, PLANS[job.plan].rate_micros
+            )
+            self.metrics.charged_micros[job.plan] += a.charged_micros
         job.failures, job.losses = update.failure_retries_used, update.lost_retries_used
         job.disruptions = update.disruptions_used
         if update.job_state is JobState.QUEUED:
