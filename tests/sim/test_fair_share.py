@@ -19,7 +19,7 @@ from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.snapshot import load_snapshot
 from gpufleet.sim.clock import EPOCH
-from gpufleet.sim.fair_share import WindowUsage
+from gpufleet.sim.fair_share import WindowUsage, next_order_change
 from tests.support.fleet_rows import add_machine, job_row
 
 H = 3600.0
@@ -86,3 +86,20 @@ def test_the_simulators_usage_is_the_schedulers_query(sqlite_url: str) -> None:
     # The window moved: the first ends left it, so the usage is not a sum that only grows.
     assert usage.at("indie-creator", 60 * H) < 60 * H
     assert len(set(seen)) > 4
+
+
+def test_the_next_order_change_is_ahead_of_evictions_not_yet_read() -> None:
+    # Both workspaces idle now; a's one ended attempt left the window before ``now`` though
+    # nothing read its usage since, b's leaves it at 160. The order can next change then
+    # (b's usage drops to a's), not at once — a past eviction read as "due" woke the pool
+    # at every tick.
+    usage = WindowUsage(100.0)
+    usage.started("a", 0.0, 1)
+    usage.ended("a", 0.0, 10.0, 1)
+    usage.started("b", 0.0, 1)
+    usage.ended("b", 0.0, 60.0, 1)
+    assert next_order_change(usage, {"a": 1.0, "b": 1.0}, 130.0) == 160.0
+    # Growing usage crosses first: a runs four slots from 130 and reaches b's 60
+    # slot-seconds 15 s later, before b's eviction.
+    usage.started("a", 130.0, 4)
+    assert next_order_change(usage, {"a": 1.0, "b": 1.0}, 130.0) == 130.0 + 60.0 / 4

@@ -91,10 +91,12 @@ def next_order_change(usage: WindowUsage, weights: dict[str, float], now: float)
     window, or two neighbours in today's order cross (only neighbours can cross first, as
     in a kinetic sorted list). ``now`` itself when two keys are equal now and will part (the
     tie-break by age may flip at once). Infinity when nothing can change."""
-    wake = min((usage.next_eviction(ws) for ws in weights), default=float("inf"))
+    # Usage first: reading it at ``now`` drops what left the window, so the evictions
+    # asked for next are all still ahead (one already past would wake the pool at once).
     keyed = sorted(
         (usage.at(ws, now) / weight, usage.live_slots(ws) / weight) for ws, weight in weights.items()
     )
+    wake = min((usage.next_eviction(ws) for ws in weights), default=float("inf"))
     for (key_a, rate_a), (key_b, rate_b) in itertools.pairwise(keyed):
         if rate_a > rate_b:  # the lower key grows faster: it catches up
             wake = min(wake, now + (key_b - key_a) / (rate_a - rate_b))
