@@ -21,8 +21,10 @@ from gpufleet.sim.world import Sim
 DAYS, MACHINES = 2.0, 60
 
 
-def _month(seed: int, policy: str, profile: str, evaluate_everything: bool) -> tuple[Sim, dict[str, Any]]:
-    config = SimConfig(days=DAYS, machines=MACHINES, seed=seed, faults=PROFILES[profile])
+def _month(
+    seed: int, policy: str, profile: str, evaluate_everything: bool, warm: int = 0
+) -> tuple[Sim, dict[str, Any]]:
+    config = SimConfig(days=DAYS, machines=MACHINES, seed=seed, faults=PROFILES[profile], warm_target=warm)
     sim = Sim(config, policy, evaluate_everything=evaluate_everything)
     sim.run()
     out = summarize(sim, 0.0)
@@ -34,25 +36,28 @@ def _month(seed: int, policy: str, profile: str, evaluate_everything: bool) -> t
     return sim, out
 
 
-# Three seeds of the real nets, the two counterfactual policies, and the harsh profile
-# (every failure class, dispatch back-offs, restarts and pauses).
+# Three seeds of the real nets, the two counterfactual policies, the harsh profile
+# (every failure class, dispatch back-offs, restarts and pauses); and pools with warm
+# capacity (their idle clocks, pins and the pool idle release).
 CASES = [
-    (1, "nets", "default"),
-    (2, "nets", "default"),
-    (3, "nets", "default"),
-    (1, "oracle", "default"),
-    (2, "merged", "default"),
-    (11, "nets", "harsh"),
-    (11, "merged", "harsh"),
+    (1, "nets", "default", 0),
+    (2, "nets", "default", 0),
+    (3, "nets", "default", 0),
+    (1, "oracle", "default", 0),
+    (2, "merged", "default", 0),
+    (11, "nets", "harsh", 0),
+    (11, "merged", "harsh", 0),
+    (1, "nets", "default", 2),
+    (12, "nets", "harsh", 2),
 ]
 
 
-@pytest.mark.parametrize(("seed", "policy", "profile"), CASES)
+@pytest.mark.parametrize(("seed", "policy", "profile", "warm"), CASES)
 def test_the_event_driven_month_is_the_month_that_evaluates_everything(
-    seed: int, policy: str, profile: str
+    seed: int, policy: str, profile: str, warm: int
 ) -> None:
-    lazy, a = _month(seed, policy, profile, False)
-    eager, b = _month(seed, policy, profile, True)
+    lazy, a = _month(seed, policy, profile, False, warm)
+    eager, b = _month(seed, policy, profile, True, warm)
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
     assert lazy.net_passes == eager.net_passes
     # ... and the event-driven one decided far less often.

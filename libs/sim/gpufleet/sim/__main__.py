@@ -39,6 +39,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policies", default=",".join(POLICIES), help="comma-separated subset of nets,oracle,merged"
     )
+    p.add_argument(
+        "--warm-target",
+        type=int,
+        default=SimConfig().warm_target,
+        help="machines each pool keeps warm while it has work, as a catalogue pool's warm_target (0)",
+    )
     p.add_argument("--plant", choices=["went_silent_reads_composite"], help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     p.add_argument("--plot", metavar="DIR", help="write PNG charts of the run into DIR")
@@ -154,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("--load must be in (0, 2]")
     if not 1 <= args.tick_s <= 600:
         parser().error("--tick-s must be between 1 and 600")
+    if not 0 <= args.warm_target <= args.machines:
+        parser().error("--warm-target must be between 0 and --machines")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
@@ -165,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         machines=args.machines,
         seed=args.seed,
         tick_s=args.tick_s,
+        warm_target=args.warm_target,
         faults=PROFILES[args.profile],
         workload=dataclasses.replace(Workload(), mean_load=args.load),
     )

@@ -105,6 +105,7 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
             "dispatch_deadline_s",
             "dispatch_backoff_s",
             "dispatch_backoff_max_s",
+            "pool_idle_every_s",
         }
     ),
 }

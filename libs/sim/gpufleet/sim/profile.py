@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from gpufleet.common.catalog import PoolSpec
+
+# A catalogue pool's idle time before its warm capacity is released, unless it sets one.
+IDLE_RELEASE_AFTER_S: float = PoolSpec.model_fields["idle_release_after_s"].default
+
 # AWS Spot Advisor's "frequency of interruption" buckets, per month: the middle of each
 # (the last one, "> 20 %", is taken as 25 %).
 INTERRUPTION_BUCKETS: dict[str, float] = {
@@ -169,6 +174,12 @@ class SimConfig:
     tick_s: float = 30.0
     # The merged check's one threshold: permissive enough for the slowest boot.
     merged_threshold_s: float = 30 * 60.0
+    # Each pool's warm capacity (the catalogue's ``warm_target``: machines kept running
+    # while the pool has work, pinned so the money chain leaves them) and how long the pool
+    # is idle before the pool idle release lets them go (``idle_release_after_s``, the
+    # catalogue's default). None warm by default, as the catalogue's pools.
+    warm_target: int = 0
+    idle_release_after_s: float = IDLE_RELEASE_AFTER_S
 
 
 PROFILES = {

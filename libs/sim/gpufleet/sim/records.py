@@ -98,6 +98,8 @@ class Machine:
     lost: bool = False
     cordoned: bool = False
     earmarked_for: str | None = None
+    # Pinned by the fleet tick as its pool's warm capacity (the money chain refuses it).
+    warm_held: bool = False
     stop_due_at: datetime | None = None
     destroy_due_at: datetime | None = None
     requested_at: datetime | None = None
@@ -221,6 +223,7 @@ VIEW_FIELDS = frozenset(
         "lost",
         "cordoned",
         "earmarked_for",
+        "warm_held",
         "backoff_until",
         "dispatch_backoff_until",
         "preemptions",

@@ -115,6 +115,7 @@ def summarize(sim: Sim, wall_s: float) -> dict[str, Any]:
         "seed": sim.cfg.seed,
         "days": sim.cfg.days,
         "machines": sim.cfg.machines,
+        "warm_target": sim.cfg.warm_target,
         "healthy_destroys": m.healthy_destroys,
         "jobs_lost": _jobs_lost(sim),
         "jobs_run_twice_at_once": m.jobs_run_twice_at_once,
@@ -202,7 +203,8 @@ def table(out: dict[str, Any]) -> str:
     ]
     lines = [
         f"{out['days']:g} days, {out['machines']} machines at most, seed {out['seed']}: "
-        f"{out['jobs']} jobs, {out['machines_created']} machines created",
+        f"{out['jobs']} jobs, {out['machines_created']} machines created"
+        + (f", {out['warm_target']} kept warm a pool" if out.get("warm_target") else ""),
         "",
         f"{'':32}{'real nets':>14}{'oracle':>14}{'merged check':>14}",
     ]

@@ -260,7 +260,7 @@ class PoolRows:
             agent_address="sim",
             dispatch_backoff_until=m.dispatch_backoff_until,
             earmarked_for=m.earmarked_for,
-            warm_held=False,
+            warm_held=m.warm_held,
         )
         return view
 

@@ -70,6 +70,8 @@ from gpufleet.scheduler.tick.model import (
     StartMachine,
     TickPlan,
 )
+from gpufleet.scheduler.tick.warm import clock_values
+from gpufleet.scheduler.watchdogs import pool_idle
 from gpufleet.sim.clock import EventQueue, dt, secs
 from gpufleet.sim.fair_share import WindowUsage, next_order_change
 from gpufleet.sim.fairness import FairnessLedger
@@ -192,10 +194,22 @@ class Sim:
             )
         self.pools = sorted({o.pool for o in self.offerings})
         # Each pool as the tick reads it (one pool a decision): the same every tick.
+        # Each pool as the tick reads it (one pool a decision): its warm target, and its idle
+        # clock and warm release as the tick and the pool idle release write them.
         self.pool_views = {
-            p: {p: PoolView(id=p, slots_per_machine=SLOTS_PER_MACHINE, max_machines=config.machines)}
+            p: {
+                p: PoolView(
+                    id=p,
+                    slots_per_machine=SLOTS_PER_MACHINE,
+                    max_machines=config.machines,
+                    warm_target=config.warm_target,
+                )
+            }
             for p in self.pools
         }
+        # Pools whose idle clock runs, with when the pool idle release can first let their
+        # warm capacity go (its scan's rows, kept as a schedule like the nets').
+        self.pool_idle_due: dict[str, float] = {}
         self.machines: dict[str, Machine] = {}
         self.live: set[str] = set()  # machines not DESTROYED
         self.by_pool: dict[str, set[str]] = {p: set() for p in self.pools}
@@ -273,6 +287,8 @@ class Sim:
         reaper = self.settings.reaper
         self.every = self.settings.cadences()
         self.every[MERGED_CHECK] = self.every["went_silent"]
+        # The scheduler's pool idle release (a request watchdog of its own, not a net).
+        self.pool_idle_every_s = self.scheduler.pool_idle_every_s
         self.idle_policy = reaper.idle_policy()
         self.auto_stop_policy = reaper.auto_stop_policy()
         self.auto_destroy_policy = reaper.auto_destroy_policy()
@@ -330,6 +346,12 @@ class Sim:
             if self.evaluate_everything:
                 self._push_pass(name, self.every[name])
         if self.evaluate_everything:
+            self._schedule_tick(self.cfg.tick_s)
+            self.q.at(self.pool_idle_every_s, self._pool_idle_pass, POOL_IDLE_RANK)
+        elif any(self._warm(p) for p in self.pools):
+            # The first tick finds the pools with warm capacity idle (their clocks start)
+            # and short of their warm machines: it runs whatever arrives.
+            self.dirty.update(p for p in self.pools if self._warm(p))
             self._schedule_tick(self.cfg.tick_s)
         self._environment()
         self.q.at(3600.0, self._sample, SAMPLE_RANK)
@@ -598,6 +620,8 @@ class Sim:
             if m.state == "READY":
                 self._move(m, "DRAINING", lifecycle.Actor.FLEET_TICK)
                 m.earmarked_for = d.job_id
+        if plan.pool_clocks or plan.warm_pins:
+            self._apply_pools(plan, now)
         for action in plan.scale:
             if isinstance(action, CreateMachine):
                 self._create(self.offering_by_id[action.offering_id], action.for_job)
@@ -614,6 +638,83 @@ class Sim:
                 self._touch(pool)
         else:
             self.share_capped.discard(pool)
+
+    def _apply_pools(self, plan: TickPlan, now: float) -> None:
+        """The pools' idle clocks and warm pins, as the tick's pool writes apply them
+        (``warm.clock_values``: the same columns)."""
+        nowd = dt(now)
+        for clock in plan.pool_clocks:
+            views = self.pool_views[clock.pool_id]
+            view = views[clock.pool_id] = replace(views[clock.pool_id], **clock_values(clock, nowd))
+            if view.idle_since is None:
+                self.pool_idle_due.pop(clock.pool_id, None)
+            elif view.warm_target > 0 and not view.warm_released:
+                self._pool_idle_at(clock.pool_id, now + self.cfg.idle_release_after_s)
+        for pin in plan.warm_pins:
+            m = self.machines[pin.machine_id]
+            self._segment(m)  # its idle time from here on is (or is no longer) the warm capacity's
+            m.warm_held = pin.held
+
+    def _warm(self, pool: str) -> bool:
+        return self.pool_views[pool][pool].warm_target > 0
+
+    # -- the pool idle release (the scheduler's watchdog) --------------------------------
+
+    def _pool_idle_at(self, pool: str, t: float) -> None:
+        """``pool`` can first be released at ``t``: the first pass of the watchdog's grid
+        from then reads it."""
+        self.pool_idle_due[pool] = t
+        if not self.evaluate_everything:
+            self._pool_idle_wake(t)
+
+    def _pool_idle_wake(self, t: float) -> None:
+        every, q = self.pool_idle_every_s, self.q
+        k = max(1, math.ceil(max(t, q.now) / every))
+        if k * every == q.now and q.rank >= POOL_IDLE_RANK:
+            k += 1
+        q.at(k * every, self._pool_idle_pass, POOL_IDLE_RANK)
+
+    def _pool_idle_pass(self) -> None:
+        """One pass of the pool idle release: the real decision over the pools its scan
+        finds due, each release applied as the watchdog's one transaction (the pool marked
+        released, its pins cleared, a ledger row)."""
+        now = self.q.now
+        if self.evaluate_everything:
+            self.q.at(now + self.pool_idle_every_s, self._pool_idle_pass, POOL_IDLE_RANK)
+        if now < self.down_until:
+            if not self.evaluate_everything:
+                self._pool_idle_wake(self.down_until)
+            return
+        due = sorted(p for p, t in self.pool_idle_due.items() if t <= now)
+        if not due:
+            return
+        rows = []
+        for pool in due:
+            del self.pool_idle_due[pool]
+            view = self.pool_views[pool][pool]
+            rows.append(
+                pool_idle.PoolIdle(
+                    pool,
+                    view.warm_target,
+                    view.idle_since,
+                    self.cfg.idle_release_after_s,
+                    view.warm_released,
+                )
+            )
+        decision = pool_idle.decide(dt(now), rows)
+        self.metrics.decisions[pool_idle.NAME] += len(rows)
+        for reason, n in decision.refusals.items():
+            self.metrics.refusals[f"{pool_idle.NAME}:{reason}"] += n
+        for row in decision.release:
+            views = self.pool_views[row.pool_id]
+            views[row.pool_id] = replace(views[row.pool_id], warm_released=True)
+            for mid in sorted(self.by_pool[row.pool_id]):
+                m = self.machines[mid]
+                if m.warm_held:
+                    self._segment(m)
+                    m.warm_held = False
+            self._ledger(FailureClass.POOL_IDLE_RELEASE, None)
+            self._touch(row.pool_id)
 
     def _assign(self, job: Job, m: Machine, slots: tuple[int, ...], now: float) -> None:
         if job.live is not None:
@@ -762,7 +863,8 @@ class Sim:
         # its jobs waiting on its plan's cap in any pool. With neither there is nothing new
         # to decide (time-driven rules have their own events).
         pool = m.offering.pool
-        if self._may_place(pool):
+        if self._may_place(pool) or self._warm(pool):
+            # (A pool with warm capacity: its last attempt's end starts its idle clock.)
             self._touch(pool)
         for other in self.pools:
             if other != pool and self.waiting[(job.workspace, other)] > 0:
@@ -808,6 +910,8 @@ class Sim:
             why = "booting"
         elif m.state == "DRAINING":
             why = "draining for a film"
+        elif m.warm_held:
+            why = "warm capacity (pinned)"
         elif m.lost or m.reachable_since > now:
             why = "unreachable"
         else:
@@ -840,7 +944,7 @@ class Sim:
             self.rows[m.offering.pool].remove(m)
             for net in self.due:
                 self.due[net].pop(m.id, None)
-        if m.earmarked_for is not None or self._may_place(m.offering.pool):
+        if m.earmarked_for is not None or self._may_place(m.offering.pool) or self._warm(m.offering.pool):
             # With no job in the pool that may run now a machine's state changes nothing
             # the tick would do (no job to place or scale for; an earmark is released at
             # the tick that finds its film no longer waiting).
@@ -1367,6 +1471,7 @@ class Sim:
             probe_ok_at=m.probe_ok_at(now),
             probe_failed_since=m.probe_failed_since(now),
             worker_report_at=m.worker_report_at(now, self.heartbeat_s),
+            warm_held=m.warm_held,
         )
 
     def _refused(self, net: str, reason: RefusalReason) -> None:
@@ -1406,11 +1511,21 @@ class Sim:
             now,
             auto_stop.SPEC,
             self.auto_stop_policy,
-            lambda m, why: why is RefusalReason.IN_GRACE_WINDOW and m.stop_due_at is not None,
+            # A pinned warm machine is read again while its timer stands, as the scan reads it
+            # at every pass; the pin going lets the stop through.
+            lambda m, why: (
+                why in (RefusalReason.IN_GRACE_WINDOW, RefusalReason.WARM_CAPACITY)
+                and m.stop_due_at is not None
+            ),
         )
 
     def _net_auto_destroy(self, now: float) -> None:
-        waits = (RefusalReason.STOP_PENDING, RefusalReason.IN_GRACE_WINDOW, RefusalReason.NOT_STOPPED_OR_IDLE)
+        waits = (
+            RefusalReason.STOP_PENDING,
+            RefusalReason.IN_GRACE_WINDOW,
+            RefusalReason.NOT_STOPPED_OR_IDLE,
+            RefusalReason.WARM_CAPACITY,
+        )
         self._one_step_net(
             now,
             auto_destroy.SPEC,
@@ -1443,6 +1558,8 @@ class Sim:
             d = spec.decide(dt(now), self.snapshot(m, now), policy)
             self.metrics.decisions[net] += 1
             if isinstance(d, spec.acts):
+                if m.warm_held and net in ("auto_stop", "auto_destroy"):
+                    self._broken(f"{net} took machine {m.id}, pinned as its pool's warm capacity")
                 self._stop_or_destroy(m, spec.transition.operation, net, spec.detects)
             elif isinstance(d, Refuse):
                 self._refused(net, d.reason)
@@ -1901,6 +2018,7 @@ NetHandler = Callable[[Sim, float], None]
 # Ranks of the grid loops among one instant's events (EventQueue): the world's events, the
 # hourly sample, the nets (Sim.net_rank), then the fleet tick.
 SAMPLE_RANK = 1
+POOL_IDLE_RANK = 99
 TICK_RANK = 100
 
 # Each registered net's model, by the registry's name (gpufleet.common.nets): a net the

@@ -14,6 +14,7 @@ from gpufleet.common.db import models
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import TickReport
 from gpufleet.scheduler.tick.model import PoolClock, WarmPin
+from gpufleet.scheduler.tick.warm import clock_values
 
 
 class PoolController:
@@ -27,7 +28,7 @@ class PoolController:
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
             for clock in clocks:
-                values = {"idle_since": None, "warm_released": False} if clock.busy else {"idle_since": now}
+                values = clock_values(clock, now)
                 session.execute(update(models.Pool).where(models.Pool.id == clock.pool_id).values(**values))
                 report.actions["pool_busy" if clock.busy else "pool_idle"] += 1
             for held in (True, False):

@@ -14,6 +14,9 @@ machine, and a machine with work is never stopped anyway.
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import TypedDict
+
 from gpufleet.common.db.enums import MachineOrigin, MachineState
 from gpufleet.scheduler.tick.model import FleetSnapshot, MachineView, PoolClock, PoolView, WarmPin
 
@@ -49,6 +52,20 @@ def pool_clocks(snapshot: FleetSnapshot, busy: frozenset[str]) -> list[PoolClock
         elif pool.idle_since is None:
             out.append(PoolClock(pool.id, busy=False))
     return out
+
+
+class PoolClockValues(TypedDict, total=False):
+    idle_since: datetime | None
+    warm_released: bool
+
+
+def clock_values(clock: PoolClock, now: datetime) -> PoolClockValues:
+    """The pool's columns a moved idle clock writes: work back stops the clock and holds
+    the warm capacity again; no work left starts it. The one update the tick's pool writes
+    (:class:`~gpufleet.scheduler.tick.pools.PoolController`) and the simulator apply."""
+    if clock.busy:
+        return {"idle_since": None, "warm_released": False}
+    return {"idle_since": now}
 
 
 def holds_warm(pool: PoolView, busy: frozenset[str]) -> bool:
