@@ -96,6 +96,7 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
     "scheduler": frozenset(
         {
             "worker_fresh_s",
+            "attempt_lease_s",
             "provision_deadline_s",
             "start_backoff_s",
             "retry_backoff_s",

@@ -122,6 +122,7 @@ def summarize(sim: Sim, wall_s: float) -> dict[str, Any]:
         "jobs": len(sim.jobs),
         "jobs_ended": ended,
         "jobs_failed_our_side": sum(1 for j in jobs if j.failed_our_side),
+        "attempt_ends": dict(sorted(m.attempt_ends.items())),
         "machines_created": sim.ordinal,
         "gpu_hours_billed": round(billed_h, 1),
         "useful_gpu_hours": round(useful_h, 1),

@@ -20,11 +20,7 @@ from datetime import datetime, timedelta
 from gpufleet.scheduler.tick.model import AttemptView, MachineView
 from gpufleet.sim.records import INF, Attempt, Machine
 
-LEASE_S = 90.0  # the scheduler's attempt lease (GPUFLEET_ATTEMPT_LEASE_S)
-# A kept report clock this old still reads fresh to the tick (its worker_fresh_s is 60 s).
-REPORT_REFRESH_S = 50.0
 _SECONDS = [timedelta(seconds=i) for i in range(3600)]
-_LEASE = timedelta(seconds=LEASE_S)
 
 
 # A machine's place in the rows before its first read (it joined since the last tick).
@@ -49,28 +45,32 @@ _UNREAD = MachineView(
 )
 
 
-def _lease(a: Attempt, last: datetime | None) -> datetime:
+def _lease(a: Attempt, last: datetime | None, lease: timedelta) -> datetime:
     """An attempt's lease: its worker's last report (or its start, if later) plus the lease."""
     if last is None or last < a.started_dt:
-        return a.started_dt + _LEASE
-    return last + _LEASE
+        return a.started_dt + lease
+    return last + lease
 
 
 class PoolRows:
     """The views of one pool's live machines (by id) and of their live attempts.
 
     The only thing that moves on its own is a reporting worker's report clock, which the
-    tick reads for one question: is it under ``worker_fresh_s`` old? A kept clock is
-    refreshed once it is ``REPORT_REFRESH_S`` old, so the answer is the one a fresh read
-    gives (a kept value is at most that old, a fresh one at most a heartbeat). An attempt's
-    lease is its machine's report clock (as that view holds it) plus the attempt lease, so
-    a reporting worker's lease is always more than ``LEASE_S - REPORT_REFRESH_S`` ahead —
-    never expired, as a fresh read would say — and a silent worker's stands still at the
-    true one."""
+    tick reads for one question: is it under ``fresh_s`` (the scheduler's
+    ``worker_fresh_s``) old? A kept clock is refreshed once it is ``refresh_s`` old — a
+    heartbeat less than the smaller of ``fresh_s`` and the attempt lease ``lease_s``, both
+    the scheduler's settings — so the answer is the one a fresh read gives (a kept value is
+    at most that old, a fresh one at most a heartbeat). An attempt's lease is its machine's
+    report clock (as that view holds it) plus the attempt lease, so a reporting worker's
+    lease is always more than a heartbeat ahead — never expired, as a fresh read would say
+    — and a silent worker's stands still at the true one."""
 
-    def __init__(self, heartbeat_s: float, slots_per_machine: int) -> None:
+    def __init__(self, heartbeat_s: float, slots_per_machine: int, lease_s: float, fresh_s: float) -> None:
         self.heartbeat_s = heartbeat_s
         self.slots_per_machine = slots_per_machine
+        self.lease = timedelta(seconds=lease_s)
+        # (50 s under the defaults: a 60 s freshness, a 90 s lease, a 10 s heartbeat.)
+        self.refresh_s = max(0.0, min(fresh_s, lease_s) - heartbeat_s)
         # Ids of the pool's machines whose view or live attempts changed since the last read.
         self.stale: set[str] = set()
         self._order: list[Machine] = []  # the pool's live machines by id
@@ -126,7 +126,8 @@ class PoolRows:
         # The report clocks due: every reporting worker's last heartbeat is one of a
         # heartbeat's whole seconds before now, and its attempts' leases that plus the lease.
         reports = [nowd - _SECONDS[k] for k in self._heartbeats]
-        leases = [r + _LEASE for r in reports]
+        lease_td, refresh_s = self.lease, self.refresh_s
+        leases = [r + lease_td for r in reports]
         fresh, hb, due, later = self._fresh, self.heartbeat_s, self._due, []
         while seconds and seconds[0] < now:
             for entry in due.pop(heapq.heappop(seconds)):
@@ -143,7 +144,7 @@ class PoolRows:
                     k = int((now - sd) % hb)
                     report: datetime | None = reports[k]
                     # ``_set_fresh_until``, written out.
-                    until = fresh[mid] = now - k + REPORT_REFRESH_S
+                    until = fresh[mid] = now - k + refresh_s
                     second = int(until)
                     bucket = due.get(second)
                     if bucket is None:
@@ -157,7 +158,7 @@ class PoolRows:
                         av = a.view
                         if av is not None:
                             started = a.started_dt
-                            lease = started + _LEASE if report < started else leases[k]  # type: ignore[operator]
+                            lease = started + lease_td if report < started else leases[k]  # type: ignore[operator]
                             av.__dict__["lease_expires_at"] = lease
                             a.lease_from = report
                 else:
@@ -167,7 +168,7 @@ class PoolRows:
                     for a in m.live_attempts:
                         av = a.view
                         if av is not None and a.lease_from is not report:
-                            object.__setattr__(av, "lease_expires_at", _lease(a, report))
+                            object.__setattr__(av, "lease_expires_at", _lease(a, report, lease_td))
                             a.lease_from = report
         for until, _, m in later:
             self._set_fresh_until(m, until)
@@ -189,7 +190,7 @@ class PoolRows:
             if av is None or av.state != a.state:
                 av = a.view = self._attempt_view(a, view)
             elif a.lease_from is not report:
-                object.__setattr__(av, "lease_expires_at", _lease(a, report))
+                object.__setattr__(av, "lease_expires_at", _lease(a, report, self.lease))
             a.lease_from = report
             avs.append(av)
         before = self._attempts_of[i]
@@ -215,7 +216,7 @@ class PoolRows:
         if sd <= now < m.worker_stopped_at:
             k = int((now - sd) % self.heartbeat_s)
             object.__setattr__(view, "worker_report_at", nowd - _SECONDS[k])
-            self._set_fresh_until(m, now - k + REPORT_REFRESH_S)
+            self._set_fresh_until(m, now - k + self.refresh_s)
         else:
             object.__setattr__(view, "worker_report_at", m.worker_report_at(now, self.heartbeat_s))
             self._set_fresh_until(m, INF)
@@ -225,7 +226,7 @@ class PoolRows:
         not report (its clock stands still)."""
         if not m.reporting(now):
             return INF
-        return now - int((now - m.startup_done_at) % self.heartbeat_s) + REPORT_REFRESH_S
+        return now - int((now - m.startup_done_at) % self.heartbeat_s) + self.refresh_s
 
     def _report(self, m: Machine, now: float, nowd: datetime) -> datetime | None:
         """The report clock at ``now``. A reporting worker's last heartbeat is taken to the
@@ -264,15 +265,14 @@ class PoolRows:
         )
         return view
 
-    @staticmethod
-    def _attempt_view(a: Attempt, m: MachineView) -> AttemptView:
+    def _attempt_view(self, a: Attempt, m: MachineView) -> AttemptView:
         return AttemptView(
             id=a.id,
             job_id=a.job.id,
             machine_id=m.id,
             state=a.state,
             started_at=a.started_dt,
-            lease_expires_at=_lease(a, m.worker_report_at),
+            lease_expires_at=_lease(a, m.worker_report_at, self.lease),
             slots=len(a.slots),
             time_limit_s=a.job.time_limit_s,
             expected_s=a.job.expected_s,

@@ -42,6 +42,7 @@ from gpufleet.common.job_lifecycle import (
     JobCounters,
     charge_micros,
     decide_attempt_end,
+    lease_expiry_cause,
 )
 from gpufleet.common.ledger import FailureClass, OutcomeTarget, decide_effect, replace_cause, route
 from gpufleet.common.outcome_policy import OutcomePolicy
@@ -78,7 +79,7 @@ from gpufleet.sim.fairness import FairnessLedger
 from gpufleet.sim.nets import NetSettings
 from gpufleet.sim.profile import Offering, SimConfig, load_offerings
 from gpufleet.sim.records import INF, USELESS_CLASSES, Attempt, Failure, Job, Machine
-from gpufleet.sim.tick_rows import LEASE_S, PoolRows
+from gpufleet.sim.tick_rows import PoolRows
 from gpufleet.sweeper import inventory_reconcile, orphan_sweep
 from gpufleet.sweeper.listing import ListedInstance
 from gpufleet.sweeper.orphan_rows import OrphanAction
@@ -122,6 +123,8 @@ class Metrics:
     billed_s: float = 0.0
     useful_s: float = 0.0
     cost_micros: float = 0.0
+    # Attempts ended, by their cause (the job lifecycle's EndCause).
+    attempt_ends: Counter[str] = field(default_factory=Counter)
     # What tenants were charged, by plan (the charged attempts' prices at their plan's rate).
     charged_micros: Counter[str] = field(default_factory=Counter)
     wasted_micros: float = 0.0
@@ -307,7 +310,11 @@ class Sim:
         self.net_passes: Counter[str] = Counter()
         self.heartbeat_s = t.heartbeat_s
         # Each pool's machine and attempt views as the tick reads them, kept between ticks.
-        self.rows = {p: PoolRows(self.heartbeat_s, SLOTS_PER_MACHINE) for p in self.pools}
+        self.lease_s = self.scheduler.attempt_lease_s
+        self.rows = {
+            p: PoolRows(self.heartbeat_s, SLOTS_PER_MACHINE, self.lease_s, self.scheduler.worker_fresh_s)
+            for p in self.pools
+        }
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -605,11 +612,23 @@ class Sim:
         for aid in plan.expired_leases:
             a = attempts.get(aid)
             if a is not None and a.state in ("STARTING", "RUNNING"):
-                self._end_attempt(a, EndCause.LEASE_EXPIRED)
+                # Why it ran out, as the limits step asks: its agent still answering the
+                # probe well after the worker went quiet makes it a disruption.
+                av = a.view
+                assert av is not None  # the tick just read it
+                cause = lease_expiry_cause(
+                    av.lease_expires_at,
+                    self.lease_s,
+                    a.machine.probe_ok_at(now),
+                    self.scheduler.worker_fresh_s,
+                )
+                self._end_attempt(a, cause)
+                self._ledger(FailureClass.LEASE_EXPIRED, None)
         for aid in plan.over_limit:
             a = attempts.get(aid)
             if a is not None and a.state in ("STARTING", "RUNNING"):
                 self._end_attempt(a, EndCause.TIME_LIMIT)
+                self._ledger(FailureClass.JOB_TIMED_OUT, None)
         for r in plan.releases:
             m = self.machines[r.machine_id]
             m.earmarked_for = None
@@ -831,6 +850,7 @@ class Sim:
             disruptions_used=job.disruptions,
         )
         update = decide_attempt_end(cause, counters, self.retries)
+        self.metrics.attempt_ends[cause.value] += 1
         a.state = update.attempt_state.value
         a.end_event += 1
         for s in a.slots:
@@ -1097,7 +1117,7 @@ class Sim:
         # and its attempts' leases run out once more than the lease has passed since it.
         last = secs(report)
         self.q.at(_just_after(last + self.scheduler.worker_fresh_s), lambda: self._touch(m.offering.pool))
-        self.q.at(_just_after(last + LEASE_S), lambda: self._touch(m.offering.pool))
+        self.q.at(_just_after(last + self.lease_s), lambda: self._touch(m.offering.pool))
         self._watch("idle_scanner", self.idle_watch, m.id)
         if self.policy == "oracle":
             self._oracle_destroy(m)
