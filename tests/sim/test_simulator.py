@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpufleet.common.job_lifecycle import EndCause
 from gpufleet.sim.profile import PROFILES, SimConfig
 from gpufleet.sim.report import LIMITS, summarize
 from gpufleet.sim.world import InvariantBroken, Sim
@@ -169,3 +171,15 @@ def test_bad_arguments_are_named(args: list[str], needle: str) -> None:
     )
     assert done.returncode == 2
     assert needle in done.stderr
+
+
+def test_attempts_end_for_the_causes_the_services_give(nets_months: dict[int, dict[str, Any]]) -> None:
+    # An expired lease is judged as the limits step judges it (lease_expiry_cause): a worker
+    # that died while its agent still answered the probe is WORKER_LOST, a disruption that
+    # spends none of the job's budgets — the simulator once called every one LEASE_EXPIRED.
+    ends: Counter[str] = Counter()
+    for out in nets_months.values():
+        ends.update(out["attempt_ends"])
+    assert set(ends) <= {c.value for c in EndCause}
+    assert ends[EndCause.WORKER_LOST.value] > 0
+    assert ends[EndCause.SUCCEEDED.value] > ends[EndCause.JOB_FAILED.value] > 0
