@@ -161,6 +161,33 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class ScriptedJob:
+    """One job of a script: it arrives at ``at`` and runs ``run_s`` once started."""
+
+    at: float
+    workspace: str
+    kind: str
+    run_s: float
+
+
+@dataclass(frozen=True)
+class Script:
+    """One fixed world in place of the drawn one, so that the simulator and the services can
+    be driven through the same story (``tests/integration/sim/test_sim_vs_services.py``):
+    one offering, the given workspaces and jobs, every boot alike, every provider call
+    answered after ``call_s``, and nothing failing but what it names."""
+
+    offering: Offering
+    workspaces: tuple[tuple[str, str], ...]  # (workspace, plan)
+    jobs: tuple[ScriptedJob, ...]
+    agent_up_s: float = 60.0  # the agent answers this long after the instance runs
+    startup_s: float = 60.0  # and the worker first reports this long after that
+    call_s: float = 1.0
+    # (machine ordinal, seconds after its worker's first report): its worker dies then.
+    worker_deaths: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class SimConfig:
     days: float = 30.0
     machines: int = 500
@@ -180,6 +207,8 @@ class SimConfig:
     # catalogue's default). None warm by default, as the catalogue's pools.
     warm_target: int = 0
     idle_release_after_s: float = IDLE_RELEASE_AFTER_S
+    # A fixed world instead of the drawn one (the workload, faults and timing unused).
+    script: Script | None = None
 
 
 PROFILES = {

@@ -77,7 +77,7 @@ from gpufleet.sim.clock import EventQueue, dt, secs
 from gpufleet.sim.fair_share import WindowUsage, next_order_change
 from gpufleet.sim.fairness import FairnessLedger
 from gpufleet.sim.nets import NetSettings
-from gpufleet.sim.profile import Offering, SimConfig, load_offerings
+from gpufleet.sim.profile import Offering, ScriptedJob, SimConfig, load_offerings
 from gpufleet.sim.records import INF, USELESS_CLASSES, Attempt, Failure, Job, Machine
 from gpufleet.sim.tick_rows import PoolRows
 from gpufleet.sweeper import inventory_reconcile, orphan_sweep
@@ -177,7 +177,11 @@ class Sim:
         self.end = config.days * 86400.0
         self.metrics = Metrics()
         self.failures: list[Failure] = []
-        self.offerings = load_offerings()
+        self.script = config.script
+        self.offerings = [self.script.offering] if self.script is not None else load_offerings()
+        # Each machine's and job's states with when it took them (a scripted world's, which
+        # the simulator-vs-services comparison reads; off otherwise: nothing is kept).
+        self.history: list[tuple[float, str, str, str]] | None = [] if self.script is not None else None
         self.offering_by_id = {o.id: o for o in self.offerings}
         # The catalogue's offerings as the tick reads them: the same every tick.
         self.offering_views: dict[str, list[OfferingView]] = defaultdict(list)
@@ -320,6 +324,8 @@ class Sim:
 
     def _workspaces(self) -> list[tuple[str, str, str, float]]:
         """(id, plan, pool, activity weight): a heavy-tailed activity, a home region."""
+        if self.script is not None:
+            return [(ws, plan, self.script.offering.pool, 1.0) for ws, plan in self.script.workspaces]
         rng = random.Random(f"{self.cfg.seed}:workspaces")
         w = self.cfg.workload
         out = []
@@ -343,7 +349,11 @@ class Sim:
         self.base_rate = w.mean_load * self.cfg.machines * SLOTS_PER_MACHINE / self._mean_slot_s()
         self.bursts = self._bursts()
         self.burst_starts = [a for a, _ in self.bursts]
-        self._next_arrival(0.0)
+        if self.script is not None:
+            for sj in self.script.jobs:
+                self.q.at(sj.at, partial(self._arrive_scripted, sj))
+        else:
+            self._next_arrival(0.0)
         # The grid loops' ranks among the events of one instant: the sample, then the nets
         # (the longest cadence first, then the registry's order), then the fleet tick.
         names = self.scheduled_nets()
@@ -360,7 +370,8 @@ class Sim:
             # and short of their warm machines: it runs whatever arrives.
             self.dirty.update(p for p in self.pools if self._warm(p))
             self._schedule_tick(self.cfg.tick_s)
-        self._environment()
+        if self.script is None:
+            self._environment()
         self.q.at(3600.0, self._sample, SAMPLE_RANK)
         # The cycle collector is off while the month runs: the world makes next to no
         # cyclic garbage (a 4-day run's collections found 708 objects, the month's oldest
@@ -430,6 +441,18 @@ class Sim:
         sigma = math.log(mix.p90_s / mix.p50_s) / 1.2816
         duration = min(rng.lognormvariate(math.log(mix.p50_s), sigma), 0.95 * kind.time_limit_s)
         fails = rng.random() < self.cfg.workload.own_failure_share
+        self._enqueue(ws, plan, pool, kind.id, duration * (rng.random() if fails else 1.0), fails)
+        self._next_arrival(now)
+
+    def _arrive_scripted(self, sj: ScriptedJob) -> None:
+        plan = dict(self.script.workspaces)[sj.workspace] if self.script is not None else ""
+        self._enqueue(sj.workspace, plan, self.offerings[0].pool, sj.kind, sj.run_s, False)
+
+    def _enqueue(self, ws: str, plan: str, pool: str, kind_id: str, duration: float, fails: bool) -> None:
+        """A job arrives in ``pool``'s queue: it runs ``duration`` once started, and fails on
+        its own code at the end if ``fails``."""
+        now = self.q.now
+        kind = KINDS[kind_id]
         spec = PLANS[plan]
         self.job_seq += 1
         job = Job(
@@ -443,7 +466,7 @@ class Sim:
             tier=spec.tier,
             weight=spec.weight,
             created=now,
-            duration_s=duration * (rng.random() if fails else 1.0),
+            duration_s=duration,
             fails_own=fails,
             time_limit_s=kind.time_limit_s,
             expected_s=kind.expected_duration_s or kind.time_limit_s,
@@ -451,6 +474,7 @@ class Sim:
             created_dt=dt(now),
         )
         self.jobs[job.id] = job
+        self._record("job", job.id, "QUEUED")
         self.queued[pool][job.id] = job
         self.ws_queue[pool].setdefault(ws, []).append(job)
         self.waiting[(job.workspace, pool)] += 1
@@ -458,7 +482,10 @@ class Sim:
             # A job of a workspace at its plan's cap is not among those that may run now:
             # the tick has nothing new to decide until the workspace has room (an end).
             self._touch(pool)
-        self._next_arrival(now)
+
+    def _record(self, what: str, ident: str, state: str) -> None:
+        if self.history is not None:
+            self.history.append((self.q.now, what, ident, state))
 
     # -- the fleet tick ------------------------------------------------------------------
 
@@ -751,6 +778,7 @@ class Sim:
         m.live_attempts.append(a)
         job.live = a
         job.state = "DISPATCHING"
+        self._record("job", job.id, "DISPATCHING")
         if self.queued[job.pool].pop(job.id, None) is not None:
             self.waiting[(job.workspace, job.pool)] -= 1
             queue = self.ws_queue[job.pool]
@@ -797,6 +825,7 @@ class Sim:
             a.machine.dispatch_backoff_until = None
         job = a.job
         job.state = "RUNNING"
+        self._record("job", job.id, "RUNNING")
         if job.first_start is None:
             job.first_start = now
             self.metrics.waits[(job.kind, job.plan)].append(now - job.created)
@@ -874,6 +903,7 @@ class Sim:
             self._requeue(job, now + (update.backoff_s or 0.0))
         elif update.job_state is not None:
             job.state = update.job_state.value
+            self._record("job", job.id, job.state)
             job.failed_our_side = update.job_state is JobState.FAILED and cause in OUR_FAILURES
         if not m.attempts:
             self._idle(m, now)
@@ -901,6 +931,7 @@ class Sim:
 
     def _requeue(self, job: Job, not_before: float) -> None:
         job.state = "QUEUED"
+        self._record("job", job.id, "QUEUED")
         job.backoff_until = not_before
         job.queued_since = self.q.now
         if job.id not in self.queued[job.pool]:
@@ -956,6 +987,7 @@ class Sim:
                     self._touch(pool)
         m.state = to
         m.state_changed_at = dt(self.q.now)
+        self._record("machine", m.id, to)
         if to in TRANSITIONAL:
             self._due("stuck_transition", m, self.q.now + self.stuck_after_s)
         if to == "DESTROYED":
@@ -1027,6 +1059,9 @@ class Sim:
         m.reachable_since = INF
         m.unreachable_since = INF
         m.startup_failed_at = None
+        if self.script is not None:
+            self._scripted_life(m, boot_at)
+            return
         m.skew_s = rng.uniform(-600, 600) if rng.random() < f.clock_skew_share else 0.0
         if m.skew_s:
             self._inject(m, "clock_skew", boot_at)
@@ -1061,6 +1096,18 @@ class Sim:
             at = boot_at + rng.expovariate(m.offering.preempt_rate_s)
             life = m.life
             self.q.at(at, partial(self._preempt, m, m.life))
+
+    def _scripted_life(self, m: Machine, boot_at: float) -> None:
+        """A scripted world's life: every boot alike, and only the script's failures."""
+        assert self.script is not None
+        life = m.life
+        agent_up = boot_at + self.script.agent_up_s
+        done = agent_up + self.script.startup_s
+        self.q.at(agent_up, lambda: self._reach(m, life, True))
+        self.q.at(done, lambda: self._first_report(m, life))
+        for ordinal, after_s in self.script.worker_deaths:
+            if ordinal == m.ordinal and life == 1:
+                self.q.at(done + after_s, partial(self._fail_later, m, life, "worker_dies", 0.0))
 
     def _alive(self, m: Machine, life: int) -> bool:
         return m.life == life and m.inst_status == "RUNNING" and m.state != "DESTROYED"
@@ -1144,6 +1191,9 @@ class Sim:
         if m.intent != want:
             self.metrics.calls_without_intent += 1
             self._broken(f"{op} of machine {m.id} called without its intent recorded")
+        if self.script is not None:  # every call answered, after the script's latency
+            self.q.after(self.script.call_s, lambda: on_done("ok"))
+            return
         rng, f = self.rng_calls, self.cfg.faults
         latency = rng.uniform(*self.cfg.timing.call_s)
         outcome = "ok"
@@ -1176,6 +1226,7 @@ class Sim:
         m.state_changed_at = dt(now)
         m.earmarked_for = for_job
         self.machines[m.id] = m
+        self._record("machine", m.id, m.state)
         self.live.add(m.id)
         self.by_pool[o.pool].add(m.id)
         self.running[o.pool] += 1

@@ -1,0 +1,518 @@
+"""The services driven through a simulator ``Script``: the same story the simulator tells,
+told to the real control plane on PostgreSQL.
+
+Real parts: the scheduler's ``FleetTick`` (its scale step creating machines through the
+real ProvisionerService and its ``sim`` driver over gRPC, its dispatch calling the
+machines' agents over gRPC) and ``WorkerService`` (over gRPC, each call as its machine);
+the reaper's whole set of nets (``build_watchdogs``) and the sweeper's inventory reconcile
+and orphan sweep, each under the real ``Ticker`` and leader lease; one manual clock.
+
+Played here, as the script says (the simulator's truth of a machine): each machine's agent
+(a scripted one, reachable ``agent_up_s`` after its instance runs, answering the idle
+scanner with what it runs) and its worker (first report ``startup_s`` after that, then a
+heartbeat every ``heartbeat_s`` listing the attempts it runs, each reported SUCCEEDED
+``run_s`` after the agent took it, until the script's death of that worker). The clock moves
+in steps of the fleet tick's cadence; within a step the world plays first, then the nets
+(as the simulator orders one instant's events), then the fleet tick, and every call each
+made is answered before the clock moves.
+
+What it records is what the simulator's ``history`` records: each machine's and each
+job's states with the step at which they were first seen.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import SimpleNamespace
+from unittest import mock
+
+import grpc
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.common.calls import CallPool
+from gpufleet.common.catalog import DEFAULT_CATALOG, Catalog, OfferingSpec, PoolSpec, WorkspaceSpec
+from gpufleet.common.clients.agent import AgentClient
+from gpufleet.common.clients.provisioner import ProvisionerClient
+from gpufleet.common.clock import ManualClock
+from gpufleet.common.db import models
+from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from gpufleet.common.grpcserver import ServiceBinding, create_server
+from gpufleet.common.leadership import LeaderLease
+from gpufleet.common.loops import Ticker
+from gpufleet.provisioner.drivers.base import InstanceStatus, Provider
+from gpufleet.provisioner.drivers.sim import SimCloud
+from gpufleet.provisioner.service import ProvisionerService
+from gpufleet.reaper.agent_probe import GrpcAgentProber
+from gpufleet.reaper.idle_scanner import GrpcAgentSampler
+from gpufleet.reaper.main import build_watchdogs
+from gpufleet.reaper.settings import Settings as ReaperSettings
+from gpufleet.scheduler.catalog_sync import sync_catalog
+from gpufleet.scheduler.settings import Settings as SchedulerSettings
+from gpufleet.scheduler.tick import scale
+from gpufleet.scheduler.tick.fleet import FleetTick
+from gpufleet.scheduler.worker_service import WorkerService
+from gpufleet.sim.clock import EPOCH
+from gpufleet.sim.profile import Script
+from gpufleet.sim.world import PLANS
+from gpufleet.sweeper.inventory_reconcile import InventoryReconcile
+from gpufleet.sweeper.main import TimedPasses
+from gpufleet.sweeper.orphan_sweep import OrphanSweep
+from gpufleet.sweeper.settings import Settings as SweeperSettings
+from gpufleet.v1 import (
+    agent_service_pb2,
+    agent_service_pb2_grpc,
+    job_pb2,
+    provisioner_service_pb2,
+    provisioner_service_pb2_grpc,
+    worker_service_pb2,
+    worker_service_pb2_grpc,
+)
+from tests.support import tls
+from tests.support.scripted_services import ScriptedAgent
+
+History = list[tuple[float, str, str, str]]
+# A version-4 UUID's fixed bits (version 4, RFC 4122 variant), around a counter.
+_UUID4_BITS = (4 << 76) | (2 << 62)
+
+# A log of every write of a machine's state, for the test's eyes only (the services keep
+# the last move on the row; a step of the clock can hold several).
+MOVES_LOG = (
+    "CREATE TABLE test_machine_moves (id bigserial PRIMARY KEY, machine_id text, state text, at timestamptz)",
+    """CREATE FUNCTION test_log_machine_move() RETURNS trigger AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' OR NEW.state IS DISTINCT FROM OLD.state THEN
+            INSERT INTO test_machine_moves (machine_id, state, at)
+            VALUES (NEW.id, NEW.state, COALESCE(NEW.state_changed_at, NEW.requested_at));
+        END IF;
+        RETURN NEW;
+    END $$ LANGUAGE plpgsql""",
+    """CREATE TRIGGER test_machine_moves AFTER INSERT OR UPDATE ON machines
+    FOR EACH ROW EXECUTE FUNCTION test_log_machine_move()""",
+)
+
+
+class TimedAgent(ScriptedAgent):
+    """A scripted agent that notes when (by the clock) it took each attempt."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.taken: dict[str, float] = {}
+
+    def StartJob(
+        self, request: agent_service_pb2.AgentServiceStartJobRequest, context: grpc.ServicerContext
+    ) -> agent_service_pb2.AgentServiceStartJobResponse:
+        answer = super().StartJob(request, context)
+        with self.lock:
+            self.taken.setdefault(request.attempt_id, (self.clock.now() - EPOCH).total_seconds())
+        return answer
+
+    def Probe(
+        self, request: agent_service_pb2.ProbeRequest, context: grpc.ServicerContext
+    ) -> agent_service_pb2.ProbeResponse:
+        if not self.reachable:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: agent down")
+        return agent_service_pb2.ProbeResponse(worker_alive=True, startup_complete=True)
+
+
+@dataclass
+class Box:
+    """One machine's truth: its instance's current life and what its worker runs."""
+
+    machine_id: str
+    agent: TimedAgent
+    ordinal: int
+    life: int = 0
+    running_since: float | None = None  # this life's instance RUNNING since (None: not running)
+    # attempt id -> (taken at, run seconds, slots)
+    attempts: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+
+
+@dataclass
+class ServicesWorld:
+    script: Script
+    clock: ManualClock
+    sessions: sessionmaker[Session]
+    cloud: SimCloud
+    tick: FleetTick
+    scheduler_lease: LeaderLease
+    reaper: Ticker
+    reaper_calls: CallPool
+    sweeper: Ticker
+    workers: worker_service_pb2_grpc.WorkerServiceStub
+    stack: ExitStack
+    tick_s: float
+    heartbeat_s: float
+    dispatch_s: float
+    boxes: dict[str, Box] = field(default_factory=dict)
+    jobs: list[str] = field(default_factory=list)  # by arrival: the services' job ids
+    queued_at: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # ---- the truth --------------------------------------------------------------------
+
+    def agent_for(self, machine_id: str) -> str:
+        """The sim cloud asks where a running instance's agent listens: the machine's own
+        scripted agent, made the first time, serving with that machine's certificate."""
+        with self._lock:
+            box = self.boxes.get(machine_id)
+            if box is None:
+                agent = TimedAgent(self.clock)
+                agent.reachable = False
+                agent.server = create_server(
+                    "127.0.0.1:0",
+                    [
+                        ServiceBinding(
+                            agent_service_pb2_grpc.add_AgentServiceServicer_to_server,
+                            agent,
+                            agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+                        )
+                    ],
+                    max_workers=2,
+                    transport=tls.transport(f"machine:{machine_id}"),
+                )
+                self.stack.callback(agent.server.stop, 0)
+                box = self.boxes[machine_id] = Box(machine_id, agent, ordinal=len(self.boxes) + 1)
+            return box.agent.address
+
+    def now_s(self) -> float:
+        return (self.clock.now() - EPOCH).total_seconds()
+
+    def _play(self, t: float) -> None:
+        """Arrivals due, then each machine's agent and worker as the script has them."""
+        for index, sj in enumerate(self.script.jobs):
+            if index >= len(self.jobs) and sj.at <= t:
+                self._submit(sj.workspace, sj.kind, sj.at)
+        instances = {i.machine_id: i for i in self.cloud.all_instances()}
+        for box in sorted(self.boxes.values(), key=lambda b: b.ordinal):
+            inst = instances.get(box.machine_id)
+            running = inst is not None and inst.status is InstanceStatus.RUNNING
+            if running and box.running_since is None:
+                box.life += 1
+                box.running_since = self._launched(box.machine_id)
+                box.attempts.clear()
+            elif not running:
+                box.running_since = None
+                box.agent.reachable = False
+                continue
+            since = box.running_since
+            assert since is not None
+            agent_up = since + self.script.agent_up_s
+            startup = agent_up + self.script.startup_s
+            dies = min(
+                (
+                    startup + after
+                    for ordinal, after in self.script.worker_deaths
+                    if ordinal == box.ordinal and box.life == 1
+                ),
+                default=float("inf"),
+            )
+            box.agent.reachable = t >= agent_up
+            with box.agent.lock:
+                taken = dict(box.agent.taken)
+                cancelled = list(box.agent.cancelled)
+            for attempt_id, at in taken.items():
+                if attempt_id not in box.attempts and attempt_id not in box.done and at >= since:
+                    # The job runs from dispatch_s after the agent took it (the simulator's
+                    # StartJob-to-running time).
+                    box.attempts[attempt_id] = (at + self.dispatch_s, *self._run_of(attempt_id))
+            for attempt_id in cancelled:  # the agent stopped it
+                if box.attempts.pop(attempt_id, None) is not None:
+                    box.done.add(attempt_id)
+            reporting = startup <= t < dies
+            if reporting:
+                self._report(box, t, startup)
+            # What the agent samples now: the GPU works while the worker runs jobs (a dead
+            # worker's jobs are gone with it).
+            busy = bool(box.attempts) and reporting
+            box.agent.set_sample(
+                gpu=90.0 if busy else 0.0, running=len(box.attempts) if reporting else 0, requests=0
+            )
+
+    def _report(self, box: Box, t: float, startup: float) -> None:
+        """The worker's reports due now: the jobs that ended, then its heartbeat."""
+        for attempt_id, (at, run_s, slots) in sorted(box.attempts.items()):
+            if at + run_s <= t:
+                self.workers.ReportCompletion(
+                    worker_service_pb2.ReportCompletionRequest(
+                        machine_id=box.machine_id,
+                        attempt_id=attempt_id,
+                        outcome=job_pb2.ATTEMPT_STATE_SUCCEEDED,
+                        slot_seconds=run_s * slots,
+                    ),
+                    timeout=10,
+                )
+                del box.attempts[attempt_id]
+                box.done.add(attempt_id)
+        if (t - startup) % self.heartbeat_s == 0:
+            answer = self.workers.ReportHeartbeat(
+                worker_service_pb2.ReportHeartbeatRequest(
+                    machine_id=box.machine_id,
+                    running=[worker_service_pb2.RunningAttempt(attempt_id=a) for a in sorted(box.attempts)],
+                ),
+                timeout=10,
+            )
+            for cancelled in answer.cancel_attempt_ids:
+                box.attempts.pop(cancelled, None)
+                box.done.add(cancelled)
+
+    def _launched(self, machine_id: str) -> float:
+        """When this life's instance began running: the create or start that made it (the
+        sim cloud boots at once), in the script's seconds."""
+        at = max(c.at for c in self.cloud.calls if c.machine_id == machine_id and c.op in ("create", "start"))
+        return (at - EPOCH).total_seconds()
+
+    def _run_of(self, attempt_id: str) -> tuple[float, int]:
+        with self.sessions() as s:
+            attempt = s.get_one(models.Attempt, attempt_id)
+            index = self.jobs.index(attempt.job_id)
+            return self.script.jobs[index].run_s, attempt.slots
+
+    def _submit(self, workspace: str, kind: str, at: float) -> None:
+        created = EPOCH + timedelta(seconds=at)
+        job_id = f"00000000-0000-4000-8000-{len(self.jobs) + 1:012d}"
+        with self.sessions() as s, s.begin():
+            s.add(
+                models.Job(
+                    id=job_id,
+                    request_id=job_id,
+                    request_hash="h",
+                    workspace_id=workspace,
+                    pool_id=self.script.offering.pool,
+                    kind_id=kind,
+                    pipeline_version="v1",
+                    tenant_values={},
+                    state="QUEUED",
+                    created_at=created,
+                    updated_at=created,
+                )
+            )
+        self.jobs.append(job_id)
+        self.queued_at[job_id] = at
+
+    # ---- time -------------------------------------------------------------------------
+
+    def run(self, until_s: float) -> History:
+        while self.now_s() < until_s:
+            self.clock.advance(timedelta(seconds=self.tick_s))
+            t = self.now_s()
+            self._play(t)
+            self.reaper.lease.try_acquire()
+            self.reaper.run_due()
+            assert self.reaper_calls.wait_idle(30), "the reaper's provider calls did not finish"
+            self.sweeper.lease.try_acquire()
+            self.sweeper.run_due()
+            assert self.scheduler_lease.try_acquire(), "the scheduler could not take its lease"
+            self.tick.run(self.clock.now())
+            assert self.tick.provider_calls.wait_idle(30), "the tick's provider calls did not finish"
+            assert self.tick.dispatch_calls.wait_idle(30), "the tick's dispatches did not finish"
+        return self.history()
+
+    def history(self) -> History:
+        """Every machine's moves (as the test's trigger logged each write of a machine's
+        state, with the clock reading the writer gave it) and every job's (its arrival,
+        then its own events: what WatchJob streams)."""
+        out: History = [(at, "job", job_id, "QUEUED") for job_id, at in self.queued_at.items()]
+        with self.sessions() as s:
+            moves = s.execute(text("SELECT machine_id, state, at FROM test_machine_moves ORDER BY id")).all()
+            events = s.execute(
+                select(models.JobEvent.job_id, models.JobEvent.state, models.JobEvent.at).order_by(
+                    models.JobEvent.id
+                )
+            ).all()
+        out += [((at - EPOCH).total_seconds(), "machine", mid, state) for mid, state, at in moves]
+        out += [((at - EPOCH).total_seconds(), "job", job_id, state) for job_id, state, at in events]
+        return sorted(out, key=lambda row: row[0])
+
+
+def catalogue(script: Script, max_machines: int) -> Catalog:
+    """The script's world as a catalogue: the simulator's plans (its caps for hundreds of
+    machines), its workspaces, the catalogue's kinds, one pool of its one offering."""
+    o = script.offering
+    plans = sorted({plan for _, plan in script.workspaces})
+    return Catalog(
+        plans=[PLANS[p] for p in plans],
+        workspaces=[WorkspaceSpec(id=ws, plan=plan) for ws, plan in script.workspaces],
+        kinds=list(DEFAULT_CATALOG.kinds),
+        pools=[
+            PoolSpec(
+                id=o.pool,
+                slots_per_machine=2,
+                max_machines=max_machines,
+                offerings=[
+                    OfferingSpec(
+                        id=o.id,
+                        provider="SIM",
+                        region=o.region,
+                        zone=o.zone,
+                        instance_type=o.instance_type,
+                        slots=2,
+                        capacity_type="ON_DEMAND",
+                        hourly_price_micros=o.hourly_price_micros,
+                    )
+                ],
+            )
+        ],
+    )
+
+
+@contextmanager
+def services_world(
+    pg_url: str, script: Script, *, machines: int, tick_s: float, heartbeat_s: float, dispatch_s: float
+) -> Iterator[ServicesWorld]:
+    clock = ManualClock(EPOCH)
+    engine = make_engine(pg_url)
+    sessions = make_sessionmaker(engine)
+    catalog = catalogue(script, machines)
+    deployment = tls.DEFAULT_DEPLOYMENT
+    with ExitStack() as stack:
+        stack.callback(engine.dispose)
+        # Machine ids in order of creation, as the simulator's: the scale step breaks a tie
+        # between two machines alike (which stopped one to start again) by id, and which
+        # machine it picks carries that machine's past (its idle timers) into the story.
+        ids = itertools.count(1)
+        ordered = SimpleNamespace(uuid4=lambda: uuid.UUID(int=next(ids) | _UUID4_BITS))
+        stack.enter_context(mock.patch.object(scale, "uuid", ordered))
+        with sessions() as s, s.begin():
+            sync_catalog(s, catalog)
+            for statement in MOVES_LOG:
+                s.execute(text(statement))
+        cloud = SimCloud(clock)
+        provisioner = ProvisionerService({Provider.SIM: cloud.driver(deployment)}, catalog)
+        prov_server = create_server(
+            "127.0.0.1:0",
+            [
+                ServiceBinding(
+                    provisioner_service_pb2_grpc.add_ProvisionerServiceServicer_to_server,
+                    provisioner,
+                    provisioner_service_pb2.DESCRIPTOR.services_by_name["ProvisionerService"].full_name,
+                )
+            ],
+            max_workers=4,
+            transport=tls.transport("provisioner"),
+        )
+        stack.callback(prov_server.stop, 0)
+        prov_address = f"127.0.0.1:{prov_server.port}"
+        scheduler_settings = SchedulerSettings(
+            database_url=pg_url,
+            provisioner_address=prov_address,
+            max_running_machines=machines,
+            tick_s=tick_s,
+            **tls.settings("scheduler"),
+        )
+        worker_server = create_server(
+            "127.0.0.1:0",
+            [
+                ServiceBinding(
+                    worker_service_pb2_grpc.add_WorkerServiceServicer_to_server,
+                    WorkerService(sessions, clock, scheduler_settings),
+                    worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+                )
+            ],
+            max_workers=4,
+            transport=tls.transport("scheduler"),
+        )
+        stack.callback(worker_server.stop, 0)
+        workers = tls.AsNamedMachine(
+            f"127.0.0.1:{worker_server.port}", worker_service_pb2_grpc.WorkerServiceStub
+        )
+        stack.callback(workers.close)
+        scheduler_provisioner = ProvisionerClient(prov_address, tls.transport("scheduler"), timeout_s=10.0)
+        stack.callback(scheduler_provisioner.close)
+        scheduler_lease = LeaderLease(
+            "scheduler", "scheduler-0", clock, sessions, scheduler_settings.lease_ttl_s
+        )
+        transport = tls.transport("scheduler")
+        tick = FleetTick(
+            sessions,
+            clock,
+            scheduler_lease,
+            scheduler_provisioner,
+            scheduler_settings,
+            agent_factory=lambda machine_id, address: AgentClient(machine_id, address, transport),
+        )
+        stack.callback(tick.close)
+        # The reaper's nets.
+        reaper_settings = ReaperSettings(
+            database_url=pg_url, instance_name="reaper-0", **tls.settings("reaper")
+        )
+        reaper_provisioner = ProvisionerClient(prov_address, tls.transport("reaper"), timeout_s=10.0)
+        stack.callback(reaper_provisioner.close)
+        reaper_lease = LeaderLease("reaper", "reaper-0", clock, sessions, ttl_s=reaper_settings.lease_ttl_s)
+        reaper_calls = CallPool(reaper_settings.provider_call_workers, "provider-calls")
+        stack.callback(reaper_calls.close)
+        tasks = build_watchdogs(
+            reaper_settings,
+            sessions,
+            reaper_lease,
+            clock,
+            reaper_provisioner,
+            GrpcAgentSampler(
+                tls.transport("reaper"), window=timedelta(0), timeout_s=reaper_settings.agent_timeout_s
+            ),
+            GrpcAgentProber(tls.transport("reaper"), timeout_s=reaper_settings.agent_timeout_s),
+            calls=reaper_calls,
+        )
+        reaper = Ticker("reaper", clock, sessions, reaper_lease, tasks, renew_s=reaper_settings.lease_renew_s)
+        # The sweeper's passes.
+        sweeper_settings = SweeperSettings(
+            database_url=pg_url, instance_name="sweeper-0", **tls.settings("sweeper")
+        )
+        sweeper_provisioner = ProvisionerClient(prov_address, tls.transport("sweeper"), timeout_s=10.0)
+        stack.callback(sweeper_provisioner.close)
+        sweeper_lease = LeaderLease(
+            "sweeper", "sweeper-0", clock, sessions, ttl_s=sweeper_settings.lease_ttl_s
+        )
+        reconcile = InventoryReconcile(
+            sessions,
+            sweeper_provisioner,
+            outcomes=sweeper_settings.outcome_policy(),
+            not_listed_grace=timedelta(seconds=sweeper_settings.not_listed_grace_s),
+        )
+        orphans = OrphanSweep(
+            sessions,
+            sweeper_provisioner,
+            clock,
+            sweeper_settings.orphan_policy(),
+            rounds_before_incident=sweeper_settings.unlisted_rounds_before_incident,
+        )
+        stack.callback(orphans.close)
+        passes = TimedPasses(reconcile, orphans, sessions, sweeper_lease, clock)
+        sweeper = Ticker(
+            "sweeper",
+            clock,
+            sessions,
+            sweeper_lease,
+            passes.tasks(sweeper_settings),
+            renew_s=sweeper_settings.lease_renew_s,
+        )
+        # Every pass on the simulator's grid: its first at one cadence from the start.
+        for ticker in (reaper, sweeper):
+            for task in ticker.tasks:
+                task.next_at = EPOCH + timedelta(seconds=task.cadence_s)
+        world = ServicesWorld(
+            script=script,
+            clock=clock,
+            sessions=sessions,
+            cloud=cloud,
+            tick=tick,
+            scheduler_lease=scheduler_lease,
+            reaper=reaper,
+            reaper_calls=reaper_calls,
+            sweeper=sweeper,
+            workers=workers,  # type: ignore[arg-type]
+            stack=stack,
+            tick_s=tick_s,
+            heartbeat_s=heartbeat_s,
+            dispatch_s=dispatch_s,
+        )
+        cloud.agent_address = world.agent_for
+        yield world
