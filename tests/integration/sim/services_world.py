@@ -45,7 +45,7 @@ from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.grpcserver import ServiceBinding, create_server
 from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.loops import Ticker
+from gpufleet.common.loops import PeriodicTask, Ticker
 from gpufleet.provisioner.drivers.base import InstanceStatus, Provider
 from gpufleet.provisioner.drivers.sim import SimCloud
 from gpufleet.provisioner.service import ProvisionerService
@@ -57,6 +57,7 @@ from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.settings import Settings as SchedulerSettings
 from gpufleet.scheduler.tick import scale
 from gpufleet.scheduler.tick.fleet import FleetTick
+from gpufleet.scheduler.watchdogs import pool_idle
 from gpufleet.scheduler.worker_service import WorkerService
 from gpufleet.sim.clock import EPOCH
 from gpufleet.sim.profile import Script
@@ -105,6 +106,7 @@ class TimedAgent(ScriptedAgent):
         super().__init__()
         self.clock = clock
         self.taken: dict[str, float] = {}
+        self.startup_complete = True
 
     def StartJob(
         self, request: agent_service_pb2.AgentServiceStartJobRequest, context: grpc.ServicerContext
@@ -119,7 +121,7 @@ class TimedAgent(ScriptedAgent):
     ) -> agent_service_pb2.ProbeResponse:
         if not self.reachable:
             context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: agent down")
-        return agent_service_pb2.ProbeResponse(worker_alive=True, startup_complete=True)
+        return agent_service_pb2.ProbeResponse(worker_alive=True, startup_complete=self.startup_complete)
 
 
 @dataclass
@@ -147,6 +149,7 @@ class ServicesWorld:
     reaper: Ticker
     reaper_calls: CallPool
     sweeper: Ticker
+    scheduler_watchdogs: Ticker
     workers: worker_service_pb2_grpc.WorkerServiceStub
     stack: ExitStack
     tick_s: float
@@ -215,7 +218,13 @@ class ServicesWorld:
                 ),
                 default=float("inf"),
             )
-            box.agent.reachable = t >= agent_up
+            first = box.life == 1
+            stalled = first and box.ordinal in self.script.stalls
+            box.agent.reachable = t >= agent_up and not stalled
+            box.agent.startup_complete = not (first and box.ordinal in self.script.boot_hangs)
+            if stalled or not box.agent.startup_complete:
+                box.agent.quiet()
+                continue
             with box.agent.lock:
                 taken = dict(box.agent.taken)
                 cancelled = list(box.agent.cancelled)
@@ -311,6 +320,7 @@ class ServicesWorld:
             self.sweeper.lease.try_acquire()
             self.sweeper.run_due()
             assert self.scheduler_lease.try_acquire(), "the scheduler could not take its lease"
+            self.scheduler_watchdogs.run_due()
             self.tick.run(self.clock.now())
             assert self.tick.provider_calls.wait_idle(30), "the tick's provider calls did not finish"
             assert self.tick.dispatch_calls.wait_idle(30), "the tick's dispatches did not finish"
@@ -333,7 +343,7 @@ class ServicesWorld:
         return sorted(out, key=lambda row: row[0])
 
 
-def catalogue(script: Script, max_machines: int) -> Catalog:
+def catalogue(script: Script, max_machines: int, warm_target: int = 0) -> Catalog:
     """The script's world as a catalogue: the simulator's plans (its caps for hundreds of
     machines), its workspaces, the catalogue's kinds, one pool of its one offering."""
     o = script.offering
@@ -347,6 +357,7 @@ def catalogue(script: Script, max_machines: int) -> Catalog:
                 id=o.pool,
                 slots_per_machine=2,
                 max_machines=max_machines,
+                warm_target=warm_target,
                 offerings=[
                     OfferingSpec(
                         id=o.id,
@@ -366,12 +377,19 @@ def catalogue(script: Script, max_machines: int) -> Catalog:
 
 @contextmanager
 def services_world(
-    pg_url: str, script: Script, *, machines: int, tick_s: float, heartbeat_s: float, dispatch_s: float
+    pg_url: str,
+    script: Script,
+    *,
+    machines: int,
+    tick_s: float,
+    heartbeat_s: float,
+    dispatch_s: float,
+    warm_target: int = 0,
 ) -> Iterator[ServicesWorld]:
     clock = ManualClock(EPOCH)
     engine = make_engine(pg_url)
     sessions = make_sessionmaker(engine)
-    catalog = catalogue(script, machines)
+    catalog = catalogue(script, machines, warm_target)
     deployment = tls.DEFAULT_DEPLOYMENT
     with ExitStack() as stack:
         stack.callback(engine.dispose)
@@ -494,8 +512,24 @@ def services_world(
             passes.tasks(sweeper_settings),
             renew_s=sweeper_settings.lease_renew_s,
         )
+        # The scheduler's pool idle release (its other request watchdogs read what the
+        # simulator does not model: requests, consumers, waits to report).
+        scheduler_watchdogs = Ticker(
+            "scheduler-watchdogs",
+            clock,
+            sessions,
+            scheduler_lease,
+            [
+                PeriodicTask(
+                    pool_idle.NAME,
+                    scheduler_settings.pool_idle_every_s,
+                    pool_idle.PoolIdleRelease(sessions, scheduler_lease).run,
+                )
+            ],
+            renew_s=scheduler_settings.lease_renew_s,
+        )
         # Every pass on the simulator's grid: its first at one cadence from the start.
-        for ticker in (reaper, sweeper):
+        for ticker in (reaper, sweeper, scheduler_watchdogs):
             for task in ticker.tasks:
                 task.next_at = EPOCH + timedelta(seconds=task.cadence_s)
         world = ServicesWorld(
@@ -508,6 +542,7 @@ def services_world(
             reaper=reaper,
             reaper_calls=reaper_calls,
             sweeper=sweeper,
+            scheduler_watchdogs=scheduler_watchdogs,
             workers=workers,  # type: ignore[arg-type]
             stack=stack,
             tick_s=tick_s,

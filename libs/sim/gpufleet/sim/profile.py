@@ -185,6 +185,10 @@ class Script:
     call_s: float = 1.0
     # (machine ordinal, seconds after its worker's first report): its worker dies then.
     worker_deaths: tuple[tuple[int, float], ...] = ()
+    # Machines (ordinals) whose first life's agent never comes up (a provision stall), or
+    # comes up with a start-up that never completes (a boot that never ends).
+    stalls: tuple[int, ...] = ()
+    boot_hangs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1101,9 +1101,16 @@ class Sim:
         """A scripted world's life: every boot alike, and only the script's failures."""
         assert self.script is not None
         life = m.life
+        first = life == 1
+        if first and m.ordinal in self.script.stalls:
+            self._inject(m, "provision_stall", boot_at)
+            return
         agent_up = boot_at + self.script.agent_up_s
         done = agent_up + self.script.startup_s
         self.q.at(agent_up, lambda: self._reach(m, life, True))
+        if first and m.ordinal in self.script.boot_hangs:
+            self._inject(m, "boot_never_completes", boot_at)
+            return
         self.q.at(done, lambda: self._first_report(m, life))
         for ordinal, after_s in self.script.worker_deaths:
             if ordinal == m.ordinal and life == 1:
