@@ -63,7 +63,22 @@ class PostgresServer:
             cwd=self.root,
             check=False,
         )
-        shutil.rmtree(self.root, ignore_errors=True)
+        # A whole run leaves a database per test (gigabytes); removing them took the run's
+        # last 25 s. The files are removed by a process of their own, which the run does
+        # not wait for (renamed first, so that nothing can find them meanwhile).
+        trash = self.root.with_name(self.root.name + ".removing")
+        try:
+            self.root.rename(trash)
+        except OSError:
+            shutil.rmtree(self.root, ignore_errors=True)
+            return
+        subprocess.Popen(
+            ["rm", "-rf", "--", str(trash)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def shut_down(self, mode: str = "immediate") -> None:
         """Stop the server and keep its data, as a restart or a failover stops it:

@@ -27,7 +27,7 @@ from tests.support.postgres import PostgresServer
 
 pytestmark = pytest.mark.postgres
 
-TICK_S, MACHINES = 5.0, 4
+TICK_S, MACHINES = 10.0, 4
 OFFERING = Offering(
     id="sim-l4",
     pool="l4",
