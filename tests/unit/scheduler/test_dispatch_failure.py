@@ -11,6 +11,7 @@ import pytest
 from gpufleet.scheduler.tick.dispatch_failure import (
     BACKS_OFF,
     DispatchFailure,
+    backoff_s,
     classify_agent_error,
     overdue,
 )
@@ -80,3 +81,7 @@ def test_a_dispatch_past_its_deadline_is_taken_back_only_for_a_silent_agent_or_a
     assert overdue(NOW, deadline=DEADLINE, in_flight=in_flight, sent_at=sent_at) is verdict
     if verdict is not None and in_flight:
         assert BACKS_OFF[verdict], "an agent that did not answer backs off"
+
+
+def test_the_back_off_doubles_per_failure_in_a_row_up_to_its_cap() -> None:
+    assert [backoff_s(n, 30.0, 600.0) for n in range(1, 8)] == [30, 60, 120, 240, 480, 600, 600]

@@ -60,6 +60,7 @@ from gpufleet.reaper.agent_probe import StartupProbe
 from gpufleet.reaper.net_runner import A, OneStepSpec, P
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.scheduler.tick import decide as tick_decide
+from gpufleet.scheduler.tick.dispatch_failure import backoff_s
 from gpufleet.scheduler.tick.films import WAIT_SHARE_CAP
 from gpufleet.scheduler.tick.model import (
     CreateMachine,
@@ -843,13 +844,11 @@ class Sim:
     def _dispatch_failed(self, a: Attempt, gen: int) -> None:
         if a.state != "STARTING" or a.end_event != gen:
             return
-        # The dispatch's back-off, as tick/dispatch.py keeps it: doubling per failure in a
-        # row from the scheduler's dispatch_backoff_s, capped.
+        # The dispatch's back-off, its own rule (dispatch_failure.backoff_s).
         m = a.machine
         m.dispatch_failures += 1
-        backoff = min(
-            self.scheduler.dispatch_backoff_s * 2 ** (m.dispatch_failures - 1),
-            self.scheduler.dispatch_backoff_max_s,
+        backoff = backoff_s(
+            m.dispatch_failures, self.scheduler.dispatch_backoff_s, self.scheduler.dispatch_backoff_max_s
         )
         m.dispatch_backoff_until = dt(self.q.now + backoff)
         # It may take jobs again from the instant its back-off ends (backing off is "until > now").

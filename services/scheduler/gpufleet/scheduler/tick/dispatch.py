@@ -55,6 +55,7 @@ from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.dispatch_failure import (
     BACKS_OFF,
     DispatchFailure,
+    backoff_s,
     classify_agent_error,
     overdue,
 )
@@ -598,9 +599,8 @@ class DispatchController:
         (:data:`BACKS_OFF`): doubling per failure in a row, capped."""
         machine = session.get_one(models.Machine, machine_id, with_for_update=True)
         machine.dispatch_failures += 1
-        backoff = min(
-            self.settings.dispatch_backoff_s * 2 ** (machine.dispatch_failures - 1),
-            self.settings.dispatch_backoff_max_s,
+        backoff = backoff_s(
+            machine.dispatch_failures, self.settings.dispatch_backoff_s, self.settings.dispatch_backoff_max_s
         )
         machine.dispatch_backoff_until = now + timedelta(seconds=backoff)
 

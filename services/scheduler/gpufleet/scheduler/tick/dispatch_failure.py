@@ -10,7 +10,8 @@ off for our own queueing would shrink the fleet exactly when demand is highest.
 
 Both decisions here are pure: :func:`classify_agent_error` reads the status an agent call
 ended with, and :func:`overdue` decides whether a dispatch past its deadline is taken back
-and why. The back-off itself is one table, :data:`BACKS_OFF`.
+and why. Whether the machine backs off is one table, :data:`BACKS_OFF`; for how long,
+:func:`backoff_s`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ BACKS_OFF: dict[DispatchFailure, bool] = {
     DispatchFailure.NOT_DISPATCHED: False,
     DispatchFailure.TOKENS_NOT_MINTED: False,
 }
+
+
+def backoff_s(failures_in_a_row: int, base_s: float, max_s: float) -> float:
+    """How long a machine is kept from jobs after its ``failures_in_a_row``-th dispatch
+    failure in a row that backs off: ``base_s``, doubling per failure, capped at ``max_s``.
+    One rule for the dispatch's write and for the simulator's."""
+    return min(base_s * 2.0 ** (failures_in_a_row - 1), max_s)
+
 
 _NO_ANSWER = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.CANCELLED}
 
