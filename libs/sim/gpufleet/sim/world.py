@@ -574,13 +574,21 @@ class Sim:
         """Who contends for the pool's slots at this tick, as fairness.py defines it."""
         contenders = []
         for ws, jobs in self.ws_queue[pool].items():
-            ready = [j for j in jobs if j.backoff_until <= now]
+            # What it can use more: its waiting jobs out of their back-off, but no more of
+            # them than its plan's cap on jobs at once leaves room for (the oldest first, as
+            # the tick takes them). Read only as far as that: a workspace whose arrivals
+            # outrun its cap keeps a backlog of thousands, and reading all of it at every
+            # tick doubled a month's time.
+            room = max(0, self.limits.get(ws, 0) - self.running_per_ws[ws])
+            ready, more = 0, 0
+            for j in jobs:
+                if j.backoff_until <= now:
+                    ready += 1
+                    if ready > room:
+                        break
+                    more += j.slots_needed
             if ready:
                 held = self.held_slots[(ws, pool)]
-                # What it can use more: its waiting jobs, but no more of them than its plan's
-                # cap on jobs at once leaves room for (the oldest first, as the tick takes them).
-                room = max(0, self.limits.get(ws, 0) - self.running_per_ws[ws])
-                more = sum(j.slots_needed for j in ready[:room])
                 contenders.append((ws, float(held), float(held + more)))
         self.fairness.sample(pool, now, contenders)
 
@@ -1111,9 +1119,17 @@ class Sim:
             self._inject(m, "boot_never_completes", boot_at)
             return
         self.q.at(done, lambda: self._first_report(m, life))
+        if not first:
+            return
         for ordinal, after_s in self.script.worker_deaths:
-            if ordinal == m.ordinal and life == 1:
+            if ordinal == m.ordinal:
                 self.q.at(done + after_s, partial(self._fail_later, m, life, "worker_dies", 0.0))
+        for ordinal, after_s, heal_s in self.script.path_drops:
+            if ordinal == m.ordinal:
+                self.q.at(done + after_s, partial(self._fail_later, m, life, "path_drop", heal_s))
+        for ordinal, after_s in self.script.preemptions:
+            if ordinal == m.ordinal:
+                self.q.at(done + after_s, partial(self._preempt, m, life))
 
     def _alive(self, m: Machine, life: int) -> bool:
         return m.life == life and m.inst_status == "RUNNING" and m.state != "DESTROYED"
