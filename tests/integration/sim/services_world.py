@@ -220,7 +220,20 @@ class ServicesWorld:
             )
             first = box.life == 1
             stalled = first and box.ordinal in self.script.stalls
-            box.agent.reachable = t >= agent_up and not stalled
+            dropped = first and any(
+                startup + after <= t < startup + after + heal
+                for ordinal, after, heal in self.script.path_drops
+                if ordinal == box.ordinal
+            )
+            box.agent.reachable = t >= agent_up and not stalled and not dropped
+            if first and any(
+                o == box.ordinal and startup + after <= t for o, after in self.script.preemptions
+            ):
+                assert inst is not None
+                self.cloud.preempt(inst.provider_instance_id)  # gone: the next step finds no instance
+                box.running_since = None
+                box.agent.reachable = False
+                continue
             box.agent.startup_complete = not (first and box.ordinal in self.script.boot_hangs)
             if stalled or not box.agent.startup_complete:
                 box.agent.quiet()

@@ -120,8 +120,29 @@ def _broken_boots() -> Script:
     )
 
 
+def _lost_and_taken() -> Script:
+    """Running machines that go wrong: the control plane loses its path to the first
+    machine's agent for a quarter of an hour (its worker still reports and its long job
+    runs on; the lost detector marks it, so its free slot takes no new job), and the
+    provider takes the second machine's instance back mid-job (the inventory reconcile
+    finds it gone; its two jobs run again on a new machine)."""
+    jobs = ((10, "clip", 300), (10, "clip", 1500), (20, "clip", 900), (20, "clip", 900), (700, "clip", 300))
+    return Script(
+        offering=OFFERING,
+        workspaces=(("ws-c", "creator"),),
+        jobs=tuple(ScriptedJob(float(at), "ws-c", kind, float(run)) for at, kind, run in jobs),
+        call_s=0.0,
+        path_drops=((1, 95.0, 900.0),),
+        preemptions=((2, 305.0),),
+    )
+
+
 # (script, warm target, minutes told)
-SCENARIOS = {"quiet": (_script, 0, 40.0), "broken_boots": (_broken_boots, 1, 95.0)}
+SCENARIOS = {
+    "quiet": (_script, 0, 40.0),
+    "broken_boots": (_broken_boots, 1, 95.0),
+    "lost_and_taken": (_lost_and_taken, 0, 60.0),
+}
 
 
 def _simulate(name: str, settings: NetSettings | None = None) -> Sim:
@@ -184,6 +205,13 @@ def test_the_simulator_and_the_services_tell_the_same_story(
         assert len(machines) >= 3
         assert all("STOPPED" in seq for seq in machines)
         assert any("STARTING" in seq for seq in machines)
+    elif name == "lost_and_taken":
+        # The taken instance's machine found gone (never through DESTROYING: no call made
+        # it), its two jobs run again; a fourth machine made for the last job, though the
+        # first had a free slot: it was marked lost while its path was down.
+        assert machines[1] == ["PROVISIONING", "BOOTING", "READY", "DESTROYED"]
+        assert sum(1 for seq in jobs if seq.count("DISPATCHING") == 2) == 2
+        assert len(machines) == 4
     else:
         # A warm machine from the first tick, held through the pool's idle time (the money
         # chain refused it) and stopped once the pool idle release let it go; the stalled

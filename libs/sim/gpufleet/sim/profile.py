@@ -189,6 +189,12 @@ class Script:
     # comes up with a start-up that never completes (a boot that never ends).
     stalls: tuple[int, ...] = ()
     boot_hangs: tuple[int, ...] = ()
+    # (machine ordinal, seconds after its worker's first report, seconds until it heals):
+    # the control plane cannot reach its agent meanwhile (its worker still reports).
+    path_drops: tuple[tuple[int, float, float], ...] = ()
+    # (machine ordinal, seconds after its worker's first report): the provider takes its
+    # instance back (it is gone).
+    preemptions: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
