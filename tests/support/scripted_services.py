@@ -225,11 +225,8 @@ class ScriptedProvisioner(provisioner_service_pb2_grpc.ProvisionerServiceService
             )
 
 
-@contextmanager
-def serve_agent(transport: Transport | None = None) -> Iterator[ScriptedAgent]:
-    """A scripted agent on loopback; by default it answers for any machine id (``transport``:
-    serve as one machine instead)."""
-    agent = ScriptedAgent()
+def agent_server(agent: ScriptedAgent, transport: Transport, max_workers: int = 8) -> ServiceServer:
+    """``agent`` served on loopback with ``transport``'s identity (set as its ``server``)."""
     agent.server = create_server(
         "127.0.0.1:0",
         [
@@ -239,10 +236,20 @@ def serve_agent(transport: Transport | None = None) -> Iterator[ScriptedAgent]:
                 agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
             )
         ],
-        max_workers=8,
-        # By default it answers for every machine a test registers at its address.
-        transport=transport or tls.stand_in_agent_transport(),
+        max_workers=max_workers,
+        transport=transport,
     )
+    return agent.server
+
+
+@contextmanager
+def serve_agent(transport: Transport | None = None) -> Iterator[ScriptedAgent]:
+    """A scripted agent on loopback; by default it answers for any machine id (``transport``:
+    serve as one machine instead)."""
+    agent = ScriptedAgent()
+    # By default it answers for every machine a test registers at its address.
+    agent_server(agent, transport or tls.stand_in_agent_transport())
+    assert agent.server is not None
     try:
         yield agent
     finally:

@@ -46,9 +46,15 @@ class SimProvisioner:
 
 
 @contextmanager
-def serve_sim_provisioner(clock: Clock) -> Iterator[SimProvisioner]:
+def serve_sim_provisioner(
+    clock: Clock, catalog: Catalog | None = None, deployment: str = DEPLOYMENT
+) -> Iterator[SimProvisioner]:
+    """The provisioner serving ``catalog`` (the embedded one by default) from a sim cloud
+    account, for ``deployment``'s instances."""
     cloud = SimCloud(clock)
-    servicer = ProvisionerService({Provider.SIM: cloud.driver(DEPLOYMENT)}, load_catalog(None))
+    servicer = ProvisionerService(
+        {Provider.SIM: cloud.driver(deployment)}, catalog if catalog is not None else load_catalog(None)
+    )
     server = create_server(
         "127.0.0.1:0",
         [

@@ -31,7 +31,6 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.calls import CallPool
-from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
 from gpufleet.common.db.models import (
@@ -46,24 +45,19 @@ from gpufleet.common.db.models import (
     WatchdogStat,
     Workspace,
 )
-from gpufleet.common.grpcserver import ServiceBinding, ServiceServer, create_server
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import Ticker
 from gpufleet.provisioner.drivers.base import InstanceStatus
-from gpufleet.reaper.agent_probe import GrpcAgentProber
-from gpufleet.reaper.idle_scanner import GrpcAgentSampler
-from gpufleet.reaper.main import build_watchdogs
 from gpufleet.reaper.settings import Settings
 from gpufleet.scheduler.settings import Settings as SchedulerSettings
-from gpufleet.scheduler.worker_service import WorkerService
 from gpufleet.v1 import (
     agent_service_pb2,
-    agent_service_pb2_grpc,
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
 from tests.support import tls
-from tests.support.scripted_services import ScriptedAgent
+from tests.support.plane_parts import reaper_ticker, serve_workers
+from tests.support.scripted_services import ScriptedAgent, agent_server
 from tests.support.sim_provisioner import SIM_OFFERING, SimProvisioner, serve_sim_provisioner
 
 # What the idle scanner's bookkeeping looks like in the decision log: writing the probe
@@ -153,19 +147,8 @@ class Plane:
     def agent(self, machine_id: str) -> WorldAgent:
         """The agent of ``machine_id``, serving with that machine's own certificate."""
         agent = WorldAgent()
-        agent.server = create_server(
-            "127.0.0.1:0",
-            [
-                ServiceBinding(
-                    agent_service_pb2_grpc.add_AgentServiceServicer_to_server,
-                    agent,
-                    agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
-                )
-            ],
-            max_workers=2,
-            transport=tls.transport(f"machine:{machine_id}"),
-        )
-        self.stack.callback(agent.server.stop, 0)
+        server = agent_server(agent, tls.transport(f"machine:{machine_id}"), max_workers=2)
+        self.stack.callback(server.stop, 0)
         return agent
 
     def machine(self, *, instance: bool = True, agent: bool = True, **values: Any) -> str:
@@ -397,43 +380,9 @@ def running_plane(db_url: str, **settings: Any) -> Iterator[Plane]:
         stack.callback(reaper_log.removeHandler, capture)
         stack.callback(engine.dispose)
         sim = stack.enter_context(serve_sim_provisioner(clock))
-        worker_server: ServiceServer = create_server(
-            "127.0.0.1:0",
-            [
-                ServiceBinding(
-                    worker_service_pb2_grpc.add_WorkerServiceServicer_to_server,
-                    WorkerService(sessions, clock, SchedulerSettings(database_url=db_url)),
-                    worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
-                )
-            ],
-            max_workers=2,
-            transport=tls.transport("scheduler"),
-        )
-        stack.callback(worker_server.stop, 0)
-        worker_stubs = tls.AsNamedMachine(
-            f"127.0.0.1:{worker_server.port}", worker_service_pb2_grpc.WorkerServiceStub
-        )
-        stack.callback(worker_stubs.close)
-        client = ProvisionerClient(sim.address, tls.transport("reaper"), timeout_s=5.0)
-        stack.callback(client.close)
-        lease = LeaderLease(
-            "reaper", reaper_settings.instance_name, clock, sessions, ttl_s=reaper_settings.lease_ttl_s
-        )
-        calls = CallPool(reaper_settings.provider_call_workers, "provider-calls")
-        stack.callback(calls.close)
-        tasks = build_watchdogs(
-            reaper_settings,
-            sessions,
-            lease,
-            clock,
-            client,
-            GrpcAgentSampler(
-                tls.transport("reaper"), window=timedelta(0), timeout_s=reaper_settings.agent_timeout_s
-            ),
-            GrpcAgentProber(tls.transport("reaper"), timeout_s=reaper_settings.agent_timeout_s),
-            calls=calls,
-        )
-        ticker = Ticker("reaper", clock, sessions, lease, tasks, renew_s=reaper_settings.lease_renew_s)
+        worker_stubs = serve_workers(stack, sessions, clock, SchedulerSettings(database_url=db_url))
+        ticker, calls = reaper_ticker(stack, reaper_settings, sessions, clock, sim.address)
+        lease = ticker.lease
         yield Plane(
             clock=clock,
             sessions=sessions,

@@ -43,40 +43,31 @@ from gpufleet.common.clients.provisioner import ProvisionerClient
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
-from gpufleet.common.grpcserver import ServiceBinding, create_server
 from gpufleet.common.leadership import LeaderLease
 from gpufleet.common.loops import PeriodicTask, Ticker
-from gpufleet.provisioner.drivers.base import InstanceStatus, Provider
+from gpufleet.provisioner.drivers.base import InstanceStatus
 from gpufleet.provisioner.drivers.sim import SimCloud
-from gpufleet.provisioner.service import ProvisionerService
-from gpufleet.reaper.agent_probe import GrpcAgentProber
-from gpufleet.reaper.idle_scanner import GrpcAgentSampler
-from gpufleet.reaper.main import build_watchdogs
 from gpufleet.reaper.settings import Settings as ReaperSettings
 from gpufleet.scheduler.catalog_sync import sync_catalog
 from gpufleet.scheduler.settings import Settings as SchedulerSettings
 from gpufleet.scheduler.tick import scale
 from gpufleet.scheduler.tick.fleet import FleetTick
 from gpufleet.scheduler.watchdogs import pool_idle
-from gpufleet.scheduler.worker_service import WorkerService
 from gpufleet.sim.clock import EPOCH
 from gpufleet.sim.profile import Script
 from gpufleet.sim.world import PLANS
-from gpufleet.sweeper.inventory_reconcile import InventoryReconcile
-from gpufleet.sweeper.main import TimedPasses
-from gpufleet.sweeper.orphan_sweep import OrphanSweep
+from gpufleet.sweeper.main import build_passes
 from gpufleet.sweeper.settings import Settings as SweeperSettings
 from gpufleet.v1 import (
     agent_service_pb2,
-    agent_service_pb2_grpc,
     job_pb2,
-    provisioner_service_pb2,
-    provisioner_service_pb2_grpc,
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
 from tests.support import tls
-from tests.support.scripted_services import ScriptedAgent
+from tests.support.plane_parts import reaper_ticker, serve_workers
+from tests.support.scripted_services import ScriptedAgent, agent_server
+from tests.support.sim_provisioner import serve_sim_provisioner
 
 History = list[tuple[float, str, str, str]]
 # A version-4 UUID's fixed bits (version 4, RFC 4122 variant), around a counter.
@@ -170,19 +161,8 @@ class ServicesWorld:
             if box is None:
                 agent = TimedAgent(self.clock)
                 agent.reachable = False
-                agent.server = create_server(
-                    "127.0.0.1:0",
-                    [
-                        ServiceBinding(
-                            agent_service_pb2_grpc.add_AgentServiceServicer_to_server,
-                            agent,
-                            agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
-                        )
-                    ],
-                    max_workers=2,
-                    transport=tls.transport(f"machine:{machine_id}"),
-                )
-                self.stack.callback(agent.server.stop, 0)
+                server = agent_server(agent, tls.transport(f"machine:{machine_id}"), max_workers=2)
+                self.stack.callback(server.stop, 0)
                 box = self.boxes[machine_id] = Box(machine_id, agent, ordinal=len(self.boxes) + 1)
             return box.agent.address
 
@@ -416,22 +396,8 @@ def services_world(
             sync_catalog(s, catalog)
             for statement in MOVES_LOG:
                 s.execute(text(statement))
-        cloud = SimCloud(clock)
-        provisioner = ProvisionerService({Provider.SIM: cloud.driver(deployment)}, catalog)
-        prov_server = create_server(
-            "127.0.0.1:0",
-            [
-                ServiceBinding(
-                    provisioner_service_pb2_grpc.add_ProvisionerServiceServicer_to_server,
-                    provisioner,
-                    provisioner_service_pb2.DESCRIPTOR.services_by_name["ProvisionerService"].full_name,
-                )
-            ],
-            max_workers=4,
-            transport=tls.transport("provisioner"),
-        )
-        stack.callback(prov_server.stop, 0)
-        prov_address = f"127.0.0.1:{prov_server.port}"
+        sim = stack.enter_context(serve_sim_provisioner(clock, catalog, deployment))
+        cloud, prov_address = sim.cloud, sim.address
         scheduler_settings = SchedulerSettings(
             database_url=pg_url,
             provisioner_address=prov_address,
@@ -439,23 +405,7 @@ def services_world(
             tick_s=tick_s,
             **tls.settings("scheduler"),
         )
-        worker_server = create_server(
-            "127.0.0.1:0",
-            [
-                ServiceBinding(
-                    worker_service_pb2_grpc.add_WorkerServiceServicer_to_server,
-                    WorkerService(sessions, clock, scheduler_settings),
-                    worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
-                )
-            ],
-            max_workers=4,
-            transport=tls.transport("scheduler"),
-        )
-        stack.callback(worker_server.stop, 0)
-        workers = tls.AsNamedMachine(
-            f"127.0.0.1:{worker_server.port}", worker_service_pb2_grpc.WorkerServiceStub
-        )
-        stack.callback(workers.close)
+        workers = serve_workers(stack, sessions, clock, scheduler_settings)
         scheduler_provisioner = ProvisionerClient(prov_address, tls.transport("scheduler"), timeout_s=10.0)
         stack.callback(scheduler_provisioner.close)
         scheduler_lease = LeaderLease(
@@ -475,24 +425,7 @@ def services_world(
         reaper_settings = ReaperSettings(
             database_url=pg_url, instance_name="reaper-0", **tls.settings("reaper")
         )
-        reaper_provisioner = ProvisionerClient(prov_address, tls.transport("reaper"), timeout_s=10.0)
-        stack.callback(reaper_provisioner.close)
-        reaper_lease = LeaderLease("reaper", "reaper-0", clock, sessions, ttl_s=reaper_settings.lease_ttl_s)
-        reaper_calls = CallPool(reaper_settings.provider_call_workers, "provider-calls")
-        stack.callback(reaper_calls.close)
-        tasks = build_watchdogs(
-            reaper_settings,
-            sessions,
-            reaper_lease,
-            clock,
-            reaper_provisioner,
-            GrpcAgentSampler(
-                tls.transport("reaper"), window=timedelta(0), timeout_s=reaper_settings.agent_timeout_s
-            ),
-            GrpcAgentProber(tls.transport("reaper"), timeout_s=reaper_settings.agent_timeout_s),
-            calls=reaper_calls,
-        )
-        reaper = Ticker("reaper", clock, sessions, reaper_lease, tasks, renew_s=reaper_settings.lease_renew_s)
+        reaper, reaper_calls = reaper_ticker(stack, reaper_settings, sessions, clock, prov_address)
         # The sweeper's passes.
         sweeper_settings = SweeperSettings(
             database_url=pg_url, instance_name="sweeper-0", **tls.settings("sweeper")
@@ -502,21 +435,8 @@ def services_world(
         sweeper_lease = LeaderLease(
             "sweeper", "sweeper-0", clock, sessions, ttl_s=sweeper_settings.lease_ttl_s
         )
-        reconcile = InventoryReconcile(
-            sessions,
-            sweeper_provisioner,
-            outcomes=sweeper_settings.outcome_policy(),
-            not_listed_grace=timedelta(seconds=sweeper_settings.not_listed_grace_s),
-        )
-        orphans = OrphanSweep(
-            sessions,
-            sweeper_provisioner,
-            clock,
-            sweeper_settings.orphan_policy(),
-            rounds_before_incident=sweeper_settings.unlisted_rounds_before_incident,
-        )
-        stack.callback(orphans.close)
-        passes = TimedPasses(reconcile, orphans, sessions, sweeper_lease, clock)
+        passes = build_passes(sweeper_settings, sessions, sweeper_provisioner, sweeper_lease, clock)
+        stack.callback(passes.orphans.close)
         sweeper = Ticker(
             "sweeper",
             clock,

@@ -77,19 +77,15 @@ class TimedPasses:
 Sweeper = TimerService
 
 
-def build(settings: Settings, *, clock: Clock | None = None, provider: Provisioner | None = None) -> Sweeper:
-    """Wire a sweeper from its settings; tests pass their own clock or provider."""
-    clock = clock or settings.make_clock()
-    engine = make_engine(settings.database_url)
-    sessions = make_sessionmaker(engine)
-    transport = settings.transport(SERVICE)
-    owned = None
-    if provider is None:
-        owned = ProvisionerClient(
-            settings.provisioner_address, transport, timeout_s=settings.provider_timeout_s
-        )
-        provider = owned
-    lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
+def build_passes(
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    provider: Provisioner,
+    lease: LeaderLease,
+    clock: Clock,
+) -> TimedPasses:
+    """The inventory reconcile and the orphan sweep as the settings make them, under
+    ``lease`` (also what a test that runs the sweeper in process builds)."""
     reconcile = InventoryReconcile(
         sessions,
         provider,
@@ -103,7 +99,24 @@ def build(settings: Settings, *, clock: Clock | None = None, provider: Provision
         settings.orphan_policy(),
         rounds_before_incident=settings.unlisted_rounds_before_incident,
     )
-    passes = TimedPasses(reconcile, orphans, sessions, lease, clock)
+    return TimedPasses(reconcile, orphans, sessions, lease, clock)
+
+
+def build(settings: Settings, *, clock: Clock | None = None, provider: Provisioner | None = None) -> Sweeper:
+    """Wire a sweeper from its settings; tests pass their own clock or provider."""
+    clock = clock or settings.make_clock()
+    engine = make_engine(settings.database_url)
+    sessions = make_sessionmaker(engine)
+    transport = settings.transport(SERVICE)
+    owned = None
+    if provider is None:
+        owned = ProvisionerClient(
+            settings.provisioner_address, transport, timeout_s=settings.provider_timeout_s
+        )
+        provider = owned
+    lease = LeaderLease(SERVICE, settings.instance_name, clock, sessions, ttl_s=settings.lease_ttl_s)
+    passes = build_passes(settings, sessions, provider, lease, clock)
+    reconcile, orphans = passes.reconcile, passes.orphans
     watch = DatabaseWatch(engine, clock)
     ticker = Ticker(
         SERVICE,
