@@ -190,14 +190,9 @@ class ServicesWorld:
             assert since is not None
             agent_up = since + self.script.agent_up_s
             startup = agent_up + self.script.startup_s
-            dies = min(
-                (
-                    startup + after
-                    for ordinal, after in self.script.worker_deaths
-                    if ordinal == box.ordinal and box.life == 1
-                ),
-                default=float("inf"),
-            )
+            dies = self._fails_at(box, startup, self.script.worker_deaths)
+            wedged_at = self._fails_at(box, startup, self.script.worker_wedges)
+            dies = min(dies, wedged_at)
             first = box.life == 1
             stalled = first and box.ordinal in self.script.stalls
             dropped = first and any(
@@ -233,11 +228,19 @@ class ServicesWorld:
             if reporting:
                 self._report(box, t, startup)
             # What the agent samples now: the GPU works while the worker runs jobs (a dead
-            # worker's jobs are gone with it).
-            busy = bool(box.attempts) and reporting
+            # worker's jobs are gone with it; a wedged worker holds the GPU busy).
+            busy = (bool(box.attempts) and reporting) or t >= wedged_at
             box.agent.set_sample(
                 gpu=90.0 if busy else 0.0, running=len(box.attempts) if reporting else 0, requests=0
             )
+
+    @staticmethod
+    def _fails_at(box: Box, startup: float, failures: tuple[tuple[int, float], ...]) -> float:
+        """When this box's first-life worker fails as ``failures`` say (inf: never)."""
+        return min(
+            (startup + after for ordinal, after in failures if ordinal == box.ordinal and box.life == 1),
+            default=float("inf"),
+        )
 
     def _report(self, box: Box, t: float, startup: float) -> None:
         """The worker's reports due now: the jobs that ended, then its heartbeat."""

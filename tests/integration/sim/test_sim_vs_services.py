@@ -137,8 +137,24 @@ def _lost_and_taken() -> Script:
     )
 
 
+def _stuck_and_overlong() -> Script:
+    """A worker that wedges mid-job (alive, its GPU stuck busy, reporting no more: the
+    lease ends its attempt, the job runs again, and went silent destroys the machine the
+    money chain would never stop), and a clip that runs past its kind's hour (the tick's
+    time limit ends it TIMED_OUT)."""
+    jobs = ((10, "clip", 4000), (10, "clip", 600), (600, "clip", 300))
+    return Script(
+        offering=OFFERING,
+        workspaces=(("ws-d", "creator"),),
+        jobs=tuple(ScriptedJob(float(at), "ws-d", kind, float(run)) for at, kind, run in jobs),
+        call_s=0.0,
+        worker_wedges=((1, 303.0),),
+    )
+
+
 # (script, warm target, minutes told)
 SCENARIOS = {
+    "stuck_and_overlong": (_stuck_and_overlong, 0, 75.0),
     "quiet": (_script, 0, 40.0),
     "broken_boots": (_broken_boots, 1, 95.0),
     "lost_and_taken": (_lost_and_taken, 0, 60.0),
@@ -197,7 +213,8 @@ def test_the_simulator_and_the_services_tell_the_same_story(
     jobs = [[s for _, s in seq] for seq in _stories(services, "job")]
     machines = [[s for _, s in seq] for seq in _stories(services, "machine")]
     script = SCENARIOS[name][0]()
-    assert [seq[-1] for seq in jobs] == ["SUCCEEDED"] * len(script.jobs)
+    if name != "stuck_and_overlong":
+        assert [seq[-1] for seq in jobs] == ["SUCCEEDED"] * len(script.jobs)
     if name == "quiet":
         # One job ran twice (its first machine's worker died under it); machines were
         # created, stopped for being quiet and one started again.
@@ -205,6 +222,12 @@ def test_the_simulator_and_the_services_tell_the_same_story(
         assert len(machines) >= 3
         assert all("STOPPED" in seq for seq in machines)
         assert any("STARTING" in seq for seq in machines)
+    elif name == "stuck_and_overlong":
+        # The wedged machine destroyed by went silent (the money chain saw a busy GPU), its
+        # two jobs run again; the overlong clip ended at its limit, the others succeeded.
+        assert machines[0] == ["PROVISIONING", "BOOTING", "READY", "DESTROYING", "DESTROYED"]
+        assert sum(1 for seq in jobs if seq.count("DISPATCHING") == 2) == 2
+        assert [seq[-1] for seq in jobs] == ["TIMED_OUT", "SUCCEEDED", "SUCCEEDED"]
     elif name == "lost_and_taken":
         # The taken instance's machine found gone (never through DESTROYING: no call made
         # it), its two jobs run again; a fourth machine made for the last job, though the

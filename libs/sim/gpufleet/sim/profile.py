@@ -183,8 +183,10 @@ class Script:
     agent_up_s: float = 60.0  # the agent answers this long after the instance runs
     startup_s: float = 60.0  # and the worker first reports this long after that
     call_s: float = 1.0
-    # (machine ordinal, seconds after its worker's first report): its worker dies then.
+    # (machine ordinal, seconds after its worker's first report): its worker dies then, or
+    # wedges (alive, its GPU stuck busy, reporting no more).
     worker_deaths: tuple[tuple[int, float], ...] = ()
+    worker_wedges: tuple[tuple[int, float], ...] = ()
     # Machines (ordinals) whose first life's agent never comes up (a provision stall), or
     # comes up with a start-up that never completes (a boot that never ends).
     stalls: tuple[int, ...] = ()

@@ -1121,9 +1121,13 @@ class Sim:
         self.q.at(done, lambda: self._first_report(m, life))
         if not first:
             return
-        for ordinal, after_s in self.script.worker_deaths:
-            if ordinal == m.ordinal:
-                self.q.at(done + after_s, partial(self._fail_later, m, life, "worker_dies", 0.0))
+        for cls, failures in (
+            ("worker_dies", self.script.worker_deaths),
+            ("worker_wedges", self.script.worker_wedges),
+        ):
+            for ordinal, after_s in failures:
+                if ordinal == m.ordinal:
+                    self.q.at(done + after_s, partial(self._fail_later, m, life, cls, 0.0))
         for ordinal, after_s, heal_s in self.script.path_drops:
             if ordinal == m.ordinal:
                 self.q.at(done + after_s, partial(self._fail_later, m, life, "path_drop", heal_s))
