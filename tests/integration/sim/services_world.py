@@ -72,6 +72,7 @@ from tests.support.sim_provisioner import serve_sim_provisioner
 History = list[tuple[float, str, str, str]]
 # A version-4 UUID's fixed bits (version 4, RFC 4122 variant), around a counter.
 _UUID4_BITS = (4 << 76) | (2 << 62)
+_ORDINAL_BITS = (1 << 62) - 1
 
 # A log of every write of a machine's state, for the test's eyes only (the services keep
 # the last move on the row; a step of the clock can hold several).
@@ -163,7 +164,10 @@ class ServicesWorld:
                 agent.reachable = False
                 server = agent_server(agent, tls.transport(f"machine:{machine_id}"), max_workers=2)
                 self.stack.callback(server.stop, 0)
-                box = self.boxes[machine_id] = Box(machine_id, agent, ordinal=len(self.boxes) + 1)
+                # The n-th machine the scale step made (its id carries n: see services_world),
+                # whichever of two creates in flight at once asks first.
+                ordinal = int(uuid.UUID(machine_id)) & _ORDINAL_BITS
+                box = self.boxes[machine_id] = Box(machine_id, agent, ordinal=ordinal)
             return box.agent.address
 
     def now_s(self) -> float:
