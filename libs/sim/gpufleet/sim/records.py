@@ -100,6 +100,8 @@ class Machine:
     earmarked_for: str | None = None
     # Pinned by the fleet tick as its pool's warm capacity (the money chain refuses it).
     warm_held: bool = False
+    # The timers the reaper's claim clears once its stop or destroy is done.
+    clear_at_end: tuple[str, ...] = ()
     stop_due_at: datetime | None = None
     destroy_due_at: datetime | None = None
     requested_at: datetime | None = None

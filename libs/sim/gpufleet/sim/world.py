@@ -25,7 +25,7 @@ import math
 import random
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
@@ -57,8 +57,9 @@ from gpufleet.reaper import (
     went_silent,
 )
 from gpufleet.reaper.agent_probe import StartupProbe
-from gpufleet.reaper.net_runner import A, OneStepSpec, P
+from gpufleet.reaper.net_runner import A, Claim, OneStepSpec, P
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
+from gpufleet.reaper.transition import TimerColumn
 from gpufleet.scheduler.tick import decide as tick_decide
 from gpufleet.scheduler.tick.dispatch_failure import backoff_s
 from gpufleet.scheduler.tick.films import WAIT_SHARE_CAP
@@ -1018,6 +1019,19 @@ class Sim:
                 heapq.heappush(self.due_heap[net], (t, m.id))
                 self._wake(net, t)
 
+    def _clear(self, m: Machine, timers: Iterable[str | TimerColumn]) -> None:
+        """Clear the idle timers named (a claim's columns, or their names)."""
+        for timer in timers:
+            name = timer if isinstance(timer, str) else timer.key
+            if name == "stop_due_at":
+                m.stop_due_at = None
+                self.due["auto_stop"].pop(m.id, None)
+            elif name == "destroy_due_at":
+                m.destroy_due_at = None
+                self.due["auto_destroy"].pop(m.id, None)
+            else:
+                raise ValueError(f"a claim clears {name}, which the simulator does not keep")
+
     def _clear_timers(self, m: Machine) -> None:
         m.stop_due_at = None
         m.destroy_due_at = None
@@ -1386,8 +1400,18 @@ class Sim:
             return
         self._provider_refused(m, "start", outcome)
 
-    def _stop_or_destroy(self, m: Machine, op: str, detector: str, fc: FailureClass | None) -> None:
-        """The refusal ladder has passed: intent and transitional state first, then the call."""
+    def _stop_or_destroy(
+        self,
+        m: Machine,
+        op: str,
+        detector: str,
+        fc: FailureClass | None,
+        claim: Claim | None = None,
+    ) -> None:
+        """The refusal ladder has passed: intent and transitional state first, then the call.
+        The timers the net's claim clears (its ``Claim``: at the claim, or once the provider
+        has done it), as the transition runner clears them; without a claim, a destroy clears
+        both timers once done (boot failure's, the oracle's and the merged check's)."""
         now = self.q.now
         if now < self.reaper_paused_until and detector != "oracle":
             # A paused leader's decision: its fenced write is refused when it wakes, and the
@@ -1403,11 +1427,11 @@ class Sim:
                 self._caught(f, detector)
         m.intent = "STOPPED" if op == "stop" else "DESTROYED"
         self._move(m, "STOPPING" if op == "stop" else "DESTROYING", lifecycle.Actor.REAPER)
-        if op == "stop":
-            m.stop_due_at = None
-            self.due["auto_stop"].pop(m.id, None)
+        if claim is not None:
+            self._clear(m, claim.clear_at_begin)
+            m.clear_at_end = tuple(c.key for c in claim.clear_at_end)
         else:
-            self._clear_timers(m)
+            m.clear_at_end = ("stop_due_at", "destroy_due_at") if op == "destroy" else ()
         if fc is not None:
             self._ledger(fc, m)
         self._call(m, op, lambda outcome: self._stopped(m, op, outcome))
@@ -1447,6 +1471,9 @@ class Sim:
         if m.state == end:
             return
         self._move(m, end, by)
+        if by is lifecycle.Actor.REAPER and m.clear_at_end:
+            self._clear(m, m.clear_at_end)
+            m.clear_at_end = ()
         if end == "STOPPED":
             m.lost = False
             if m.destroy_due_at is not None:
@@ -1652,12 +1679,14 @@ class Sim:
         net = spec.name
         every = self.every[net]
         for m in self._pop_due(net, now):
-            d = spec.decide(dt(now), self.snapshot(m, now), policy)
+            snap = self.snapshot(m, now)
+            d = spec.decide(dt(now), snap, policy)
             self.metrics.decisions[net] += 1
             if isinstance(d, spec.acts):
                 if m.warm_held and net in ("auto_stop", "auto_destroy"):
                     self._broken(f"{net} took machine {m.id}, pinned as its pool's warm capacity")
-                self._stop_or_destroy(m, spec.transition.operation, net, spec.detects)
+                claim = spec.claim(dt(now), snap, d, policy)
+                self._stop_or_destroy(m, spec.transition.operation, net, spec.detects, claim)
             elif isinstance(d, Refuse):
                 self._refused(net, d.reason)
                 if read_again(m, d.reason):
@@ -1703,7 +1732,8 @@ class Sim:
             self.metrics.decisions["went_silent"] += 1
             if isinstance(d, went_silent.DestroyMachine):
                 spec = went_silent.SPEC
-                self._stop_or_destroy(m, spec.transition.operation, spec.name, spec.detects)
+                claim = spec.claim(dt(now), snap, d, policy)
+                self._stop_or_destroy(m, spec.transition.operation, spec.name, spec.detects, claim)
             elif isinstance(d, Refuse):
                 self._refused("went_silent", d.reason)
                 self._due("went_silent", m, now + every)
