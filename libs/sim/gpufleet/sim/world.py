@@ -798,7 +798,14 @@ class Sim:
                 del queue[job.workspace]
         self.running_per_ws[job.workspace] += 1
         if job.whole:
-            # A film placed: a machine earmarked for it elsewhere is released at the next tick.
+            # A film placed: as the assign commit does (earmarks.clear_for_started_films),
+            # every other machine held for it is released at once, a draining one ready again.
+            for mid in sorted(self.by_pool[job.pool]):
+                other = self.machines[mid]
+                if other is not m and other.earmarked_for == job.id:
+                    other.earmarked_for = None
+                    if other.state == "DRAINING":
+                        self._move(other, "READY", lifecycle.Actor.FLEET_TICK)
             self._touch(job.pool)
         if self.running_per_ws[job.workspace] >= self.limits.get(job.workspace, 0):
             # The workspace is at its plan's cap: its jobs waiting anywhere stop waiting to
