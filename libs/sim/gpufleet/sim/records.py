@@ -82,6 +82,9 @@ class Failure:
     caught_by: str = ""
     # Seconds of control-plane outage that overlapped its detection window.
     outage_s: float = 0.0
+    # Seconds after it that the design holds every action back (a net's grace window after
+    # its machine came up): its limit is at least this, plus the net's cadence.
+    held_s: float = 0.0
 
 
 @dataclass

@@ -33,7 +33,9 @@ LIMITS: dict[str, str] = {
 def limits(sim: Sim) -> dict[str, tuple[float, float]]:
     """Each class's design limit under the month's own settings: the net's threshold (with
     what the design adds to it: the grace a net waits, the re-confirmation on a second tick,
-    the first sighting by the listing) and the cadence it runs at."""
+    the first sighting by the listing) and the cadence it runs at. A failure the design
+    holds longer than its class's threshold (a worker dying inside went silent's grace
+    after its machine came up: ``Failure.held_s``) is judged against that instead."""
     every = sim.every
     # Silent this long after the last report, which is up to one heartbeat before the
     # failure; the lease ends its attempts before then.
@@ -85,9 +87,13 @@ def summarize(sim: Sim, wall_s: float) -> dict[str, Any]:
         fs = by_class.get(cls, [])
         caught = [f for f in fs if f.caught_at is not None]
         latencies = sorted(f.caught_at - f.at for f in caught)
-        late = [f for f in caught if f.caught_at - f.at > threshold + cadence + f.outage_s + 1e-6]
+        late = [
+            f for f in caught if f.caught_at - f.at > max(threshold, f.held_s) + cadence + f.outage_s + 1e-6
+        ]
         # Still open at the end of the month and not yet past its limit: not missed.
-        pending = [f for f in fs if f.caught_at is None and sim.end - f.at <= threshold + cadence]
+        pending = [
+            f for f in fs if f.caught_at is None and sim.end - f.at <= max(threshold, f.held_s) + cadence
+        ]
         missed += len(fs) - len(caught) - len(pending) + len(late)
         detections[cls] = {
             "caught_by": net,

@@ -1202,7 +1202,9 @@ class Sim:
             return
         m.worker_stopped_at = now
         m.gpu_stuck_busy = cls == "worker_wedges"
-        self._inject(m, cls, now)
+        f = self._inject(m, cls, now)
+        # Went silent waits out its grace after the machine was first seen this life.
+        f.held_s = max(0.0, m.first_observed(now) + self.silent_policy.grace.total_seconds() - now)
         report = m.worker_report_at(now, self.heartbeat_s)
         assert report is not None
         self._due("went_silent", m, secs(report) + self.silent_after_s)
