@@ -7,23 +7,10 @@ from __future__ import annotations
 
 from gpufleet.reaper.settings import Settings as ReaperSettings
 from gpufleet.sim.nets import NetSettings
-from gpufleet.sim.profile import Offering, Script, ScriptedJob, SimConfig
+from gpufleet.sim.profile import Script, ScriptedJob, SimConfig
 from gpufleet.sim.report import summarize
 from gpufleet.sim.world import Sim
-
-OFFERING = Offering(
-    id="sim-l4",
-    pool="l4",
-    provider="SIM",
-    region="sim-1",
-    zone="sim-1a",
-    instance_type="sim.l4",
-    capacity_type="ON_DEMAND",
-    hourly_usd=0.8,
-    preempt_rate_s=0.0,
-    source="test",
-    as_of="2026-12",
-)
+from tests.support.sim_script import OFFERING
 
 
 def test_a_worker_dying_inside_the_grace_is_not_late() -> None:

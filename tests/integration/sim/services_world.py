@@ -62,7 +62,6 @@ from gpufleet.v1 import (
     agent_service_pb2,
     job_pb2,
     worker_service_pb2,
-    worker_service_pb2_grpc,
 )
 from tests.support import tls
 from tests.support.plane_parts import reaper_ticker, serve_workers
@@ -142,7 +141,7 @@ class ServicesWorld:
     reaper_calls: CallPool
     sweeper: Ticker
     scheduler_watchdogs: Ticker
-    workers: worker_service_pb2_grpc.WorkerServiceStub
+    workers: tls.AsNamedMachine  # the WorkerService, called as each machine
     stack: ExitStack
     tick_s: float
     heartbeat_s: float
@@ -164,7 +163,8 @@ class ServicesWorld:
                 agent.reachable = False
                 server = agent_server(agent, tls.transport(f"machine:{machine_id}"), max_workers=2)
                 self.stack.callback(server.stop, 0)
-                # The n-th machine the scale step made (its id carries n: see services_world),
+                # The n-th machine the scale step made (its id carries n: see the uuid4 patch in
+                # services_world()),
                 # whichever of two creates in flight at once asks first.
                 ordinal = int(uuid.UUID(machine_id)) & _ORDINAL_BITS
                 box = self.boxes[machine_id] = Box(machine_id, agent, ordinal=ordinal)
@@ -483,7 +483,7 @@ def services_world(
             reaper_calls=reaper_calls,
             sweeper=sweeper,
             scheduler_watchdogs=scheduler_watchdogs,
-            workers=workers,  # type: ignore[arg-type]
+            workers=workers,
             stack=stack,
             tick_s=tick_s,
             heartbeat_s=heartbeat_s,

@@ -19,28 +19,16 @@ import pytest
 
 from gpufleet.reaper.settings import Settings as ReaperSettings
 from gpufleet.sim.nets import NetSettings
-from gpufleet.sim.profile import Offering, Script, ScriptedJob, SimConfig
+from gpufleet.sim.profile import Script, ScriptedJob, SimConfig
 from gpufleet.sim.world import Sim
 from tests.conftest import fresh_postgres_url
 from tests.integration.sim.services_world import History, services_world
 from tests.support.postgres import PostgresServer
+from tests.support.sim_script import OFFERING
 
 pytestmark = pytest.mark.postgres
 
 TICK_S, MACHINES = 10.0, 4
-OFFERING = Offering(
-    id="sim-l4",
-    pool="l4",
-    provider="SIM",
-    region="sim-1",
-    zone="sim-1a",
-    instance_type="sim.l4",
-    capacity_type="ON_DEMAND",
-    hourly_usd=0.8,
-    preempt_rate_s=0.0,
-    source="the comparison's script",
-    as_of="2026-12",
-)
 
 
 def _script() -> Script:

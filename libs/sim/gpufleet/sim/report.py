@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from gpufleet.sim.fairness import by_plan
+from gpufleet.sim.records import Failure
 from gpufleet.sim.world import Sim
 
 # What each failure class is caught by; its design limit is :func:`limits`'.
@@ -87,13 +88,13 @@ def summarize(sim: Sim, wall_s: float) -> dict[str, Any]:
         fs = by_class.get(cls, [])
         caught = [f for f in fs if f.caught_at is not None]
         latencies = sorted(f.caught_at - f.at for f in caught)
-        late = [
-            f for f in caught if f.caught_at - f.at > max(threshold, f.held_s) + cadence + f.outage_s + 1e-6
-        ]
+
+        def limit(f: Failure, threshold: float = threshold, cadence: float = cadence) -> float:
+            return max(threshold, f.held_s) + cadence
+
+        late = [f for f in caught if f.caught_at - f.at > limit(f) + f.outage_s + 1e-6]
         # Still open at the end of the month and not yet past its limit: not missed.
-        pending = [
-            f for f in fs if f.caught_at is None and sim.end - f.at <= max(threshold, f.held_s) + cadence
-        ]
+        pending = [f for f in fs if f.caught_at is None and sim.end - f.at <= limit(f)]
         missed += len(fs) - len(caught) - len(pending) + len(late)
         detections[cls] = {
             "caught_by": net,

@@ -59,7 +59,6 @@ from gpufleet.reaper import (
 from gpufleet.reaper.agent_probe import StartupProbe
 from gpufleet.reaper.net_runner import A, Claim, OneStepSpec, P
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
-from gpufleet.reaper.transition import TimerColumn
 from gpufleet.scheduler.tick import decide as tick_decide
 from gpufleet.scheduler.tick.dispatch_failure import backoff_s
 from gpufleet.scheduler.tick.films import WAIT_SHARE_CAP
@@ -202,7 +201,6 @@ class Sim:
                 )
             )
         self.pools = sorted({o.pool for o in self.offerings})
-        # Each pool as the tick reads it (one pool a decision): the same every tick.
         # Each pool as the tick reads it (one pool a decision): its warm target, and its idle
         # clock and warm release as the tick and the pool idle release write them.
         self.pool_views = {
@@ -269,7 +267,8 @@ class Sim:
         self.rng_jobs = random.Random(f"{config.seed}:jobs")
         self.rng_env = random.Random(f"{config.seed}:environment")
         self.workspaces = self._workspaces()
-        self.limits = {ws: PLANS[plan].max_gpu_jobs for ws, plan, _, _ in self.workspaces}
+        self.plan_of = {ws: plan for ws, plan, _, _ in self.workspaces}
+        self.limits = {ws: PLANS[plan].max_gpu_jobs for ws, plan in self.plan_of.items()}
         self.fairness = FairnessLedger({ws: (plan, PLANS[plan].weight) for ws, plan, _, _ in self.workspaces})
         # Cumulative, once: ``choices`` would add up 400 weights at every arrival.
         self.ws_cum_weights = list(accumulate(x[3] for x in self.workspaces))
@@ -447,8 +446,9 @@ class Sim:
         self._next_arrival(now)
 
     def _arrive_scripted(self, sj: ScriptedJob) -> None:
-        plan = dict(self.script.workspaces)[sj.workspace] if self.script is not None else ""
-        self._enqueue(sj.workspace, plan, self.offerings[0].pool, sj.kind, sj.run_s, False)
+        self._enqueue(
+            sj.workspace, self.plan_of[sj.workspace], self.offerings[0].pool, sj.kind, sj.run_s, False
+        )
 
     def _enqueue(self, ws: str, plan: str, pool: str, kind_id: str, duration: float, fails: bool) -> None:
         """A job arrives in ``pool``'s queue: it runs ``duration`` once started, and fails on
@@ -707,9 +707,11 @@ class Sim:
             elif view.warm_target > 0 and not view.warm_released:
                 self._pool_idle_at(clock.pool_id, now + self.cfg.idle_release_after_s)
         for pin in plan.warm_pins:
-            m = self.machines[pin.machine_id]
-            self._segment(m)  # its idle time from here on is (or is no longer) the warm capacity's
-            m.warm_held = pin.held
+            self._pin(self.machines[pin.machine_id], pin.held)
+
+    def _pin(self, m: Machine, held: bool) -> None:
+        self._segment(m)  # its idle time from here on is (or is no longer) the warm capacity's
+        m.warm_held = held
 
     def _warm(self, pool: str) -> bool:
         return self.pool_views[pool][pool].warm_target > 0
@@ -765,10 +767,8 @@ class Sim:
             views = self.pool_views[row.pool_id]
             views[row.pool_id] = replace(views[row.pool_id], warm_released=True)
             for mid in sorted(self.by_pool[row.pool_id]):
-                m = self.machines[mid]
-                if m.warm_held:
-                    self._segment(m)
-                    m.warm_held = False
+                if self.machines[mid].warm_held:
+                    self._pin(self.machines[mid], False)
             self._ledger(FailureClass.POOL_IDLE_RELEASE, None)
             self._touch(row.pool_id)
 
@@ -1026,10 +1026,9 @@ class Sim:
                 heapq.heappush(self.due_heap[net], (t, m.id))
                 self._wake(net, t)
 
-    def _clear(self, m: Machine, timers: Iterable[str | TimerColumn]) -> None:
-        """Clear the idle timers named (a claim's columns, or their names)."""
-        for timer in timers:
-            name = timer if isinstance(timer, str) else timer.key
+    def _clear(self, m: Machine, timers: Iterable[str]) -> None:
+        """Clear the idle timers named (by their columns' names, as a claim lists them)."""
+        for name in timers:
             if name == "stop_due_at":
                 m.stop_due_at = None
                 self.due["auto_stop"].pop(m.id, None)
@@ -1040,10 +1039,7 @@ class Sim:
                 raise ValueError(f"a claim clears {name}, which the simulator does not keep")
 
     def _clear_timers(self, m: Machine) -> None:
-        m.stop_due_at = None
-        m.destroy_due_at = None
-        self.due["auto_stop"].pop(m.id, None)
-        self.due["auto_destroy"].pop(m.id, None)
+        self._clear(m, ("stop_due_at", "destroy_due_at"))
 
     def _bill(self, m: Machine, now: float) -> None:
         self._segment(m)
@@ -1437,7 +1433,7 @@ class Sim:
         m.intent = "STOPPED" if op == "stop" else "DESTROYED"
         self._move(m, "STOPPING" if op == "stop" else "DESTROYING", lifecycle.Actor.REAPER)
         if claim is not None:
-            self._clear(m, claim.clear_at_begin)
+            self._clear(m, (c.key for c in claim.clear_at_begin))
             m.clear_at_end = tuple(c.key for c in claim.clear_at_end)
         else:
             m.clear_at_end = ("stop_due_at", "destroy_due_at") if op == "destroy" else ()
