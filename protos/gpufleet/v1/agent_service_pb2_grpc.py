@@ -94,7 +94,10 @@ class AgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StartJob(self, request, context):
-        """Idempotent by attempt_id.
+        """Idempotent by attempt_id. Never delivered once its caller may have given up: a call
+        read right after the agent was paused (stopped, a paused VM, a starved host) for as long
+        as its deadline is refused DEADLINE_EXCEEDED (reason CALLER_MAY_HAVE_GIVEN_UP); the
+        scheduler has taken such a start back and may already run the job elsewhere.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

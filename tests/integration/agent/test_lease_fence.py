@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -189,3 +191,62 @@ def test_a_start_the_scheduler_gave_up_on_is_never_launched(
     assert not agent.state_dir.joinpath("attempts", "given-up").exists()
     assert not agent.state_dir.joinpath("inbox", "given-up.json").exists()
     client.close()
+
+
+# A scheduler process that sends one StartJob (a 1 s deadline) when told to, on a channel
+# it opened while the agent still ran, and reports how the call ended.
+_LATE_CANCELLER = """
+import sys, grpc
+from gpufleet.common.trust.identity import Role
+from gpufleet.v1 import agent_service_pb2_grpc
+from tests.integration.agent.conftest import start_request
+from tests.support import tls
+address, machine_id = sys.argv[1:3]
+with tls.channel(address, Role.MACHINE, who="scheduler", machine_id=machine_id) as channel:
+    stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    stub.Probe(__import__("gpufleet.v1.agent_service_pb2", fromlist=["x"]).ProbeRequest(), timeout=5)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    try:
+        stub.StartJob(start_request("cancel-late", duration_s=10_000), timeout=1.0)
+        print("answered", flush=True)
+    except grpc.RpcError as err:
+        print(err.code().name, flush=True)
+"""
+
+
+def test_a_start_read_after_a_pause_is_refused_though_its_callers_cancel_comes_later(
+    launcher: AgentLauncher, fake_scheduler: FakeWorkerService, tmp_path: Path
+) -> None:
+    """The race gRPC alone loses: the caller gave up, but its cancel has not reached the agent
+    when the agent thaws and reads the call (here the caller froze too, before its deadline's
+    cancel went out). The agent knows it was paused longer than the call's deadline and
+    refuses; without that it would launch a start the scheduler took back."""
+    agent = launcher.start(tmp_path / "state", machine_id="thawed-2", slots=1, extra_env=LEASE_ENV)
+    caller = subprocess.Popen(
+        [sys.executable, "-c", _LATE_CANCELLER, agent.address, agent.machine_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert caller.stdin is not None and caller.stdout is not None
+    try:
+        assert caller.stdout.readline().strip() == "ready"
+        os.kill(agent.proc.pid, signal.SIGSTOP)
+        caller.stdin.write("go\n")
+        caller.stdin.flush()
+        time.sleep(0.5)  # the call is on the wire, half its deadline gone
+        os.kill(caller.pid, signal.SIGSTOP)  # its cancel, due at 1 s, will go out late
+        time.sleep(1.5)
+        os.kill(agent.proc.pid, signal.SIGCONT)
+        time.sleep(1.0)  # the agent reads the call and decides, the caller still frozen
+        assert not agent.state_dir.joinpath("attempts", "cancel-late").exists()
+        assert not agent.state_dir.joinpath("inbox", "cancel-late.json").exists()
+    finally:
+        os.kill(agent.proc.pid, signal.SIGCONT)
+        os.kill(caller.pid, signal.SIGCONT)
+    caller.stdin.close()
+    assert caller.stdout.readline().strip() == "DEADLINE_EXCEEDED"
+    assert caller.wait(timeout=10) == 0
+    assert agent.client().probe().worker_alive

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.agent.pauses import PauseWatch
 from gpufleet.agent.samplers import RequestCounter, SimulatedSampler
 from gpufleet.agent.servicer import AgentServicer, StateActivity
 from gpufleet.agent.specs import AttemptResult, JobSpec, Outcome
@@ -22,7 +23,10 @@ SLOTS = 4
 
 
 def servicer(
-    state: StateDir, watch: FakeWatch | None = None, pipeline: list[str] | None = None
+    state: StateDir,
+    watch: FakeWatch | None = None,
+    pipeline: list[str] | None = None,
+    pauses: PauseWatch | None = None,
 ) -> AgentServicer:
     requests = RequestCounter()
     return AgentServicer(
@@ -34,6 +38,7 @@ def servicer(
         requests=requests,
         clock=ManualClock(),
         pipeline_command=pipeline or PIPELINE,
+        pauses=pauses,
     )
 
 

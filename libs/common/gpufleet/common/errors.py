@@ -122,6 +122,14 @@ class DatabaseUnavailable(Unavailable):
     default_retry_after_s = 2.0
 
 
+class DeadlineExceeded(GpufleetError):
+    """A call refused because its caller may already have given up on it: acting on it
+    late could undo what the caller did next (a start taken back and dispatched again)."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    default_reason = "CALLER_MAY_HAVE_GIVEN_UP"
+
+
 class PermissionDenied(GpufleetError):
     """The caller is who it says, and may not do this."""
 

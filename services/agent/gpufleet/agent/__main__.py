@@ -20,6 +20,7 @@ from gpufleet.agent import views
 from gpufleet.agent.dead_man import Contact, DeadManSwitch
 from gpufleet.agent.dead_man import Policy as DeadManPolicy
 from gpufleet.agent.gpu_health import GpuHealthWatcher, health_file, load_report
+from gpufleet.agent.pauses import PauseWatch
 from gpufleet.agent.samplers import RequestCounter, choose_sampler, load_pynvml
 from gpufleet.agent.servicer import AgentServicer, StateActivity
 from gpufleet.agent.settings import AGENT_VERSION, Settings
@@ -95,6 +96,8 @@ def main() -> int:
         pause=pause.wait,
     )
     contact = Contact(clock.now())
+    pauses = PauseWatch()
+    pauses.start()
     servicer = AgentServicer(
         machine_id=settings.machine_id,
         slots=settings.slots,
@@ -106,6 +109,7 @@ def main() -> int:
         pipeline_command=settings.pipeline_command,
         contact=contact,
         gpu_health=gpu_health,
+        pauses=pauses,
     )
     full_name = agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
     server = create_server(

@@ -12,6 +12,7 @@ import functools
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from gpufleet.agent import views
 from gpufleet.agent.dead_man import Contact
 from gpufleet.agent.gpu_health import GpuHealthWatcher, to_proto
+from gpufleet.agent.pauses import PauseWatch, may_have_outlived
 from gpufleet.agent.samplers import RequestCounter, UtilizationSampler
 from gpufleet.agent.settings import AGENT_VERSION
 from gpufleet.agent.specs import JobSpec
@@ -28,7 +30,13 @@ from gpufleet.agent.statedir import ATTEMPT_ID_PATTERN, AttemptFiles, StateDir, 
 from gpufleet.agent.supervisor import WorkerWatch, startup_status
 from gpufleet.common import paging
 from gpufleet.common.clock import Clock
-from gpufleet.common.errors import FailedPrecondition, GpufleetError, InvalidArgument, NotFound
+from gpufleet.common.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    GpufleetError,
+    InvalidArgument,
+    NotFound,
+)
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 
 DEFAULT_WINDOW = timedelta(seconds=2)
@@ -153,8 +161,11 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
         pipeline_command: list[str],
         contact: Contact | None = None,
         gpu_health: GpuHealthWatcher | None = None,
+        pauses: PauseWatch | None = None,
     ) -> None:
         self.contact = contact
+        self.pauses = pauses
+        self.monotonic = pauses.monotonic if pauses is not None else time.monotonic
         self.gpu_health = gpu_health
         self.machine_id = machine_id
         self.slots = slots
@@ -206,8 +217,11 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
     def StartJob(
         self, request: agent_service_pb2.AgentServiceStartJobRequest, context: Any
     ) -> agent_service_pb2.AgentServiceStartJobResponse:
+        handled_at = self.monotonic()
         self.requests.add()
-        return agent_service_pb2.AgentServiceStartJobResponse(already_running=self._start(request))
+        return agent_service_pb2.AgentServiceStartJobResponse(
+            already_running=self._start(request, context, handled_at)
+        )
 
     @_from_control_plane
     def StartJobs(
@@ -217,11 +231,12 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
         its own attempt only."""
         if len(request.jobs) > MAX_START_JOBS:
             raise InvalidArgument(f"at most {MAX_START_JOBS} attempts a call", field="jobs")
+        handled_at = self.monotonic()
         self.requests.add()
         results = []
         for job in request.jobs:
             try:
-                already = self._start(job)
+                already = self._start(job, context, handled_at)
             except GpufleetError as exc:
                 results.append(
                     agent_service_pb2.StartJobResult(
@@ -234,8 +249,12 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
             )
         return agent_service_pb2.StartJobsResponse(results=results)
 
-    def _start(self, request: agent_service_pb2.AgentServiceStartJobRequest) -> bool:
-        """Deliver one attempt to the worker; True when it was delivered before (idempotent)."""
+    def _start(
+        self, request: agent_service_pb2.AgentServiceStartJobRequest, context: Any, handled_at: float
+    ) -> bool:
+        """Deliver one attempt to the worker; True when it was delivered before (idempotent).
+        A start whose caller may have given up is refused, never delivered late
+        (gpufleet.agent.pauses says how that happens)."""
         spec = spec_from_request(request, self.slots)
         with self._lock:
             if self.state.known(spec.attempt_id):
@@ -246,8 +265,29 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
             if not self.supervisor.alive():
                 raise FailedPrecondition("the worker is not running on this machine")
             self._refuse_busy_slots(spec)
+            self._refuse_if_given_up(context, handled_at)
             self._deliver(spec)
         return False
+
+    def _refuse_if_given_up(self, context: Any, handled_at: float) -> None:
+        """The last look before a start is delivered: the caller cancelled, its deadline
+        passed while the handler waited, or this process was paused long enough that it may
+        have given up before the call was read. (No context: called directly, not over gRPC.)"""
+        if context is None:
+            return
+        if not context.is_active():
+            raise DeadlineExceeded("the caller gave up on this start before it was delivered")
+        remaining = context.time_remaining()
+        if remaining is None or self.pauses is None:
+            return
+        now = self.monotonic()
+        pause = self.pauses.last(handled_at)
+        if may_have_outlived(pause, handled_at=handled_at, now=now, remaining_s=remaining):
+            assert pause is not None
+            raise DeadlineExceeded(
+                f"this agent was paused for {pause.ended - pause.began:.1f} s just before the call "
+                f"was read: the scheduler may have taken the start back; ask again"
+            )
 
     def _refuse_busy_slots(self, spec: JobSpec) -> None:
         wanted = set(spec.occupies())
