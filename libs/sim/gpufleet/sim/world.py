@@ -61,6 +61,7 @@ from gpufleet.reaper.net_runner import A, Claim, OneStepSpec, P
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.scheduler.tick import decide as tick_decide
 from gpufleet.scheduler.tick.dispatch_failure import backoff_s
+from gpufleet.scheduler.tick.earmark_updates import EarmarkRow, EarmarkUpdate, films_started, plan_updates
 from gpufleet.scheduler.tick.films import WAIT_SHARE_CAP
 from gpufleet.scheduler.tick.model import (
     CreateMachine,
@@ -666,16 +667,10 @@ class Sim:
             if a is not None and a.state in ("STARTING", "RUNNING"):
                 self._end_attempt(a, EndCause.TIME_LIMIT)
                 self._ledger(FailureClass.JOB_TIMED_OUT, None)
-        for r in plan.releases:
-            m = self.machines[r.machine_id]
-            m.earmarked_for = None
-            if m.state == "DRAINING":
-                self._move(m, "READY", lifecycle.Actor.FLEET_TICK)
-        for d in plan.drains:
-            m = self.machines[d.machine_id]
-            if m.state == "READY":
-                self._move(m, "DRAINING", lifecycle.Actor.FLEET_TICK)
-                m.earmarked_for = d.job_id
+        if plan.releases or plan.drains:
+            ids = {r.machine_id for r in plan.releases} | {d.machine_id for d in plan.drains}
+            rows = {mid: _earmark_row(self.machines[mid]) for mid in ids}
+            self._earmark(plan_updates(rows, plan.drains, plan.releases))
         if plan.pool_clocks or plan.warm_pins:
             self._apply_pools(plan, now)
         for action in plan.scale:
@@ -694,6 +689,17 @@ class Sim:
                 self._touch(pool)
         else:
             self.share_capped.discard(pool)
+
+    def _earmark(self, updates: Iterable[EarmarkUpdate]) -> None:
+        """The films' writes, the scheduler's own updates (``earmark_updates``): an earmark
+        cleared before the machine moves, one set after."""
+        for u in updates:
+            m = self.machines[u.read.machine_id]
+            if u.earmark is None:
+                m.earmarked_for = None
+            if u.to is not None:
+                self._move(m, u.to.value, lifecycle.Actor.FLEET_TICK)
+            m.earmarked_for = u.earmark
 
     def _apply_pools(self, plan: TickPlan, now: float) -> None:
         """The pools' idle clocks and warm pins, as the tick's pool writes apply them
@@ -798,14 +804,11 @@ class Sim:
                 del queue[job.workspace]
         self.running_per_ws[job.workspace] += 1
         if job.whole:
-            # A film placed: as the assign commit does (earmarks.clear_for_started_films),
-            # every other machine held for it is released at once, a draining one ready again.
-            for mid in sorted(self.by_pool[job.pool]):
-                other = self.machines[mid]
-                if other is not m and other.earmarked_for == job.id:
-                    other.earmarked_for = None
-                    if other.state == "DRAINING":
-                        self._move(other, "READY", lifecycle.Actor.FLEET_TICK)
+            # A film placed: as the assign commit does, every machine held for it is
+            # unearmarked, a draining one ready again (earmark_updates.films_started).
+            held = (self.machines[mid] for mid in sorted(self.by_pool[job.pool]))
+            rows = [_earmark_row(h) for h in held if h.earmarked_for == job.id]
+            self._earmark(films_started(rows, {job.id: m.id}))
             self._touch(job.pool)
         if self.running_per_ws[job.workspace] >= self.limits.get(job.workspace, 0):
             # The workspace is at its plan's cap: its jobs waiting anywhere stop waiting to
@@ -815,10 +818,6 @@ class Sim:
                 if self.waiting[(job.workspace, pool)]:
                     self._touch(pool)
         self.held_slots[(job.workspace, job.pool)] += len(slots)
-        if m.earmarked_for == job.id:
-            m.earmarked_for = None
-            if m.state == "DRAINING":
-                self._move(m, "READY", lifecycle.Actor.FLEET_TICK)
         # The assign commit clears the machine's idle timers.
         self._clear_timers(m)
         self.idle_watch.discard(m.id)
@@ -2190,3 +2189,7 @@ def _pick(rng: random.Random, table: tuple[tuple[str, float], ...]) -> str:
 def _lognorm(rng: random.Random, p50: float, p_hi: float, z: float, cap: float) -> float:
     sigma = math.log(p_hi / p50) / z
     return min(rng.lognormvariate(math.log(p50), sigma), cap)
+
+
+def _earmark_row(m: Machine) -> EarmarkRow:
+    return EarmarkRow(m.id, MachineState(m.state), m.earmarked_for)
