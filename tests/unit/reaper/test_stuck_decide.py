@@ -20,6 +20,7 @@ from gpufleet.reaper.stuck_transition import (
     ReissueCall,
     StuckPolicy,
     decide,
+    finish_values,
 )
 from tests.unit.reaper.nets_fixtures import HEALTHY, NOW, ago
 
@@ -217,3 +218,40 @@ def test_a_destroy_awaiting_confirmation(
 def test_without_an_unconfirmed_destroy_nothing_is_read_before_the_stuck_limit() -> None:
     early = stuck("DESTROYING", "DESTROYED", minutes=1)
     assert decide(NOW, early, ProviderView(GONE), POLICY) is None
+
+
+def test_a_create_finished_running_keeps_the_sighting_its_boot_window_counts_from() -> None:
+    """A create whose answer was lost, listed running 9 minutes ago: its boot window started
+    then, not when the net finishes it (a hung boot is caught on time); never seen: now."""
+    created = replace(stuck("PROVISIONING", "RUNNING", 12), first_observed_at=ago(minutes=9))
+    values = finish_values(FinishTransition(MachineState.BOOTING, "i-1", "10.0.0.1:7000"), created, NOW)
+    assert values == {
+        "first_observed_at": ago(minutes=9),
+        "provider_instance_id": "i-1",
+        "agent_address": "10.0.0.1:7000",
+    }
+    never_seen = replace(created, first_observed_at=None)
+    assert finish_values(FinishTransition(MachineState.BOOTING), never_seen, NOW) == {
+        "first_observed_at": NOW
+    }
+
+
+def test_a_start_finished_running_keeps_its_sighting_too() -> None:
+    """A start's intent emptied the column (a new life): a listing since set it."""
+    started = replace(stuck("STARTING", "RUNNING", 12), first_observed_at=ago(minutes=8))
+    assert finish_values(FinishTransition(MachineState.BOOTING), started, NOW) == {
+        "first_observed_at": ago(minutes=8)
+    }
+
+
+@pytest.mark.parametrize(
+    ("end", "values"),
+    [
+        (MachineState.STOPPED, {"stop_due_at": None}),
+        (MachineState.DESTROYED, {"stop_due_at": None, "destroy_due_at": None}),
+    ],
+)
+def test_a_stop_or_destroy_finished_clears_the_timers_it_ends(
+    end: MachineState, values: dict[str, object]
+) -> None:
+    assert finish_values(FinishTransition(end), stuck("STOPPING", "STOPPED"), NOW) == values

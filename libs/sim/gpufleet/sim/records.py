@@ -129,6 +129,12 @@ class Machine:
     # The report clock of an earlier life (a stopped and started machine keeps its row).
     earlier_report_at: datetime | None = None
     earlier_probe_ok_at: datetime | None = None
+    # When this life was first observed running, kept once its instance stopped running
+    # (the row's first_observed_at outlives what the truth below can still tell).
+    kept_first_observed: float = INF
+    # The row's first_observed_at as a writer set it outright (a stuck transition finished
+    # to BOOTING: its boot window starts there), over what the truth would say.
+    recorded_first_observed: float = INF
     # -- the truth -----------------------------------------------------------------------
     life: int = 0
     inst_status: str = ""  # "", PENDING, RUNNING, STOPPED, TERMINATED (the provider's word)
@@ -203,12 +209,14 @@ class Machine:
     def first_observed(self, now: float) -> float:
         """When this platform first saw this life running: the first listing, probe or
         report (INF: not yet)."""
+        if self.recorded_first_observed < INF:
+            return self.recorded_first_observed if self.recorded_first_observed <= now else INF
         t = INF
         if self.run_since < INF:
             t = grid_ceil(self.run_since, LISTING_EVERY_S)
         if self.reachable_since < INF:
             t = min(t, grid_ceil(self.reachable_since, PROBE_EVERY_S))
-        t = min(t, self.startup_done_at)
+        t = min(t, self.startup_done_at, self.kept_first_observed)
         return t if t <= now else INF
 
     def healthy_truth(self, now: float) -> bool:

@@ -27,11 +27,11 @@ from bisect import bisect_left, bisect_right, insort
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from itertools import accumulate
 
-from gpufleet.common import lifecycle
+from gpufleet.common import lifecycle, spot_history
 from gpufleet.common import nets as net_registry
 from gpufleet.common.call_failures import Op, decide_call_failure
 from gpufleet.common.catalog import DEFAULT_CATALOG, PlanSpec
@@ -84,6 +84,7 @@ from gpufleet.sim.records import INF, USELESS_CLASSES, Attempt, Failure, Job, Ma
 from gpufleet.sim.tick_rows import PoolRows
 from gpufleet.sweeper import inventory_reconcile, orphan_sweep
 from gpufleet.sweeper.listing import ListedInstance
+from gpufleet.sweeper.machine_loss import MachineLoss, classify_loss, loss_update
 from gpufleet.sweeper.orphan_rows import OrphanAction
 
 POLICIES = ("nets", "oracle", "merged")
@@ -1046,8 +1047,6 @@ class Sim:
             span = now - m.bill_from
             self.metrics.billed_s += span
             self.metrics.cost_micros += span * m.offering.hourly_price_micros / 3600.0
-            if m.offering.capacity_type == "SPOT":
-                m.spot_seconds += span
             m.bill_from = None
         self._idle(m, now)
 
@@ -1072,6 +1071,7 @@ class Sim:
             m.earlier_report_at = m.worker_report_at(boot_at, self.heartbeat_s)
         m.earlier_probe_ok_at = m.probe_ok_at(boot_at) or m.earlier_probe_ok_at
         m.life_failures = []
+        m.kept_first_observed = m.recorded_first_observed = INF
         m.inst_status = "RUNNING"
         m.run_since = boot_at
         m.bill_from = boot_at
@@ -1380,6 +1380,7 @@ class Sim:
         m.intent = "RUNNING"
         m.earmarked_for = for_job
         self._clear_timers(m)
+        m.kept_first_observed = INF  # a new life: nothing of it observed yet (the start's intent)
         self._move(m, "STARTING", lifecycle.Actor.FLEET_TICK)
         self._call(m, "start", lambda outcome: self._started_machine(m, outcome))
 
@@ -1430,6 +1431,9 @@ class Sim:
             if f.caught_at is None and f.cls in USELESS_CLASSES:
                 self._caught(f, detector)
         m.intent = "STOPPED" if op == "stop" else "DESTROYED"
+        # The claim adds a running spot machine's run to its history, as the reaper's does.
+        spot = m.offering.capacity_type == "SPOT"
+        m.spot_seconds += spot_history.claimed_s(spot, m.state, self._first_observed_at(m, now), dt(now))
         self._move(m, "STOPPING" if op == "stop" else "DESTROYING", lifecycle.Actor.REAPER)
         if claim is not None:
             self._clear(m, (c.key for c in claim.clear_at_begin))
@@ -1458,6 +1462,7 @@ class Sim:
     def _provider_does(self, m: Machine, op: str) -> None:
         now = self.q.now
         self._bill(m, now)
+        m.kept_first_observed = m.first_observed(now)
         m.inst_status = "STOPPED" if op == "stop" else "TERMINATED"
         m.run_since = INF
         m.earlier_probe_ok_at = m.probe_ok_at(now) or m.earlier_probe_ok_at
@@ -1575,8 +1580,12 @@ class Sim:
                 ready.append(mid)
         return [self.machines[mid] for mid in sorted(ready) if mid in self.live]
 
-    def snapshot(self, m: Machine, now: float) -> MachineSnapshot:
+    @staticmethod
+    def _first_observed_at(m: Machine, now: float) -> datetime | None:
         first = m.first_observed(now)
+        return dt(first) if first < INF else None
+
+    def snapshot(self, m: Machine, now: float) -> MachineSnapshot:
         return MachineSnapshot(
             machine_id=m.id,
             origin="PROVISIONED",
@@ -1585,7 +1594,7 @@ class Sim:
             intent=m.intent,
             workload_class="REPORTING",
             live_attempts=len(_live(m)),
-            first_observed_at=dt(first) if first < INF else None,
+            first_observed_at=self._first_observed_at(m, now),
             stop_due_at=m.stop_due_at,
             destroy_due_at=m.destroy_due_at,
             agent_address="sim",
@@ -1809,13 +1818,7 @@ class Sim:
                 if f.cls in ("call_failed", "call_timed_out", "answer_lost") and f.caught_at is None:
                     self._caught(f, "stuck_transition")
             if isinstance(d, stuck_transition.FinishTransition):
-                end = d.end.value
-                if end == "BOOTING":
-                    m.provider_instance_id = m.provider_instance_id or f"i-{m.id}"
-                    self._move(m, "BOOTING", lifecycle.Actor.REAPER)
-                    self._watch_boot(m, now)
-                else:
-                    self._finish(m, end, lifecycle.Actor.REAPER)
+                self._finish_transition(m, d)
             elif isinstance(d, stuck_transition.AlertStuck):
                 # The scan reads it again every tick; the incident is opened once.
                 self._due("stuck_transition", m, now + every)
@@ -1836,6 +1839,26 @@ class Sim:
             else:  # a re-issued call may still be under way: read again next pass
                 self._due("stuck_transition", m, now + every)
 
+    def _finish_transition(self, m: Machine, finish: stuck_transition.FinishTransition) -> None:
+        """A transition the net finished, with the columns its writer writes beside the state
+        (``stuck_transition.finish_values``)."""
+        now = self.q.now
+        for column, value in stuck_transition.finish_values(finish, self.snapshot(m, now), dt(now)).items():
+            if column == "first_observed_at":
+                assert isinstance(value, datetime)
+                m.recorded_first_observed = secs(value)
+            elif column == "provider_instance_id":
+                m.provider_instance_id = str(value)
+            elif column in ("stop_due_at", "destroy_due_at"):
+                self._clear(m, (column,))
+            elif column != "agent_address":  # the simulator's agents have no address
+                raise ValueError(f"a finished transition writes {column}, which the simulator does not keep")
+        if finish.end is MachineState.BOOTING:
+            self._move(m, "BOOTING", lifecycle.Actor.REAPER)
+            self._watch_boot(m, now)
+        else:
+            self._finish(m, finish.end.value, lifecycle.Actor.REAPER)
+
     def _reissue_answered(self, m: Machine, op: str, outcome: str) -> None:
         """A re-issued stop or destroy: done (the transition ends), refused (nothing done;
         the net reads again), or done with its answer lost (the next read finishes it)."""
@@ -1846,7 +1869,8 @@ class Sim:
         if m.inst_status not in ("", "TERMINATED") and not (op == "stop" and m.inst_status == "STOPPED"):
             self._provider_does(m, op)
         if outcome == "ok":
-            self._finish(m, "STOPPED" if op == "stop" else "DESTROYED", lifecycle.Actor.REAPER)
+            end = MachineState.STOPPED if op == "stop" else MachineState.DESTROYED
+            self._finish_transition(m, stuck_transition.FinishTransition(end))
 
     def _human(self, m: Machine) -> None:
         """An operator answers the incident: the call is made again (or the row ended when
@@ -1898,17 +1922,22 @@ class Sim:
         for loss in d.losses:
             m = self.machines[loss.machine_id]
             self.recon_watch.discard(m.id)
-            self._record_loss(m, loss.failure_class, loss.end_state.value, "inventory_reconcile")
+            self._record_loss(m, loss, "inventory_reconcile")
 
-    def _record_loss(self, m: Machine, fc: FailureClass, end: str, by: str) -> None:
+    def _record_loss(self, m: Machine, loss: MachineLoss, by: str) -> None:
+        """A loss as the sweeper writes it (``machine_loss.loss_update``): its ledger row,
+        then the machine following the provider, its pre-emption history and timers."""
         for f in m.life_failures:
             if f.cls == "preemption" and f.caught_at is None:
                 self._caught(f, by)
-        if fc in (FailureClass.PREEMPTED, FailureClass.SPOT_STOPPED):
-            m.preemptions += 1
-        m.intent = "STOPPED" if end == "STOPPED" else "DESTROYED"
-        self._ledger(fc, m)
-        self._finish(m, end, lifecycle.Actor.SWEEPER)
+        now = self.q.now
+        update = loss_update(loss, self._first_observed_at(m, now), dt(now))
+        m.preemptions += update.preemptions_added
+        m.spot_seconds += update.spot_seconds_added
+        self._ledger(loss.failure_class, m)
+        m.intent = update.intent.value
+        self._finish(m, update.end_state.value, lifecycle.Actor.SWEEPER)
+        self._clear(m, update.clears)
 
     def _net_orphan_sweep(self, now: float) -> None:
         policy = self.orphan_policy
@@ -1987,7 +2016,12 @@ class Sim:
         self._inject(m, "preemption", self.q.now)
         self._provider_does(m, "destroy")
         if self.policy == "oracle":
-            self._record_loss(m, FailureClass.PREEMPTED, "DESTROYED", "oracle")
+            taken = classify_loss(m.offering.capacity_type, "TERMINATED")
+            assert taken is not None
+            kind, end = taken
+            self._record_loss(
+                m, MachineLoss(m.id, kind, end, "TERMINATED", m.state, m.state_changed_at), "oracle"
+            )
             return
         self._watch("inventory_reconcile", self.recon_watch, m.id)
 

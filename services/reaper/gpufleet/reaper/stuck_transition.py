@@ -127,6 +127,29 @@ class FinishTransition:
     agent_address: str = ""
 
 
+def finish_values(finish: FinishTransition, machine: MachineSnapshot, now: datetime) -> dict[str, object]:
+    """The columns a finished transition writes beside its state, decided once (the net's
+    writer and the simulator apply them): a stopped machine has no stop timer left, a
+    destroyed one no timer at all; one seen running takes the instance and address the
+    provider gave, and its boot window (``first_observed_at``) starts when this platform
+    first saw this life running. A create or start whose answer was lost is often listed or
+    probed running long before the net finishes it, and the column — empty from the create
+    or the start's intent until this life is seen — kept that sighting: it stands (else
+    now). Restarting the window here let a hung boot run up to ``stuck_after`` past it."""
+    if finish.end is MachineState.BOOTING:
+        values: dict[str, object] = {"first_observed_at": machine.first_observed_at or now}
+        if finish.provider_instance_id:
+            values["provider_instance_id"] = finish.provider_instance_id
+        if finish.agent_address:
+            values["agent_address"] = finish.agent_address
+        return values
+    if finish.end is MachineState.STOPPED:
+        return {"stop_due_at": None}
+    if finish.end is MachineState.DESTROYED:
+        return {"stop_due_at": None, "destroy_due_at": None}
+    return {}
+
+
 @dataclass(frozen=True)
 class ReissueCall:
     """Send the intent's call again: ``operation`` is ``stop`` or ``destroy``."""
@@ -484,19 +507,7 @@ class StuckTransition:
 
     def _finish(self, machine: MachineSnapshot, finish: FinishTransition, *, why: str) -> bool:
         now = self.clock.now()
-        values: dict[str, object] = {}
-        if finish.end is MachineState.BOOTING:
-            # Seen running now: its boot window (and first observation) start here.
-            values["first_observed_at"] = now
-            if finish.provider_instance_id:
-                values["provider_instance_id"] = finish.provider_instance_id
-            if finish.agent_address:
-                values["agent_address"] = finish.agent_address
-        elif finish.end is MachineState.STOPPED:
-            values["stop_due_at"] = None
-        elif finish.end is MachineState.DESTROYED:
-            values["stop_due_at"] = None
-            values["destroy_due_at"] = None
+        values = finish_values(finish, machine, now)
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
             return lifecycle.transition(

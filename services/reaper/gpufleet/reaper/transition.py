@@ -35,10 +35,10 @@ from opentelemetry import context as otel_context
 from sqlalchemy import ColumnElement
 from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
-from gpufleet.common import lifecycle
+from gpufleet.common import lifecycle, spot_history
 from gpufleet.common.calls import CallPool, Outcomes
 from gpufleet.common.clock import Clock
-from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineState
+from gpufleet.common.db.enums import MachineIntent, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.errors import GpufleetError
 from gpufleet.common.leadership import LeaderLease
@@ -129,15 +129,10 @@ def record_unconfirmed(
 
 
 def spot_run_seconds(machine: MachineSnapshot, now: datetime) -> float:
-    """How long a running spot machine has run this life (0 for anything else), so that the
-    pre-emption rate is pre-emptions over all spot hours, not only over the hours that
-    ended in a pre-emption."""
+    """The spot seconds this claim adds to the machine's history (gpufleet.common.spot_history)."""
     offering = machine.offering
-    if offering is None or offering.capacity_type != machine_pb2.CAPACITY_TYPE_SPOT:
-        return 0.0
-    if machine.state not in {s.value for s in RUNNING_STATES} or machine.first_observed_at is None:
-        return 0.0
-    return max(0.0, (now - machine.first_observed_at).total_seconds())
+    spot = offering is not None and offering.capacity_type == machine_pb2.CAPACITY_TYPE_SPOT
+    return spot_history.claimed_s(spot, machine.state, machine.first_observed_at, now)
 
 
 def request_id(operation: str, machine_id: str, at: datetime) -> str:

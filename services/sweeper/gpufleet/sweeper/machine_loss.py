@@ -40,6 +40,7 @@ from enum import StrEnum
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common import spot_history
 from gpufleet.common.attempts import LostAttempt
 from gpufleet.common.db.enums import CapacityType, MachineIntent, MachineOrigin, MachineState
 from gpufleet.common.db.models import Machine
@@ -109,6 +110,34 @@ def classify_loss(
     return None
 
 
+@dataclass(frozen=True)
+class LossUpdate:
+    """What a loss writes on its machine beside its ledger row, decided once: the sweeper's
+    writer (:func:`apply_loss`) and the simulator apply it."""
+
+    end_state: MachineState
+    intent: MachineIntent
+    # The pre-emption history the scale step prices (gpufleet.common.spot_history).
+    preemptions_added: int
+    spot_seconds_added: float
+    # The idle timers set to nothing: a stopped machine keeps its destroy timer for the
+    # money chain.
+    clears: tuple[str, ...]
+
+
+def loss_update(loss: MachineLoss, first_observed_at: datetime | None, now: datetime) -> LossUpdate:
+    """The machine follows the provider (STOPPED, disk kept, or DESTROYED, with the matching
+    intent); a pre-emption counts one and adds the run it cut short."""
+    stopped = loss.end_state is MachineState.STOPPED
+    return LossUpdate(
+        end_state=loss.end_state,
+        intent=MachineIntent.STOPPED if stopped else MachineIntent.DESTROYED,
+        preemptions_added=1 if loss.preemption else 0,
+        spot_seconds_added=spot_history.ran_s(first_observed_at, now) if loss.preemption else 0.0,
+        clears=("stop_due_at",) if stopped else ("stop_due_at", "destroy_due_at"),
+    )
+
+
 def _still_applies(m: Machine, loss: MachineLoss) -> bool:
     """The scan's view still holds: nothing (a deliberate stop, a start) moved it since."""
     return (
@@ -157,12 +186,9 @@ def apply_loss(
         if machine is None or not _still_applies(machine, loss):
             return None
         why = _why(loss)
-        ran_s = 0.0
-        if loss.preemption:
-            if machine.first_observed_at is not None:
-                ran_s = max(0.0, (now - machine.first_observed_at).total_seconds())
-            machine.preemption_count += 1
-            machine.spot_seconds += ran_s
+        update = loss_update(loss, machine.first_observed_at, now)
+        machine.preemption_count += update.preemptions_added
+        machine.spot_seconds += update.spot_seconds_added
         _, applied = record_and_apply(
             session,
             now,
@@ -173,7 +199,8 @@ def apply_loss(
                 f"{why}; instance {machine.provider_instance_id or '?'} at {machine.provider}; "
                 f"machine {loss.state} -> {loss.end_state.value}"
                 + (
-                    f"; pre-emption {machine.preemption_count}, ran {ran_s:.0f}s of spot time this run"
+                    f"; pre-emption {machine.preemption_count}, ran {update.spot_seconds_added:.0f}s of spot "
+                    "time this run"
                     if loss.preemption
                     else ""
                 )
@@ -181,15 +208,10 @@ def apply_loss(
             policy=outcomes,
         )
         lost = applied.lost_attempts
-        record(machine, loss.end_state, by=Actor.SWEEPER, why=f"{detector}: {why}", now=now)
-        machine.intent = (
-            MachineIntent.STOPPED.value
-            if loss.end_state is MachineState.STOPPED
-            else MachineIntent.DESTROYED.value
-        )
-        machine.stop_due_at = None
-        if loss.end_state is MachineState.DESTROYED:
-            machine.destroy_due_at = None
+        record(machine, update.end_state, by=Actor.SWEEPER, why=f"{detector}: {why}", now=now)
+        machine.intent = update.intent.value
+        for timer in update.clears:
+            setattr(machine, timer, None)
     log.warning(
         "machine %s lost: %s; attempts ended lost, uncharged: %s",
         loss.machine_id,

@@ -208,6 +208,11 @@ class ScaleController:
         # Starting a machine for work clears both idle timers.
         machine.stop_due_at = None
         machine.destroy_due_at = None
+        # A new life: nothing of it observed yet. The first listing, probe or report of it
+        # (or the start's answer) sets it; an earlier life's sighting would count this boot
+        # from a time before it began (the stuck-transition net finishing a start whose
+        # answer was lost keeps the sighting, as for a create).
+        machine.first_observed_at = None
         log.info("starting stopped machine %s", machine_id, extra={"fields": {"machine_id": machine_id}})
         return int(had_timers)
 
