@@ -5,7 +5,8 @@ first check, and what the simulator decides on) sit side by side in each net's m
 (gpufleet.reaper.net_runner says why they are not generated from one). Here both run over
 one table of machines on each store: every timer and report clock before, at and after
 its threshold, every state, contact and no contact, this life and the last. A rule
-changed in one form and not the other fails here.
+changed in one form and not the other fails here. Each net's ``due_at`` (when a machine
+falls due if nothing changes: the simulator wakes the net then) agrees with both.
 """
 
 from __future__ import annotations
@@ -93,3 +94,14 @@ def _agree(sessions: sessionmaker[Session], spec: OneStepSpec[Any, Any]) -> None
     for m in everything:
         if m.machine_id not in judged:
             assert spec.decide(NOW, m, policy) is None, (spec.name, m)
+    # Its requeue-after (``due_at``) is the first instant the scan selects it, nothing changing:
+    # not a microsecond before, and from then on; None for one the scan never selects.
+    tick = timedelta(microseconds=1)
+    for m in everything:
+        at = spec.due_at(m, policy)
+        if at is None:
+            assert not spec.is_due(NOW + timedelta(days=365), m, policy), (spec.name, m)
+            continue
+        assert not spec.is_due(at - tick, m, policy) and spec.is_due(at, m, policy), (spec.name, m)
+    at_later = {m.machine_id for m in everything if (a := spec.due_at(m, policy)) is not None and a <= NOW}
+    assert at_later == selected, spec.name

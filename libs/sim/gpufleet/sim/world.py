@@ -1026,6 +1026,13 @@ class Sim:
                 heapq.heappush(self.due_heap[net], (t, m.id))
                 self._wake(net, t)
 
+    def _due_as(self, spec: OneStepSpec[P, A], policy: P, m: Machine, now: float) -> None:
+        """Wake ``spec``'s net for ``m`` when the net's own ``due_at`` says it falls due
+        (its requeue-after, nothing changing), if it ever does."""
+        at = spec.due_at(self.snapshot(m, now), policy)
+        if at is not None:
+            self._due(spec.name, m, secs(at))
+
     def _clear(self, m: Machine, timers: Iterable[str]) -> None:
         """Clear the idle timers named (by their columns' names, as a claim lists them)."""
         for name in timers:
@@ -1202,7 +1209,7 @@ class Sim:
         f.held_s = max(0.0, m.first_observed(now) + self.silent_policy.grace.total_seconds() - now)
         report = m.worker_report_at(now, self.heartbeat_s)
         assert report is not None
-        self._due("went_silent", m, secs(report) + self.silent_after_s)
+        self._due_as(went_silent.SPEC, self.silent_policy, m, now)
         self._due(MERGED_CHECK, m, now + self.cfg.merged_threshold_s)
         # The tick sees a stale worker once its last report is more than worker_fresh_s old,
         # and its attempts' leases run out once more than the lease has passed since it.
@@ -1276,7 +1283,7 @@ class Sim:
         self.running[o.pool] += 1
         self.rows[o.pool].add(m)
         self._due("stuck_transition", m, now + self.stuck_after_s)
-        self._due("provision_deadline", m, deadline)
+        self._due_as(provision_deadline.SPEC, self.provision_deadline_policy, m, now)
         self._call(m, "create", lambda outcome: self._created(m, outcome))
 
     def _created(self, m: Machine, outcome: str) -> None:
@@ -1485,8 +1492,7 @@ class Sim:
             m.clear_at_end = ()
         if end == "STOPPED":
             m.lost = False
-            if m.destroy_due_at is not None:
-                self._due("auto_destroy", m, secs(m.destroy_due_at))
+            self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, self.q.now)
         for a in _live(m):
             self._end_attempt(a, EndCause.MACHINE_LOST)
 
@@ -1636,8 +1642,8 @@ class Sim:
             for act in actions:
                 if isinstance(act, idle_scanner.ArmIdleTimers):
                     m.stop_due_at, m.destroy_due_at = act.stop_due_at, act.destroy_due_at
-                    self._due("auto_stop", m, secs(act.stop_due_at))
-                    self._due("auto_destroy", m, secs(act.destroy_due_at))
+                    self._due_as(auto_stop.SPEC, self.auto_stop_policy, m, now)
+                    self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, now)
                 elif isinstance(act, idle_scanner.ClearIdleTimers):
                     self._clear_timers(m)
             if settled:

@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, or_
 from gpufleet.common.db.enums import RUNNING_STATES, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.reaper.detection_latency import idle_since
-from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec
+from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec, due_by
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.transition import destroy_transition
 
@@ -71,9 +71,14 @@ def due(now: datetime, policy: AutoDestroyPolicy) -> list[ColumnElement[bool]]:
     return [Machine.destroy_due_at.is_not(None), Machine.destroy_due_at <= now]
 
 
+def due_at(machine: MachineSnapshot, policy: AutoDestroyPolicy) -> datetime | None:
+    """When its destroy falls due: its destroy timer."""
+    return machine.destroy_due_at
+
+
 def is_due(now: datetime, machine: MachineSnapshot, policy: AutoDestroyPolicy) -> bool:
     """:func:`due` over a snapshot."""
-    return machine.destroy_due_at is not None and machine.destroy_due_at <= now
+    return due_by(due_at(machine, policy), now)
 
 
 def claim(now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: AutoDestroyPolicy) -> Claim:
@@ -97,6 +102,7 @@ SPEC = OneStepSpec(
     detects=None,
     due=due,
     is_due=is_due,
+    due_at=due_at,
     decide=decide,
     acts=DestroyMachine,
     claim=claim,

@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement
 from gpufleet.common.db.enums import RUNNING_STATES, MachineIntent, MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.reaper.detection_latency import idle_since
-from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec
+from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec, due_by
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.transition import Transition
 
@@ -70,9 +70,14 @@ def due(now: datetime, policy: AutoStopPolicy) -> list[ColumnElement[bool]]:
     return [Machine.stop_due_at.is_not(None), Machine.stop_due_at <= now]
 
 
+def due_at(machine: MachineSnapshot, policy: AutoStopPolicy) -> datetime | None:
+    """When its stop falls due: its stop timer."""
+    return machine.stop_due_at
+
+
 def is_due(now: datetime, machine: MachineSnapshot, policy: AutoStopPolicy) -> bool:
     """:func:`due` over a snapshot."""
-    return machine.stop_due_at is not None and machine.stop_due_at <= now
+    return due_by(due_at(machine, policy), now)
 
 
 def claim(now: datetime, machine: MachineSnapshot, act: StopMachine, policy: AutoStopPolicy) -> Claim:
@@ -95,6 +100,7 @@ SPEC = OneStepSpec(
     detects=None,
     due=due,
     is_due=is_due,
+    due_at=due_at,
     decide=decide,
     acts=StopMachine,
     claim=claim,

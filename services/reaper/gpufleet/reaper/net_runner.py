@@ -85,10 +85,19 @@ class OneStepSpec(Generic[P, A]):
     due: Callable[[datetime, P], list[ColumnElement[bool]]]
     # The same predicate over a snapshot: ``decide``'s first check.
     is_due: Callable[[datetime, MachineSnapshot, P], bool]
+    # When the machine falls due if nothing about it changes (None: it will not; its
+    # requeue-after): ``is_due`` is ``due_by`` of it, and the simulator wakes the net then.
+    due_at: Callable[[MachineSnapshot, P], datetime | None]
     decide: Callable[[datetime, MachineSnapshot, P], A | Refuse | None]
     # The decision that acts (the rest refuse or do nothing).
     acts: type[A]
     claim: Callable[[datetime, MachineSnapshot, A, P], Claim]
+
+
+def due_by(due_at: datetime | None, now: datetime) -> bool:
+    """Whether a machine that falls due at ``due_at`` is due ``now``: the one way each net's
+    ``is_due`` reads its ``due_at``."""
+    return due_at is not None and due_at <= now
 
 
 def provider_call(provider: MachineProvider, transition: Transition) -> ProviderCall:

@@ -24,7 +24,7 @@ from gpufleet.common.db.enums import MachineState
 from gpufleet.common.db.models import Machine
 from gpufleet.common.ledger import FailureClass
 from gpufleet.reaper.detection_latency import provision_requested
-from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec
+from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec, due_by
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
 from gpufleet.reaper.snapshot import state_in
 from gpufleet.reaper.transition import destroy_transition
@@ -99,12 +99,16 @@ def due(now: datetime, policy: ProvisionDeadlinePolicy) -> list[ColumnElement[bo
     ]
 
 
+def due_at(machine: MachineSnapshot, policy: ProvisionDeadlinePolicy) -> datetime | None:
+    """Its deadline, while it is on its way and not yet heard from."""
+    if machine.state not in PRE_CONTACT_STATES or not never_contacted(machine):
+        return None
+    return deadline_of(machine, policy)
+
+
 def is_due(now: datetime, machine: MachineSnapshot, policy: ProvisionDeadlinePolicy) -> bool:
     """:func:`due` over a snapshot."""
-    if machine.state not in PRE_CONTACT_STATES or not never_contacted(machine):
-        return False
-    deadline = deadline_of(machine, policy)
-    return deadline is not None and deadline <= now
+    return due_by(due_at(machine, policy), now)
 
 
 def claim(
@@ -124,6 +128,7 @@ SPEC = OneStepSpec(
     detects=FailureClass.PROVISION_TIMEOUT,
     due=due,
     is_due=is_due,
+    due_at=due_at,
     decide=decide,
     acts=DestroyMachine,
     claim=claim,

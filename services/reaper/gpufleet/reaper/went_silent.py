@@ -28,7 +28,7 @@ from gpufleet.common.db.models import Machine
 from gpufleet.common.ledger import FailureClass
 from gpufleet.reaper.detection_latency import last_report
 from gpufleet.reaper.lifetime import reported_this_life, reported_this_life_sql
-from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec
+from gpufleet.reaper.net_runner import Claim, OneStepNet, OneStepSpec, due_by
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, Refuse, first_refusal
 from gpufleet.reaper.snapshot import state_in
 from gpufleet.reaper.transition import destroy_transition
@@ -112,14 +112,18 @@ def due(now: datetime, policy: WentSilentPolicy) -> list[ColumnElement[bool]]:
     ]
 
 
+def due_at(machine: MachineSnapshot, policy: WentSilentPolicy) -> datetime | None:
+    """``silent_after`` past its last report, while it runs and has reported this life."""
+    if machine.state not in RUNNING_STATES or not reported_this_life(machine):
+        return None
+    if machine.worker_report_at is None:
+        return None
+    return machine.worker_report_at + policy.silent_after
+
+
 def is_due(now: datetime, machine: MachineSnapshot, policy: WentSilentPolicy) -> bool:
     """:func:`due` over a snapshot."""
-    return (
-        machine.state in RUNNING_STATES
-        and reported_this_life(machine)
-        and machine.worker_report_at is not None
-        and now - machine.worker_report_at >= policy.silent_after
-    )
+    return due_by(due_at(machine, policy), now)
 
 
 def claim(now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: WentSilentPolicy) -> Claim:
@@ -138,6 +142,7 @@ SPEC = OneStepSpec(
     detects=FailureClass.WENT_SILENT,
     due=due,
     is_due=is_due,
+    due_at=due_at,
     decide=decide,
     acts=DestroyMachine,
     claim=claim,
