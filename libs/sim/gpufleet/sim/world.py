@@ -25,11 +25,12 @@ import math
 import random
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from itertools import accumulate
+from typing import Any
 
 from gpufleet.common import lifecycle, spot_history
 from gpufleet.common import nets as net_registry
@@ -73,6 +74,7 @@ from gpufleet.scheduler.tick.model import (
     StartMachine,
     TickPlan,
 )
+from gpufleet.scheduler.tick.scale import CREATE, START, answered_values
 from gpufleet.scheduler.tick.warm import clock_values
 from gpufleet.scheduler.watchdogs import pool_idle
 from gpufleet.sim.clock import EventQueue, dt, secs
@@ -88,6 +90,10 @@ from gpufleet.sweeper.machine_loss import MachineLoss, classify_loss, loss_updat
 from gpufleet.sweeper.orphan_rows import OrphanAction
 
 POLICIES = ("nets", "oracle", "merged")
+# The columns a shared update may write that the simulator does not keep: the agent's
+# address and the pending call (its machines and calls have none), and the failing probes'
+# streak (read from each life's truth, which a new life resets).
+_NOT_KEPT = frozenset({"agent_address", "pending_call", "pending_call_at", "probe_failed_since"})
 # The counterfactual policy's one composite check: no service runs it, so it is not in the
 # net registry; it stands in for the nets in MERGED_REPLACES, at went silent's cadence.
 MERGED_CHECK = "merged_check"
@@ -1026,6 +1032,29 @@ class Sim:
                 heapq.heappush(self.due_heap[net], (t, m.id))
                 self._wake(net, t)
 
+    def _write(self, m: Machine, values: Mapping[str, Any]) -> None:
+        """The columns a service's own update writes (``answered_values``, ``finish_values``),
+        on the simulator's machine: those it keeps are set, those it derives from its truth
+        or does not model are left (``_NOT_KEPT`` says which and why)."""
+        for column, value in values.items():
+            if column == "first_observed_at":
+                m.recorded_first_observed = secs(value)
+            elif column == "provider_instance_id":
+                m.provider_instance_id = str(value)
+            elif column in ("stop_due_at", "destroy_due_at"):
+                assert value is None, column
+                self._clear(m, (column,))
+            elif column == "start_failures":
+                m.start_failures = int(value)
+            elif column == "backoff_until":
+                m.backoff_until = value
+            elif column == "lost":
+                m.lost = bool(value)
+            elif column == "startup_failed_at":
+                m.startup_failed_at = value
+            elif column not in _NOT_KEPT:
+                raise ValueError(f"an update writes {column}, which the simulator does not keep")
+
     def _due_as(self, spec: OneStepSpec[P, A], policy: P, m: Machine, now: float) -> None:
         """Wake ``spec``'s net for ``m`` when the net's own ``due_at`` says it falls due
         (its requeue-after, nothing changing), if it ever does."""
@@ -1298,6 +1327,7 @@ class Sim:
                 return
             if outcome == "ok":
                 if m.state == "PROVISIONING":
+                    self._write(m, answered_values(CREATE, dt(now), m.provider_instance_id, ""))
                     self._move(m, "BOOTING", lifecycle.Actor.FLEET_TICK)
                     self._watch_boot(m, now)
             else:  # done, but the scheduler saw its call fail
@@ -1399,8 +1429,7 @@ class Sim:
             self._new_life(m, now)
             if outcome == "ok":
                 if m.state == "STARTING":
-                    m.start_failures = 0  # as the scheduler's answer to a start writes it
-                    m.backoff_until = None
+                    self._write(m, answered_values(START, dt(now), m.provider_instance_id or "", ""))
                     self._move(m, "BOOTING", lifecycle.Actor.FLEET_TICK)
                     self._watch_boot(m, now)
             else:  # done, but the scheduler saw its call fail
@@ -1849,16 +1878,7 @@ class Sim:
         """A transition the net finished, with the columns its writer writes beside the state
         (``stuck_transition.finish_values``)."""
         now = self.q.now
-        for column, value in stuck_transition.finish_values(finish, self.snapshot(m, now), dt(now)).items():
-            if column == "first_observed_at":
-                assert isinstance(value, datetime)
-                m.recorded_first_observed = secs(value)
-            elif column == "provider_instance_id":
-                m.provider_instance_id = str(value)
-            elif column in ("stop_due_at", "destroy_due_at"):
-                self._clear(m, (column,))
-            elif column != "agent_address":  # the simulator's agents have no address
-                raise ValueError(f"a finished transition writes {column}, which the simulator does not keep")
+        self._write(m, stuck_transition.finish_values(finish, self.snapshot(m, now), dt(now)))
         if finish.end is MachineState.BOOTING:
             self._move(m, "BOOTING", lifecycle.Actor.REAPER)
             self._watch_boot(m, now)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -66,6 +67,30 @@ def refusal_class(exc: GpufleetError) -> FailureClass:
     if isinstance(exc, FailedPrecondition):  # the provisioner runs no driver for it
         return FailureClass.PROVIDER_NOT_SERVED
     return FailureClass.PROVIDER_CALL_FAILED
+
+
+def answered_values(
+    call: str, seen: datetime, provider_instance_id: str, agent_address: str
+) -> dict[str, Any]:
+    """The columns a create's or start's answer writes as the machine moves to BOOTING,
+    decided once (the scale step's writer and the simulator apply them): first observed
+    at the answer (its boot window and this life begin there), the address the provider
+    gave (kept when it gave none), no call pending — and for a start a new life: its
+    back-off over, and nothing observed in the last life (lost, failing probes, a start-up
+    failure) describing it any more."""
+    values: dict[str, Any] = {"first_observed_at": seen, "pending_call": None, "pending_call_at": None}
+    if agent_address:
+        values["agent_address"] = agent_address
+    if call == CREATE:
+        values["provider_instance_id"] = provider_instance_id
+        return values
+    return values | {
+        "start_failures": 0,
+        "backoff_until": None,
+        "lost": False,
+        "probe_failed_since": None,
+        "startup_failed_at": None,
+    }
 
 
 class ScaleController:
@@ -240,11 +265,7 @@ class ScaleController:
                 by=Actor.FLEET_TICK,
                 why=f"created as {instance.provider_instance_id}",
                 now=seen,
-                provider_instance_id=instance.provider_instance_id,
-                agent_address=instance.agent_address or None,
-                first_observed_at=seen,
-                pending_call=None,
-                pending_call_at=None,
+                **answered_values(CREATE, seen, instance.provider_instance_id, instance.agent_address),
             )
         self.outcomes.add("created" if done else "create_answer_superseded")
 
@@ -276,16 +297,7 @@ class ScaleController:
                 by=Actor.FLEET_TICK,
                 why="started",
                 now=seen,
-                first_observed_at=seen,
-                agent_address=instance.agent_address or models.Machine.agent_address,
-                start_failures=0,
-                backoff_until=None,
-                pending_call=None,
-                pending_call_at=None,
-                # A new life: what was observed in the last one no longer describes it.
-                lost=False,
-                probe_failed_since=None,
-                startup_failed_at=None,
+                **answered_values(START, seen, instance.provider_instance_id, instance.agent_address),
             )
         self.outcomes.add("started" if done else "start_answer_superseded")
 
