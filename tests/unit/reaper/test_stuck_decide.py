@@ -20,7 +20,9 @@ from gpufleet.reaper.stuck_transition import (
     ReissueCall,
     StuckPolicy,
     decide,
+    due_at,
     finish_values,
+    gate,
 )
 from tests.unit.reaper.nets_fixtures import HEALTHY, NOW, ago
 
@@ -255,3 +257,21 @@ def test_a_stop_or_destroy_finished_clears_the_timers_it_ends(
     end: MachineState, values: dict[str, object]
 ) -> None:
     assert finish_values(FinishTransition(end), stuck("STOPPING", "STOPPED"), NOW) == values
+
+
+@pytest.mark.parametrize("state", ["PROVISIONING", "STARTING", "STOPPING", "DESTROYING"])
+def test_due_at_is_the_first_instant_the_net_reads_a_transition(state: str) -> None:
+    """The net's requeue-after: ``stuck_after`` past the transition's start, not a
+    microsecond earlier — or at once for a destroy awaiting confirmation."""
+    machine = stuck(state, "DESTROYED" if state == "DESTROYING" else "STOPPED", minutes=0)
+    at = due_at(machine, POLICY)
+    assert at == machine.state_changed_at + POLICY.stuck_after
+    before = at - timedelta(microseconds=1)
+    assert gate(before, machine, POLICY) is None and gate(at, machine, POLICY) is not None
+    awaiting = due_at(machine, POLICY, unconfirmed=True)
+    assert awaiting == (machine.state_changed_at if state == "DESTROYING" else at)
+
+
+@pytest.mark.parametrize("state", ["BOOTING", "READY", "STOPPED", "DESTROYED"])
+def test_a_machine_in_no_transition_is_never_due(state: str) -> None:
+    assert due_at(stuck(state, "RUNNING"), POLICY) is None

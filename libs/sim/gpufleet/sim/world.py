@@ -1010,7 +1010,7 @@ class Sim:
         m.state_changed_at = dt(self.q.now)
         self._record("machine", m.id, to)
         if to in TRANSITIONAL:
-            self._due("stuck_transition", m, self.q.now + self.stuck_after_s)
+            self._due_stuck(m)
         if to == "DESTROYED":
             self.live.discard(m.id)
             self.by_pool[m.offering.pool].discard(m.id)
@@ -1061,6 +1061,13 @@ class Sim:
         at = spec.due_at(self.snapshot(m, now), policy)
         if at is not None:
             self._due(spec.name, m, secs(at))
+
+    def _due_stuck(self, m: Machine) -> None:
+        """The stuck-transition net reads ``m`` when its own ``due_at`` says (a transition
+        ``stuck_after`` old), if ``m`` is in one."""
+        at = stuck_transition.due_at(self.snapshot(m, self.q.now), self.stuck_policy)
+        if at is not None:
+            self._due("stuck_transition", m, secs(at))
 
     def _clear(self, m: Machine, timers: Iterable[str]) -> None:
         """Clear the idle timers named (by their columns' names, as a claim lists them)."""
@@ -1311,7 +1318,7 @@ class Sim:
         self.by_pool[o.pool].add(m.id)
         self.running[o.pool] += 1
         self.rows[o.pool].add(m)
-        self._due("stuck_transition", m, now + self.stuck_after_s)
+        self._due_stuck(m)
         self._due_as(provision_deadline.SPEC, self.provision_deadline_policy, m, now)
         self._call(m, "create", lambda outcome: self._created(m, outcome))
 
@@ -1840,8 +1847,7 @@ class Sim:
             snap = self.snapshot(m, now)
             gated = stuck_transition.gate(dt(now), snap, policy)
             if gated is None:
-                if m.state in TRANSITIONAL and m.state_changed_at is not None:
-                    self._due("stuck_transition", m, secs(m.state_changed_at) + self.stuck_after_s)
+                self._due_stuck(m)
                 continue
             status = m.inst_status or stuck_transition.GONE
             view = stuck_transition.ProviderView(status=status, provider_instance_id=f"i-{m.id}")

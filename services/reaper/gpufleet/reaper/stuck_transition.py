@@ -186,9 +186,15 @@ _REISSUE: dict[str, tuple[str, frozenset[str], frozenset[str]]] = {
 _GATES = NetGates(net=NAME)
 
 
-def _stuck(now: datetime, machine: MachineSnapshot, policy: StuckPolicy) -> bool:
-    assert machine.state_changed_at is not None
-    return now - machine.state_changed_at >= policy.stuck_after
+def due_at(machine: MachineSnapshot, policy: StuckPolicy, unconfirmed: bool = False) -> datetime | None:
+    """When the net first reads the machine, nothing changing (its requeue-after): a
+    transition ``stuck_after`` old — or, for a destroy awaiting the provider's confirmation
+    (``unconfirmed``), at once, on every pass; None for a machine in no transition."""
+    if machine.state not in TRANSITIONAL_STATES or machine.state_changed_at is None:
+        return None
+    if unconfirmed and machine.state == MachineState.DESTROYING.value:
+        return machine.state_changed_at
+    return machine.state_changed_at + policy.stuck_after
 
 
 def gate(
@@ -196,10 +202,8 @@ def gate(
 ) -> ReadProvider | Refuse | None:
     """Read the provider for a machine stuck in a transitional state, or — ``unconfirmed``
     — for a DESTROYING machine whose destroy awaits the provider's confirmation."""
-    if machine.state not in TRANSITIONAL_STATES or machine.state_changed_at is None:
-        return None
-    awaiting = unconfirmed and machine.state == MachineState.DESTROYING.value
-    if not _stuck(now, machine, policy) and not awaiting:
+    due = due_at(machine, policy, unconfirmed)
+    if due is None or due > now:
         return None
     if not is_ours(machine):
         return Refuse(RefusalReason.NOT_OURS)
@@ -237,7 +241,8 @@ def decide(
         )
     if view.status in statuses:
         return FinishTransition(end, view.provider_instance_id, view.agent_address)
-    if not _stuck(now, machine, policy):
+    stuck_at = due_at(machine, policy)
+    if stuck_at is None or stuck_at > now:
         return None  # a destroy accepted and not confirmed yet: read again next pass
     if reissued and now - max(reissued) < policy.reissue_every:
         return None  # the call just re-issued may still be under way
