@@ -172,6 +172,7 @@ class Sim:
         plant: str | None = None,
         settings: NetSettings | None = None,
         evaluate_everything: bool = False,
+        wake_from_plan: bool = False,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
@@ -182,6 +183,12 @@ class Sim:
         # instead of only those an event touched or a clock made due: slower, and the same
         # month bit for bit (a test holds the two to it).
         self.evaluate_everything = evaluate_everything
+        # Also wake each pool at its decision's own requeue-after (``TickPlan.next_wake``, the
+        # scheduler's tick/wake.py): the clocks the world wakes the tick for itself (a
+        # worker's last report, a back-off's end, a time limit) must cover every gate that
+        # names, so the month is the same (a test holds it); it costs a quarter more time,
+        # as the decision cannot know a heartbeat will come and wakes for each staleness.
+        self.wake_from_plan = wake_from_plan
         self.q = EventQueue()
         self.end = config.days * 86400.0
         self.metrics = Metrics()
@@ -556,6 +563,8 @@ class Sim:
             self.metrics.decisions["fleet_tick"] += 1
             self._apply_plan(pool, plan, now)
             self._wake_on_order_change(pool, now)
+            if self.wake_from_plan and plan.next_wake is not None:
+                self._wake_at(pool, secs(plan.next_wake))
         if self.evaluate_everything and not self.tick_pending:
             self._schedule_tick(self._next_tick_at())
 
@@ -570,7 +579,12 @@ class Sim:
             return
         if wake <= now:
             self._touch(pool)  # inside the tick: its next cadence
-        elif self.order_wake.get(pool, INF) > wake:
+        else:
+            self._wake_at(pool, wake)
+
+    def _wake_at(self, pool: str, wake: float) -> None:
+        """Look at ``pool`` again at ``wake`` (one wake-up a pool, the earliest)."""
+        if self.order_wake.get(pool, INF) > wake:
             self.order_wake[pool] = wake
             self.q.at(wake, lambda: self._order_woken(pool, wake))
 
