@@ -26,6 +26,7 @@ from gpufleet.scheduler.tick.model import (
     PoolView,
     TickPlan,
 )
+from tests.unit.scheduler.fleet_views import machine
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 FRESH_S = 60.0
@@ -60,26 +61,18 @@ def _fleet(rng: random.Random) -> tuple[FleetSnapshot, Policy]:
                 )
             )
         machines.append(
-            MachineView(
-                id=mid,
-                pool_id="l4",
-                state=state,
+            machine(
+                mid,
+                state,
                 intent="STOPPED" if state == "STOPPED" else "RUNNING",
-                origin="PROVISIONED",
-                managed=True,
                 lost=rng.random() < 0.1,
-                cordoned=False,
                 slots=2,
                 busy_slots=busy,
                 worker_report_at=None
                 if state in ("STOPPED", "PROVISIONING")
                 else NOW - _s(rng.uniform(0, 90)),
                 hourly_price_micros=rng.choice([700_000, 1_000_000]),
-                capacity_type="ON_DEMAND",
-                preemption_count=0,
-                spot_seconds=0.0,
                 backoff_until=NOW + _s(rng.uniform(-60, 120)) if rng.random() < 0.3 else None,
-                agent_address="127.0.0.1:1",
                 dispatch_backoff_until=NOW + _s(rng.uniform(-60, 120)) if rng.random() < 0.3 else None,
                 earmarked_for=rng.choice(films) if films and state == "DRAINING" else None,
                 offering_id="cheap",
@@ -183,24 +176,8 @@ def test_a_film_waiting_wakes_when_a_cheaper_machines_jobs_are_due_to_end() -> N
     the one. That instant is the wake, well before any worker could go stale."""
 
     def busy(mid: str, price: int, ends_in_s: float) -> tuple[MachineView, AttemptView]:
-        machine = MachineView(
-            id=mid,
-            pool_id="l4",
-            state="READY",
-            intent="RUNNING",
-            origin="PROVISIONED",
-            managed=True,
-            lost=False,
-            cordoned=False,
-            slots=2,
-            busy_slots=frozenset({0, 1}),
-            worker_report_at=NOW,
-            hourly_price_micros=price,
-            capacity_type="ON_DEMAND",
-            preemption_count=0,
-            spot_seconds=0.0,
-            backoff_until=None,
-            agent_address="127.0.0.1:1",
+        view = machine(
+            mid, slots=2, busy_slots=frozenset({0, 1}), worker_report_at=NOW, hourly_price_micros=price
         )
         attempt = AttemptView(
             id=f"a-{mid}",
@@ -213,7 +190,7 @@ def test_a_film_waiting_wakes_when_a_cheaper_machines_jobs_are_due_to_end() -> N
             time_limit_s=3600.0,
             expected_s=600.0 + ends_in_s,
         )
-        return machine, attempt
+        return view, attempt
 
     dear, dear_job = busy("m-dear", 1_000_000, -10)  # its jobs were due 10 s ago
     cheap, cheap_job = busy("m-cheap", 700_000, 20)
