@@ -75,6 +75,7 @@ from gpufleet.scheduler.tick.model import (
     TickPlan,
 )
 from gpufleet.scheduler.tick.scale import CREATE, START, answered_values
+from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import clock_values
 from gpufleet.scheduler.watchdogs import pool_idle
 from gpufleet.sim.clock import EventQueue, dt, secs
@@ -183,8 +184,8 @@ class Sim:
         # instead of only those an event touched or a clock made due: slower, and the same
         # month bit for bit (a test holds the two to it).
         self.evaluate_everything = evaluate_everything
-        # Also wake each pool at its decision's own requeue-after (``TickPlan.next_wake``, the
-        # scheduler's tick/wake.py): the clocks the world wakes the tick for itself (a
+        # Also wake each pool at its decision's own requeue-after (the scheduler's
+        # ``tick.wake.next_wake``): the clocks the world wakes the tick for itself (a
         # worker's last report, a back-off's end, a time limit) must cover every gate that
         # names, so the month is the same (a test holds it); it costs a quarter more time,
         # as the decision cannot know a heartbeat will come and wakes for each staleness.
@@ -299,7 +300,7 @@ class Sim:
         self.scheduler = self.settings.scheduler
         # Fair-share usage, as the scheduler's snapshot reads it (sim/fair_share.py).
         self.usage = WindowUsage(self.scheduler.fair_share_window_s)
-        self.order_wake: dict[str, float] = {}  # pool -> its wake-up for a fair-share reorder
+        self.order_wake: dict[str, float] = {}  # pool -> its next wake-up (_wake_at)
         self.tick_policy = Policy(
             max_running_machines=config.machines, worker_fresh_s=self.scheduler.worker_fresh_s
         )
@@ -563,8 +564,8 @@ class Sim:
             self.metrics.decisions["fleet_tick"] += 1
             self._apply_plan(pool, plan, now)
             self._wake_on_order_change(pool, now)
-            if self.wake_from_plan and plan.next_wake is not None:
-                self._wake_at(pool, secs(plan.next_wake))
+            if self.wake_from_plan and (wake := next_wake(snapshot, policy)) is not None:
+                self._wake_at(pool, secs(wake))
         if self.evaluate_everything and not self.tick_pending:
             self._schedule_tick(self._next_tick_at())
 

@@ -52,7 +52,6 @@ from gpufleet.scheduler.tick.pending import (
     waiting_for_capacity,
     waiting_for_drain,
 )
-from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import busy_pools, pool_clocks, warm_missing, warm_pins
 
 ARRIVING = frozenset({MachineState.PROVISIONING, MachineState.BOOTING, MachineState.STARTING})
@@ -84,7 +83,6 @@ def decide(snapshot: FleetSnapshot, policy: Policy) -> TickPlan:
         pool_clocks=pool_clocks(snapshot, busy),
         warm_pins=warm_pins(snapshot, busy),
         pending=changes([*snapshot.queued, *snapshot.held_back], why, assigned, snapshot, policy),
-        next_wake=next_wake(snapshot, policy),
     )
 
 

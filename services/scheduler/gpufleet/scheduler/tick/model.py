@@ -283,6 +283,3 @@ class TickPlan:
     warm_pins: list[WarmPin] = field(default_factory=list)
     # The waiting jobs whose reason changed (written by the assign step's commit).
     pending: list[PendingChange] = field(default_factory=list)
-    # When the decision can next change with time alone, the rows as they are (None: never):
-    # its requeue-after (tick/wake.py).
-    next_wake: datetime | None = None

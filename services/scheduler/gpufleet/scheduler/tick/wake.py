@@ -11,8 +11,9 @@ reads differently:
 - a ready machine's worker goes stale (fresh while ``now - report <= worker_fresh_s``:
   just after);
 - a live attempt's lease runs out and its time limit passes (``lease < now``,
-  ``started < now - limit``: just after), and a running job's expected end passes (a film
-  waiting drains the machine whose jobs end soonest, every end past counting as now);
+  ``started < now - limit``: just after), and — while a film waits — a running job's
+  expected end passes (the film drains the machine whose jobs end soonest, every end past
+  counting as now);
 - a held-back job's back-off ends (``not_before``), and a queued job comes near its
   queue-wait deadline (its recorded reason changes).
 
@@ -20,7 +21,9 @@ A waiting job's expected ready time (a machine on its way) moves with the clock 
 words only, and the fair-share usage the snapshot carries does not move at all within it:
 neither is a gate. ``tests/unit/scheduler/test_wake.py`` checks the list against
 :func:`decide` itself: over random fleets, the decision at any instant before the wake is
-the decision now. The simulator, whose loop is driven by events, needs no tick before it.
+the decision now. The simulator, whose loop is driven by events, wakes a pool for the
+clocks it knows; a month that also wakes at every decision's :func:`next_wake` is the same
+month (tests/sim/test_event_driven.py).
 """
 
 from __future__ import annotations
@@ -36,24 +39,28 @@ _JUST_AFTER = timedelta(microseconds=1)
 
 def next_wake(snapshot: FleetSnapshot, policy: Policy) -> datetime | None:
     """The earliest instant after ``snapshot.now`` at which :func:`decide` over the same
-    rows may decide differently (None: never, while the rows stay as they are)."""
+    rows may decide differently (None: never, while the rows stay as they are). Computed
+    apart from ``decide``, over its inputs, for the callers that wait on it: a pass over
+    every machine and live attempt, which a tick that runs on its cadence need not pay."""
     now = snapshot.now
     fresh = timedelta(seconds=policy.worker_fresh_s)
-    near = policy.deadline_near_share
-    return _earliest(
-        now,
-        (
-            *(m.dispatch_backoff_until for m in snapshot.machines),
-            *(m.backoff_until for m in snapshot.machines),
-            *(m.worker_report_at + fresh + _JUST_AFTER for m in snapshot.machines if m.worker_report_at),
-            *(a.lease_expires_at + _JUST_AFTER for a in snapshot.live_attempts),
-            *(a.started_at + timedelta(seconds=a.time_limit_s) + _JUST_AFTER for a in snapshot.live_attempts),
-            *(a.expected_end for a in snapshot.live_attempts),
-            *(j.not_before for j in snapshot.held_back),
-            *_near_deadline(snapshot.queued, near),
-            *_near_deadline(snapshot.held_back, near),
-        ),
-    )
+    times: list[datetime | None] = []
+    for m in snapshot.machines:
+        times.append(m.dispatch_backoff_until)
+        times.append(m.backoff_until)
+        if m.worker_report_at is not None:
+            times.append(m.worker_report_at + fresh + _JUST_AFTER)
+    # A running job's expected end matters only to a film waiting for a machine to drain.
+    film_waits = any(j.whole_machine for j in snapshot.queued)
+    for a in snapshot.live_attempts:
+        times.append(a.lease_expires_at + _JUST_AFTER)
+        times.append(a.started_at + timedelta(seconds=a.time_limit_s) + _JUST_AFTER)
+        if film_waits:
+            times.append(a.expected_end)
+    times.extend(j.not_before for j in snapshot.held_back)
+    times.extend(_near_deadline(snapshot.queued, policy.deadline_near_share))
+    times.extend(_near_deadline(snapshot.held_back, policy.deadline_near_share))
+    return _earliest(now, times)
 
 
 def _near_deadline(jobs: Iterable[JobView | HeldBackJob], share: float) -> Iterable[datetime]:
