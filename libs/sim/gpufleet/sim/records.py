@@ -129,11 +129,9 @@ class Machine:
     # The report clock of an earlier life (a stopped and started machine keeps its row).
     earlier_report_at: datetime | None = None
     earlier_probe_ok_at: datetime | None = None
-    # When this life was first observed running, kept once its instance stopped running
-    # (the row's first_observed_at outlives what the truth below can still tell).
-    kept_first_observed: float = INF
-    # The row's first_observed_at as a writer set it outright (a stuck transition finished
-    # to BOOTING: its boot window starts there), over what the truth would say.
+    # The row's first_observed_at where a writer set it outright (a create's or start's
+    # answer, a stuck transition finished to BOOTING) or its instance stopped running (the
+    # column outlives what the truth below can still tell), over what the truth would say.
     recorded_first_observed: float = INF
     # -- the truth -----------------------------------------------------------------------
     life: int = 0
@@ -216,7 +214,7 @@ class Machine:
             t = grid_ceil(self.run_since, LISTING_EVERY_S)
         if self.reachable_since < INF:
             t = min(t, grid_ceil(self.reachable_since, PROBE_EVERY_S))
-        t = min(t, self.startup_done_at, self.kept_first_observed)
+        t = min(t, self.startup_done_at)
         return t if t <= now else INF
 
     def healthy_truth(self, now: float) -> bool:

@@ -1129,7 +1129,7 @@ class Sim:
             m.earlier_report_at = m.worker_report_at(boot_at, self.heartbeat_s)
         m.earlier_probe_ok_at = m.probe_ok_at(boot_at) or m.earlier_probe_ok_at
         m.life_failures = []
-        m.kept_first_observed = m.recorded_first_observed = INF
+        m.recorded_first_observed = INF
         m.inst_status = "RUNNING"
         m.run_since = boot_at
         m.bill_from = boot_at
@@ -1439,7 +1439,7 @@ class Sim:
         m.intent = "RUNNING"
         m.earmarked_for = for_job
         self._clear_timers(m)
-        m.kept_first_observed = INF  # a new life: nothing of it observed yet (the start's intent)
+        m.recorded_first_observed = INF  # a new life: nothing of it observed yet (the start's intent)
         self._move(m, "STARTING", lifecycle.Actor.FLEET_TICK)
         self._call(m, "start", lambda outcome: self._started_machine(m, outcome))
 
@@ -1520,7 +1520,7 @@ class Sim:
     def _provider_does(self, m: Machine, op: str) -> None:
         now = self.q.now
         self._bill(m, now)
-        m.kept_first_observed = m.first_observed(now)
+        m.recorded_first_observed = m.first_observed(now)
         m.inst_status = "STOPPED" if op == "stop" else "TERMINATED"
         m.run_since = INF
         m.earlier_probe_ok_at = m.probe_ok_at(now) or m.earlier_probe_ok_at

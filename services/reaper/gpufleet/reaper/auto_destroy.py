@@ -101,7 +101,6 @@ SPEC = OneStepSpec(
     transition=DESTROY,
     detects=None,
     due=due,
-    is_due=is_due,
     due_at=due_at,
     decide=decide,
     acts=DestroyMachine,

@@ -99,7 +99,6 @@ SPEC = OneStepSpec(
     transition=STOP,
     detects=None,
     due=due,
-    is_due=is_due,
     due_at=due_at,
     decide=decide,
     acts=StopMachine,

@@ -83,15 +83,18 @@ class OneStepSpec(Generic[P, A]):
     detects: FailureClass | None
     # The due predicate's SQL form: the scan's WHERE (also part of most claims' guards).
     due: Callable[[datetime, P], list[ColumnElement[bool]]]
-    # The same predicate over a snapshot: ``decide``'s first check.
-    is_due: Callable[[datetime, MachineSnapshot, P], bool]
     # When the machine falls due if nothing about it changes (None: it will not; its
-    # requeue-after): ``is_due`` is ``due_by`` of it, and the simulator wakes the net then.
+    # requeue-after): the predicate over a snapshot (``is_due``), and the simulator wakes
+    # the net then.
     due_at: Callable[[MachineSnapshot, P], datetime | None]
     decide: Callable[[datetime, MachineSnapshot, P], A | Refuse | None]
     # The decision that acts (the rest refuse or do nothing).
     acts: type[A]
     claim: Callable[[datetime, MachineSnapshot, A, P], Claim]
+
+    def is_due(self, now: datetime, machine: MachineSnapshot, policy: P) -> bool:
+        """:attr:`due` over a snapshot: ``decide``'s first check."""
+        return due_by(self.due_at(machine, policy), now)
 
 
 def due_by(due_at: datetime | None, now: datetime) -> bool:

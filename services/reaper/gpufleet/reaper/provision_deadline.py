@@ -127,7 +127,6 @@ SPEC = OneStepSpec(
     transition=DESTROY,
     detects=FailureClass.PROVISION_TIMEOUT,
     due=due,
-    is_due=is_due,
     due_at=due_at,
     decide=decide,
     acts=DestroyMachine,

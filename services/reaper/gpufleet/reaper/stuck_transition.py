@@ -65,6 +65,7 @@ from gpufleet.common.provider_errors import InstanceNotFound, NotYetDone
 from gpufleet.common.telemetry import tracer
 from gpufleet.reaper.decision_log import DecisionLog
 from gpufleet.reaper.detection_latency import DetectionLatency, transition_start
+from gpufleet.reaper.net_runner import due_by
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal, is_ours
 from gpufleet.reaper.snapshot import no_live_attempt, not_destroyed, ours, scan, state_in
 from gpufleet.reaper.transition import MachineProvider, record_unconfirmed, request_id
@@ -202,8 +203,7 @@ def gate(
 ) -> ReadProvider | Refuse | None:
     """Read the provider for a machine stuck in a transitional state, or — ``unconfirmed``
     — for a DESTROYING machine whose destroy awaits the provider's confirmation."""
-    due = due_at(machine, policy, unconfirmed)
-    if due is None or due > now:
+    if not due_by(due_at(machine, policy, unconfirmed), now):
         return None
     if not is_ours(machine):
         return Refuse(RefusalReason.NOT_OURS)
@@ -241,8 +241,7 @@ def decide(
         )
     if view.status in statuses:
         return FinishTransition(end, view.provider_instance_id, view.agent_address)
-    stuck_at = due_at(machine, policy)
-    if stuck_at is None or stuck_at > now:
+    if not due_by(due_at(machine, policy), now):
         return None  # a destroy accepted and not confirmed yet: read again next pass
     if reissued and now - max(reissued) < policy.reissue_every:
         return None  # the call just re-issued may still be under way

@@ -141,7 +141,6 @@ SPEC = OneStepSpec(
     transition=DESTROY,
     detects=FailureClass.WENT_SILENT,
     due=due,
-    is_due=is_due,
     due_at=due_at,
     decide=decide,
     acts=DestroyMachine,
