@@ -10,7 +10,9 @@ import pytest
 
 from gpufleet.scheduler.tick.dispatch_failure import (
     BACKS_OFF,
+    DISPATCH_TOOK,
     DispatchFailure,
+    backed_off,
     backoff_s,
     classify_agent_error,
     overdue,
@@ -85,3 +87,15 @@ def test_a_dispatch_past_its_deadline_is_taken_back_only_for_a_silent_agent_or_a
 
 def test_the_back_off_doubles_per_failure_in_a_row_up_to_its_cap() -> None:
     assert [backoff_s(n, 30.0, 600.0) for n in range(1, 8)] == [30, 60, 120, 240, 480, 600, 600]
+
+
+def test_each_failure_in_a_row_moves_the_machines_back_off_columns_and_a_dispatch_taken_resets_them() -> None:
+    """The columns the dispatch writes (and the simulator applies): the count goes up by
+    one per failure and the back-off ends ``backoff_s`` of the new count from now; a
+    dispatch the agent took leaves no back-off and no count."""
+    first = backed_off(0, NOW, 30.0, 600.0)
+    assert (first.dispatch_failures, first.dispatch_backoff_until) == (1, NOW + timedelta(seconds=30))
+    fifth = backed_off(4, NOW, 30.0, 600.0)
+    assert (fifth.dispatch_failures, fifth.dispatch_backoff_until) == (5, NOW + timedelta(seconds=480))
+    assert backed_off(9, NOW, 30.0, 600.0).dispatch_backoff_until == NOW + timedelta(seconds=600)
+    assert DISPATCH_TOOK.values() == {"dispatch_failures": 0, "dispatch_backoff_until": None}

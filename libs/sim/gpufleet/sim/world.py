@@ -61,7 +61,7 @@ from gpufleet.reaper.agent_probe import StartupProbe
 from gpufleet.reaper.net_runner import A, Claim, OneStepSpec, P
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.scheduler.tick import decide as tick_decide
-from gpufleet.scheduler.tick.dispatch_failure import backoff_s
+from gpufleet.scheduler.tick.dispatch_failure import DISPATCH_TOOK, DispatchBackoff, backed_off
 from gpufleet.scheduler.tick.earmark_updates import EarmarkRow, EarmarkUpdate, films_started, plan_updates
 from gpufleet.scheduler.tick.films import WAIT_SHARE_CAP
 from gpufleet.scheduler.tick.model import (
@@ -858,9 +858,8 @@ class Sim:
         a.state = "RUNNING"
         a.machine.stale.add(a.machine.id)  # its attempt's view changed
         if a.machine.dispatch_failures:
-            # A dispatch its agent took: the back-off starts over (tick/dispatch.py).
-            a.machine.dispatch_failures = 0
-            a.machine.dispatch_backoff_until = None
+            # A dispatch its agent took: the back-off starts over (the dispatch's write).
+            self._backoff(a.machine, DISPATCH_TOOK)
         job = a.job
         job.state = "RUNNING"
         self._record("job", job.id, "RUNNING")
@@ -881,16 +880,24 @@ class Sim:
     def _dispatch_failed(self, a: Attempt, gen: int) -> None:
         if a.state != "STARTING" or a.end_event != gen:
             return
-        # The dispatch's back-off, its own rule (dispatch_failure.backoff_s).
+        # The dispatch's back-off, its own write (dispatch_failure.backed_off).
         m = a.machine
-        m.dispatch_failures += 1
-        backoff = backoff_s(
-            m.dispatch_failures, self.scheduler.dispatch_backoff_s, self.scheduler.dispatch_backoff_max_s
+        after = backed_off(
+            m.dispatch_failures,
+            dt(self.q.now),
+            self.scheduler.dispatch_backoff_s,
+            self.scheduler.dispatch_backoff_max_s,
         )
-        m.dispatch_backoff_until = dt(self.q.now + backoff)
+        self._backoff(m, after)
+        assert after.dispatch_backoff_until is not None
         # It may take jobs again from the instant its back-off ends (backing off is "until > now").
-        self.q.at(secs(m.dispatch_backoff_until), lambda: self._touch(m.offering.pool))
+        self.q.at(secs(after.dispatch_backoff_until), lambda: self._touch(m.offering.pool))
         self._end_attempt(a, EndCause.TAKEN_BACK)
+
+    @staticmethod
+    def _backoff(m: Machine, after: DispatchBackoff) -> None:
+        m.dispatch_failures = after.dispatch_failures
+        m.dispatch_backoff_until = after.dispatch_backoff_until
 
     def _job_done(self, a: Attempt, gen: int, state: str) -> None:
         if a.state != "RUNNING" or a.end_event != gen:

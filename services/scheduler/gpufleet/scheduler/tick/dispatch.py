@@ -54,8 +54,9 @@ from gpufleet.scheduler.checkpoints import latest_checkpoints
 from gpufleet.scheduler.settings import Settings
 from gpufleet.scheduler.tick.dispatch_failure import (
     BACKS_OFF,
+    DISPATCH_TOOK,
     DispatchFailure,
-    backoff_s,
+    backed_off,
     classify_agent_error,
     overdue,
 )
@@ -513,7 +514,7 @@ class DispatchController:
                 session.execute(
                     update(_MACHINES)
                     .where(among(_MACHINES.c.id, part, dialect), _MACHINES.c.dispatch_failures != 0)
-                    .values(dispatch_failures=0, dispatch_backoff_until=None)
+                    .values(**DISPATCH_TOOK.values())
                 )
         for d in batch:
             self._done(d.attempt_id)
@@ -598,11 +599,12 @@ class DispatchController:
         """Keep jobs away from a machine whose agent answered badly or did not answer
         (:data:`BACKS_OFF`): doubling per failure in a row, capped."""
         machine = session.get_one(models.Machine, machine_id, with_for_update=True)
-        machine.dispatch_failures += 1
-        backoff = backoff_s(
-            machine.dispatch_failures, self.settings.dispatch_backoff_s, self.settings.dispatch_backoff_max_s
+        settings = self.settings
+        after = backed_off(
+            machine.dispatch_failures, now, settings.dispatch_backoff_s, settings.dispatch_backoff_max_s
         )
-        machine.dispatch_backoff_until = now + timedelta(seconds=backoff)
+        machine.dispatch_failures = after.dispatch_failures
+        machine.dispatch_backoff_until = after.dispatch_backoff_until
 
     # -- follow-ups (in the tick: database only) ------------------------------------------
     def take_back_overdue(self, now: datetime, report: TickReport) -> None:

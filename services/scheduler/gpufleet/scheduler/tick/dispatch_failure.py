@@ -17,6 +17,7 @@ and why. Whether the machine backs off is one table, :data:`BACKS_OFF`; for how 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import grpc
@@ -53,6 +54,33 @@ def backoff_s(failures_in_a_row: int, base_s: float, max_s: float) -> float:
     failure in a row that backs off: ``base_s``, doubling per failure, capped at ``max_s``.
     One rule for the dispatch's write and for the simulator's."""
     return min(base_s * 2.0 ** (failures_in_a_row - 1), max_s)
+
+
+@dataclass(frozen=True)
+class DispatchBackoff:
+    """A machine's dispatch back-off columns after a dispatch's outcome: the failures in a
+    row that backed off, and until when no job is placed on it (None: not backing off).
+    The dispatch's SQL writes and the simulator apply the same values (issue 26)."""
+
+    dispatch_failures: int
+    dispatch_backoff_until: datetime | None
+
+    def values(self) -> dict[str, object]:
+        return {
+            "dispatch_failures": self.dispatch_failures,
+            "dispatch_backoff_until": self.dispatch_backoff_until,
+        }
+
+
+# A dispatch its agent took: the back-off starts over.
+DISPATCH_TOOK = DispatchBackoff(0, None)
+
+
+def backed_off(failures_in_a_row: int, now: datetime, base_s: float, max_s: float) -> DispatchBackoff:
+    """The back-off after one more failure that backs off (:data:`BACKS_OFF`), the machine
+    having had ``failures_in_a_row`` before it: ``backoff_s`` from ``now``."""
+    failures = failures_in_a_row + 1
+    return DispatchBackoff(failures, now + timedelta(seconds=backoff_s(failures, base_s, max_s)))
 
 
 _NO_ANSWER = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.CANCELLED}
