@@ -157,5 +157,29 @@ def test_pool_idle_release_decide(p: PoolIdle, released: bool, refusal: str | No
     assert dict(decision.refusals) == ({refusal: 1} if refusal else {})
 
 
+@pytest.mark.parametrize(
+    "p",
+    [
+        pool(),
+        pool(idle_since=NOW - timedelta(seconds=1799)),
+        pool(idle_since=NOW),
+        pool(idle_since=None),
+        pool(warm_released=True),
+        pool(warm_target=0),
+        pool(idle_release_after_s=3600),
+    ],
+)
+def test_the_release_is_due_exactly_when_the_decision_first_releases(p: PoolIdle) -> None:
+    """``due_at`` is the watchdog's requeue-after: nothing changing, the pool is released at
+    it and not a microsecond before; a pool it says is never due is never released."""
+    due = pool_idle.due_at(p)
+    if due is None:
+        for later in (NOW, NOW + timedelta(days=30)):
+            assert pool_idle.decide(later, [p]).release == []
+        return
+    assert pool_idle.decide(due, [p]).release == [p]
+    assert pool_idle.decide(due - timedelta(microseconds=1), [p]).release == []
+
+
 def test_pool_view_defaults_keep_nothing_warm() -> None:
     assert PoolView("p", 2, 4).warm_target == 0

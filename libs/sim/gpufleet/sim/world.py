@@ -729,11 +729,12 @@ class Sim:
         nowd = dt(now)
         for clock in plan.pool_clocks:
             views = self.pool_views[clock.pool_id]
-            view = views[clock.pool_id] = replace(views[clock.pool_id], **clock_values(clock, nowd))
-            if view.idle_since is None:
+            views[clock.pool_id] = replace(views[clock.pool_id], **clock_values(clock, nowd))
+            due = pool_idle.due_at(self._pool_idle_row(clock.pool_id))
+            if due is None:
                 self.pool_idle_due.pop(clock.pool_id, None)
-            elif view.warm_target > 0 and not view.warm_released:
-                self._pool_idle_at(clock.pool_id, now + self.cfg.idle_release_after_s)
+            else:
+                self._pool_idle_at(clock.pool_id, secs(due))
         for pin in plan.warm_pins:
             self._pin(self.machines[pin.machine_id], pin.held)
 
@@ -777,28 +778,30 @@ class Sim:
         rows = []
         for pool in due:
             del self.pool_idle_due[pool]
-            view = self.pool_views[pool][pool]
-            rows.append(
-                pool_idle.PoolIdle(
-                    pool,
-                    view.warm_target,
-                    view.idle_since,
-                    self.cfg.idle_release_after_s,
-                    view.warm_released,
-                )
-            )
+            rows.append(self._pool_idle_row(pool))
         decision = pool_idle.decide(dt(now), rows)
         self.metrics.decisions[pool_idle.NAME] += len(rows)
         for reason, n in decision.refusals.items():
             self.metrics.refusals[f"{pool_idle.NAME}:{reason}"] += n
         for row in decision.release:
+            # The watchdog's one transaction: the pool released, its pins cleared.
             views = self.pool_views[row.pool_id]
-            views[row.pool_id] = replace(views[row.pool_id], warm_released=True)
+            for column, value in pool_idle.RELEASED.items():
+                if column != "warm_released":
+                    raise ValueError(f"the release writes {column}, which the simulator does not keep")
+                views[row.pool_id] = replace(views[row.pool_id], warm_released=value)
             for mid in sorted(self.by_pool[row.pool_id]):
                 if self.machines[mid].warm_held:
-                    self._pin(self.machines[mid], False)
-            self._ledger(FailureClass.POOL_IDLE_RELEASE, None)
+                    self._pin(self.machines[mid], pool_idle.UNPINNED["warm_held"])
+            self._ledger(pool_idle.DETECTS, None)
             self._touch(row.pool_id)
+
+    def _pool_idle_row(self, pool: str) -> pool_idle.PoolIdle:
+        """The pool's row as the watchdog's scan reads it."""
+        view = self.pool_views[pool][pool]
+        return pool_idle.PoolIdle(
+            pool, view.warm_target, view.idle_since, self.cfg.idle_release_after_s, view.warm_released
+        )
 
     def _assign(self, job: Job, m: Machine, slots: tuple[int, ...], now: float) -> None:
         if job.live is not None:
@@ -1824,14 +1827,14 @@ class Sim:
             d = lost_detector.decide(dt(now), self.snapshot(m, now), policy)
             self.metrics.decisions["lost_detector"] += 1
             if isinstance(d, lost_detector.MarkLost):
-                m.lost = True
-                self._ledger(FailureClass.MACHINE_LOST, m)
+                self._write(m, d.values)
+                self._ledger(d.detects, m)
                 for f in m.life_failures:
                     if f.cls == "path_drop" and f.caught_at is None:
                         self._caught(f, "lost_detector")
                 self._touch(m.offering.pool)
             elif isinstance(d, lost_detector.UnmarkLost):
-                m.lost = False
+                self._write(m, d.values)
                 self._touch(m.offering.pool)
             elif isinstance(d, Refuse):
                 self._refused("lost_detector", d.reason)

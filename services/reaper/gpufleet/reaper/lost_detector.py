@@ -15,8 +15,11 @@ worker's own clock. Only machines this platform answers for (``managed``) are ma
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import ClassVar
 
 from sqlalchemy import ColumnElement, or_, true, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -47,13 +50,21 @@ class LostPolicy:
 
 @dataclass(frozen=True)
 class MarkLost:
+    """Take the machine out of rotation. ``values`` is the row's update and ``detects`` the
+    ledger's class for it: the net's SQL and the simulator apply the same (issue 26)."""
+
     machine_id: str
     details: str
+    values: ClassVar[Mapping[str, object]] = MappingProxyType({"lost": True})
+    detects: ClassVar[FailureClass] = FailureClass.MACHINE_LOST
 
 
 @dataclass(frozen=True)
 class UnmarkLost:
+    """Reachable again: the mark is lifted (no ledger row)."""
+
     machine_id: str
+    values: ClassVar[Mapping[str, object]] = MappingProxyType({"lost": False})
 
 
 def _fresh(at: datetime | None, now: datetime, within: timedelta) -> bool:
@@ -152,7 +163,7 @@ class LostDetector:
                     # Still failing since the same moment: no success came in between.
                     Machine.probe_failed_since == machine.probe_failed_since,
                 )
-                .values(lost=True)
+                .values(**mark.values)
                 .execution_options(synchronize_session=False)
             )
             if getattr(result, "rowcount", 0) != 1:
@@ -160,7 +171,7 @@ class LostDetector:
             record_failure(
                 session,
                 now,
-                FailureClass.MACHINE_LOST.value,
+                mark.detects.value,
                 NAME,
                 machine_id=machine.machine_id,
                 details=mark.details,
@@ -178,7 +189,7 @@ class LostDetector:
                     Machine.lost.is_(True),
                     Machine.probe_failed_since.is_(None),
                 )
-                .values(lost=False)
+                .values(**UnmarkLost.values)
                 .execution_options(synchronize_session=False)
             )
             return bool(getattr(result, "rowcount", 0) == 1)

@@ -42,6 +42,22 @@ class PoolIdleDecision:
     refusals: Counter[str] = field(default_factory=Counter)
 
 
+# A release's writes, applied by the watchdog's SQL and by the simulator alike (issue 26):
+# the pool's row, every machine it pinned, and the ledger's class for it.
+RELEASED: dict[str, bool] = {"warm_released": True}
+UNPINNED: dict[str, bool] = {"warm_held": False}
+DETECTS = FailureClass.POOL_IDLE_RELEASE
+
+
+def due_at(pool: PoolIdle) -> datetime | None:
+    """When the pool is first released if nothing changes (its requeue-after): its idle
+    time after its idle clock started; None while it has work, no warm capacity to release
+    or has released it."""
+    if pool.warm_target <= 0 or pool.warm_released or pool.idle_since is None:
+        return None
+    return pool.idle_since + timedelta(seconds=pool.idle_release_after_s)
+
+
 def decide(now: datetime, pools: Sequence[PoolIdle]) -> PoolIdleDecision:
     """Which pools release their warm capacity; the rest counted by the gate that refused."""
     decision = PoolIdleDecision([])
@@ -95,7 +111,7 @@ class PoolIdleRelease:
                 models.Pool.idle_since == pool.idle_since,
                 models.Pool.warm_released.is_(False),
             )
-            .values(warm_released=True)
+            .values(**RELEASED)
             .execution_options(synchronize_session=False)
         )
         if getattr(claimed, "rowcount", 0) != 1:
@@ -104,7 +120,7 @@ class PoolIdleRelease:
             session.execute(
                 update(models.Machine)
                 .where(models.Machine.pool_id == pool.pool_id, models.Machine.warm_held.is_(True))
-                .values(warm_held=False)
+                .values(**UNPINNED)
                 .returning(models.Machine.id)
             ).scalars()
         )
@@ -114,7 +130,7 @@ class PoolIdleRelease:
         record_failure(
             session,
             now,
-            FailureClass.POOL_IDLE_RELEASE.value,
+            DETECTS.value,
             NAME,
             details=(
                 f"pool {pool.pool_id} had no work for {idle_min:.0f} min (its idle time is "
