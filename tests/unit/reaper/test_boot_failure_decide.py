@@ -12,12 +12,15 @@ import pytest
 from gpufleet.reaper.agent_probe import StartupProbe
 from gpufleet.reaper.boot_failure import (
     BootFailurePolicy,
+    CheckStartup,
     ClearStartupFailure,
     DestroyMachine,
     RecordStartupFailure,
     decide,
+    due_at,
+    gate,
 )
-from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason, Refuse
+from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason, Refuse, first_refusal
 from tests.unit.reaper.nets_fixtures import HEALTHY, NOW, ago
 
 POLICY = BootFailurePolicy(window=timedelta(minutes=30))
@@ -125,3 +128,21 @@ def test_a_healthy_agent_whose_worker_never_reports_is_not_refused_forever() -> 
     assert decide(NOW, replace(long_silent, first_observed_at=ago(minutes=59)), HEALTHY_PROBE, POLICY) == [
         Refuse(RefusalReason.STARTUP_HEALTHY)
     ]
+
+
+@pytest.mark.parametrize("machine", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_the_boot_window_ends_exactly_at_due_at(machine: MachineSnapshot) -> None:
+    """``due_at`` is the net's requeue-after: a machine it names is refused in its boot
+    window a microsecond before and looked at from then (other gates aside: a pinned or
+    exempt machine is refused for that instead); one it says is never due is never looked
+    at by time alone."""
+    at = due_at(machine, POLICY)
+    if at is None:
+        for later in (NOW, NOW + timedelta(days=30)):
+            assert not isinstance(gate(later, machine, POLICY), CheckStartup)
+        return
+    assert not isinstance(gate(at - timedelta(microseconds=1), machine, POLICY), CheckStartup)
+    assert gate(at, machine, POLICY) != Refuse(RefusalReason.IN_GRACE_WINDOW)
+    if first_refusal(at, machine, POLICY.gates) is None:
+        assert gate(at - timedelta(microseconds=1), machine, POLICY) == Refuse(RefusalReason.IN_GRACE_WINDOW)
+        assert gate(at, machine, POLICY) == CheckStartup(machine.machine_id)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
-from gpufleet.reaper.lost_detector import LostPolicy, MarkLost, UnmarkLost, decide
+from gpufleet.reaper.lost_detector import LostPolicy, MarkLost, UnmarkLost, decide, due_at
 from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason, Refuse
 from tests.unit.reaper.nets_fixtures import HEALTHY, NOW, ago
 
@@ -66,3 +66,36 @@ def test_the_lost_detector_is_given_no_way_to_stop_or_destroy() -> None:
     params = set(inspect.signature(LostDetector.__init__).parameters)
     # Its instruments only record what it did (gpufleet.reaper.detection_latency).
     assert params == {"self", "sessions", "lease", "clock", "policy", "instruments"}
+
+
+@pytest.mark.parametrize("machine", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_the_mark_falls_due_exactly_at_due_at(machine: MachineSnapshot) -> None:
+    """``due_at`` is the detector's requeue-after: nothing changing, the decision first marks
+    (or refuses for want of a sign of life) at it and not a microsecond before; a machine it
+    says is never due is never marked by time alone. Over every machine of the table, and
+    the same machines an hour back in time."""
+    for shift in (timedelta(0), timedelta(hours=1)):
+        m = _shifted(machine, shift)
+        at = due_at(m, POLICY)
+        if at is None:
+            for later in (NOW, NOW + timedelta(days=30)):
+                assert not isinstance(decide(later, m, POLICY), MarkLost | Refuse)
+            continue
+        assert decide(at - timedelta(microseconds=1), m, POLICY) is None
+        assert isinstance(decide(at, m, POLICY), MarkLost | Refuse)
+
+
+def _shifted(m: MachineSnapshot, by: timedelta) -> MachineSnapshot:
+    """The machine with every clock ``by`` earlier."""
+
+    def back(at: datetime | None) -> datetime | None:
+        return at - by if at is not None else None
+
+    return replace(
+        m,
+        probe_ok_at=back(m.probe_ok_at),
+        probe_failed_since=back(m.probe_failed_since),
+        provider_seen_at=back(m.provider_seen_at),
+        worker_report_at=back(m.worker_report_at),
+        first_observed_at=back(m.first_observed_at),
+    )

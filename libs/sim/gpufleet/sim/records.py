@@ -19,10 +19,6 @@ from gpufleet.sim.clock import EPOCH, dt, grid_ceil, grid_floor
 from gpufleet.sim.profile import Offering
 
 INF = math.inf
-# The writers of the probe and provider channels run at these cadences (the idle scanner
-# and the inventory reconcile).
-PROBE_EVERY_S = 30.0
-LISTING_EVERY_S = 60.0
 
 
 @dataclass
@@ -133,6 +129,10 @@ class Machine:
     # answer, a stuck transition finished to BOOTING) or its instance stopped running (the
     # column outlives what the truth below can still tell), over what the truth would say.
     recorded_first_observed: float = INF
+    # The cadences of the probe and provider channels' writers (the idle scanner and the
+    # inventory reconcile, from the services' settings): the grids those channels move on.
+    probe_every_s: float = field(kw_only=True)
+    listing_every_s: float = field(kw_only=True)
     # -- the truth -----------------------------------------------------------------------
     life: int = 0
     inst_status: str = ""  # "", PENDING, RUNNING, STOPPED, TERMINATED (the provider's word)
@@ -182,26 +182,26 @@ class Machine:
 
     def probe_ok_at(self, now: float) -> datetime | None:
         if self.reachable_since <= now:
-            first = grid_ceil(self.reachable_since, PROBE_EVERY_S)
+            first = grid_ceil(self.reachable_since, self.probe_every_s)
             if first <= now:
-                return dt(grid_floor(now, PROBE_EVERY_S))
+                return dt(grid_floor(now, self.probe_every_s))
             return self.earlier_probe_ok_at
         return self.earlier_probe_ok_at
 
     def probe_failed_since(self, now: float) -> datetime | None:
         if self.unreachable_since <= now and self.inst_status == "RUNNING":
-            first = grid_ceil(self.unreachable_since, PROBE_EVERY_S)
+            first = grid_ceil(self.unreachable_since, self.probe_every_s)
             return dt(first) if first <= now else None
         if self.reachable_since > now and self.run_since <= now:
-            first = grid_ceil(self.run_since, PROBE_EVERY_S)
+            first = grid_ceil(self.run_since, self.probe_every_s)
             return dt(first) if first <= now else None
         return None
 
     def provider_seen_at(self, now: float) -> datetime | None:
         if self.run_since <= now:
-            first = grid_ceil(self.run_since, LISTING_EVERY_S)
+            first = grid_ceil(self.run_since, self.listing_every_s)
             if first <= now:
-                return dt(grid_floor(now, LISTING_EVERY_S))
+                return dt(grid_floor(now, self.listing_every_s))
         return None
 
     def first_observed(self, now: float) -> float:
@@ -211,9 +211,9 @@ class Machine:
             return self.recorded_first_observed if self.recorded_first_observed <= now else INF
         t = INF
         if self.run_since < INF:
-            t = grid_ceil(self.run_since, LISTING_EVERY_S)
+            t = grid_ceil(self.run_since, self.listing_every_s)
         if self.reachable_since < INF:
-            t = min(t, grid_ceil(self.reachable_since, PROBE_EVERY_S))
+            t = min(t, grid_ceil(self.reachable_since, self.probe_every_s))
         t = min(t, self.startup_done_at)
         return t if t <= now else INF
 

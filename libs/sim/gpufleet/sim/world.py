@@ -78,7 +78,7 @@ from gpufleet.scheduler.tick.scale import CREATE, START, answered_values
 from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import clock_values
 from gpufleet.scheduler.watchdogs import pool_idle
-from gpufleet.sim.clock import EventQueue, dt, secs
+from gpufleet.sim.clock import EventQueue, dt, grid_ceil, secs
 from gpufleet.sim.fair_share import WindowUsage, next_order_change
 from gpufleet.sim.fairness import FairnessLedger
 from gpufleet.sim.nets import NetSettings
@@ -1083,9 +1083,22 @@ class Sim:
     def _due_as(self, spec: OneStepSpec[P, A], policy: P, m: Machine, now: float) -> None:
         """Wake ``spec``'s net for ``m`` when the net's own ``due_at`` says it falls due
         (its requeue-after, nothing changing), if it ever does."""
-        at = spec.due_at(self.snapshot(m, now), policy)
+        self._due_by(spec.name, spec.due_at, policy, m, now)
+
+    def _due_by(
+        self,
+        net: str,
+        due_at: Callable[[MachineSnapshot, P], datetime | None],
+        policy: P,
+        m: Machine,
+        read_at: float,
+    ) -> None:
+        """Wake ``net`` for ``m`` when its own ``due_at`` over the row as it reads at
+        ``read_at`` says (a channel's writer may write the row a little after what it
+        reports happened: the row is read at that write), if it ever does."""
+        at = due_at(self.snapshot(m, read_at), policy)
         if at is not None:
-            self._due(spec.name, m, secs(at))
+            self._due(net, m, secs(at))
 
     def _due_stuck(self, m: Machine) -> None:
         """The stuck-transition net reads ``m`` when its own ``due_at`` says (a transition
@@ -1230,14 +1243,16 @@ class Sim:
             m.reachable_since = now
             m.unreachable_since = INF
             if m.lost:
-                # The idle scanner's next probe writes the channel the lost mark is lifted on.
-                self._due("lost_detector", m, now + self.every["idle_scanner"])
+                # The idle scanner's next probe writes the channel the mark is lifted on.
+                self._due("lost_detector", m, grid_ceil(now, m.probe_every_s))
             self._watch("idle_scanner", self.idle_watch, m.id)
         else:
             m.earlier_probe_ok_at = m.probe_ok_at(now)
             m.reachable_since = INF
             m.unreachable_since = now
-            self._due("lost_detector", m, now + self.every["idle_scanner"] + self.lost_after_s)
+            # Its next probe writes the failure: from then the detector's own clock runs.
+            failed_at = grid_ceil(now, m.probe_every_s)
+            self._due_by("lost_detector", lost_detector.due_at, self.lost_policy, m, failed_at)
 
     def _first_report(self, m: Machine, life: int) -> None:
         if not self._alive(m, life):
@@ -1330,7 +1345,14 @@ class Sim:
         now = self.q.now
         self.ordinal += 1
         rows_stale = self.rows[o.pool].stale
-        m = Machine(id=f"m{self.ordinal:06d}", offering=o, ordinal=self.ordinal, stale=rows_stale)
+        m = Machine(
+            id=f"m{self.ordinal:06d}",
+            offering=o,
+            ordinal=self.ordinal,
+            stale=rows_stale,
+            probe_every_s=self.every["idle_scanner"],
+            listing_every_s=self.every["inventory_reconcile"],
+        )
         m.requested_at = dt(now)
         # The scheduler fixes the deadline when it places the request.
         deadline = now + self.scheduler.provision_deadline_s
@@ -1373,9 +1395,13 @@ class Sim:
             # The worker was already reporting while the row caught up (a lost create answer).
             self.q.after(self.heartbeat_s, partial(self._first_report, m, m.life))
         # The boot window counts from first observed, which can precede this move (a create
-        # whose answer was lost is observed by the listing before the row catches up).
+        # whose answer was lost is observed by the listing before the row catches up) or
+        # follow it (a transition finished before any channel saw the instance): the row is
+        # read as it will be once first observed. A boot window of an earlier life is over.
+        self.due["boot_failure"].pop(m.id, None)
+        observed = m.first_observed(INF)
+        self._due_by("boot_failure", boot_failure.due_at, self.boot_policy, m, max(now, observed))
         since = m.run_since if m.run_since < INF else now
-        self._due("boot_failure", m, since + self.boot_window_s)
         self._due(MERGED_CHECK, m, since + self.cfg.merged_threshold_s)
 
     def _provider_refused(self, m: Machine, op: Op, outcome: str) -> None:

@@ -95,6 +95,16 @@ def gate(now: datetime, machine: MachineSnapshot, policy: BootFailurePolicy) -> 
     return CheckStartup(machine.machine_id)
 
 
+def due_at(machine: MachineSnapshot, policy: BootFailurePolicy) -> datetime | None:
+    """When the boot window of a machine that has not reported this life ends (its
+    requeue-after: the first pass that may probe it rather than refuse it in the window).
+    None for a machine that has reported, is not running, or was not yet observed."""
+    observed = machine.first_observed_at
+    if machine.state not in RUNNING_STATES or reported_this_life(machine) or observed is None:
+        return None
+    return observed + policy.window
+
+
 def earlier_sighting(now: datetime, machine: MachineSnapshot) -> datetime | None:
     """A start-up failure seen on an earlier tick of this life, if any."""
     seen = machine.startup_failed_at

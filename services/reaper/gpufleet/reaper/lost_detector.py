@@ -102,6 +102,25 @@ def decide(
     )
 
 
+def due_at(machine: MachineSnapshot, policy: LostPolicy) -> datetime | None:
+    """When the detector first decides to mark ``machine`` if nothing else changes (its
+    requeue-after): its probe failing for ``lost_after``. None where no time alone leads to
+    a mark — already lost (the mark is lifted by a probe that succeeds, an event), not ours,
+    not running, never reached, or its probe not failing. (At that time it may still refuse
+    for want of a sign of life: the mark needs one, and only a listing or a report, events
+    too, brings one.)"""
+    failing = machine.probe_failed_since
+    if (
+        not machine.managed
+        or machine.lost
+        or machine.state not in RUNNING_STATES
+        or failing is None
+        or machine.probe_ok_at is None
+    ):
+        return None
+    return failing + policy.lost_after
+
+
 class LostDetector:
     name = NAME
 
