@@ -3,6 +3,8 @@ decision the scheduler's scale step and the simulator both apply."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from gpufleet.common.call_failures import CallFailure, Op, decide_call_failure
@@ -66,3 +68,20 @@ def test_a_failed_call_updates_its_row_so(
     op: Op, cls: str, definitive: bool, failures_before: int, expected: CallFailure
 ) -> None:
     assert decide_call_failure(op, cls, definitive, failures_before, start_backoff_s=60.0) == expected
+
+
+def test_the_rows_columns_each_applier_writes() -> None:
+    """The columns the scale step and the simulator write from one failure: the pending
+    call cleared and the count always; the back-off's end only for a start; the intent only
+    where the row leaves its transitional state."""
+    now = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    refused_start = decide_call_failure("start", "stockout", True, 2, 60.0)
+    assert refused_start.values(now) == {
+        "pending_call": None,
+        "pending_call_at": None,
+        "start_failures": 3,
+        "backoff_until": now + timedelta(seconds=240),
+        "intent": "STOPPED",
+    }
+    lost_create = decide_call_failure("create", "provider_call_failed", False, 0, 60.0)
+    assert lost_create.values(now) == {"pending_call": None, "pending_call_at": None, "start_failures": 0}

@@ -21,7 +21,8 @@ update; each applier writes it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from gpufleet.common.db.enums import MachineIntent, MachineState
 
@@ -38,6 +39,21 @@ class CallFailure:
     end_state: MachineState | None
     intent: MachineIntent | None
     why: str
+
+    def values(self, now: datetime) -> dict[str, Any]:
+        """The row's columns the failure writes at ``now`` (the state's move, when it ends,
+        is the lifecycle's own write beside them): no call pending any more, the failures
+        in a row, the back-off's end and the intent, where they change."""
+        out: dict[str, Any] = {
+            "pending_call": None,
+            "pending_call_at": None,
+            "start_failures": self.start_failures,
+        }
+        if self.backoff_s is not None:
+            out["backoff_until"] = now + timedelta(seconds=self.backoff_s)
+        if self.end_state is not None and self.intent is not None:
+            out["intent"] = self.intent.value
+        return out
 
 
 def decide_call_failure(

@@ -1075,6 +1075,8 @@ class Sim:
                 m.backoff_until = value
             elif column == "lost":
                 m.lost = bool(value)
+            elif column == "intent":
+                m.intent = str(value)
             elif column == "startup_failed_at":
                 m.startup_failed_at = value
             elif column not in _NOT_KEPT:
@@ -1429,14 +1431,13 @@ class Sim:
         failed = decide_call_failure(
             op, fc.value, outcome in _REFUSAL_CLASS, m.start_failures, self.scheduler.start_backoff_s
         )
-        m.start_failures = failed.start_failures
+        values = failed.values(dt(now))
+        self._write(m, values)
         self._ledger(fc, m)
-        if failed.end_state is not None and failed.intent is not None:
-            m.intent = failed.intent.value
+        if failed.end_state is not None:
             self._move(m, failed.end_state.value, lifecycle.Actor.FLEET_TICK)
-        if failed.backoff_s is not None:
-            m.backoff_until = dt(now + failed.backoff_s)
-            self.q.at(now + failed.backoff_s, lambda: self._touch(m.offering.pool))
+        if "backoff_until" in values:
+            self.q.at(secs(values["backoff_until"]), lambda: self._touch(m.offering.pool))
         self._touch(m.offering.pool)  # the scale step reads the row it wrote
 
     def _ledger(self, fc: FailureClass, m: Machine | None) -> None:

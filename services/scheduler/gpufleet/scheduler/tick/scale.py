@@ -315,8 +315,6 @@ class ScaleController:
             machine = session.get(models.Machine, machine_id, with_for_update=True)
             if machine is None or machine.state != left_in.value:
                 return
-            machine.pending_call = None
-            machine.pending_call_at = None
             failed = decide_call_failure(
                 what,
                 cls.value,
@@ -324,9 +322,8 @@ class ScaleController:
                 machine.start_failures,
                 self.settings.start_backoff_s,
             )
-            machine.start_failures = failed.start_failures
-            if failed.backoff_s is not None:
-                machine.backoff_until = now + timedelta(seconds=failed.backoff_s)
+            for column, value in failed.values(now).items():
+                setattr(machine, column, value)
             record_failure(
                 session,
                 now,
@@ -338,8 +335,7 @@ class ScaleController:
                 apply=True,
                 policy=self.policy,
             )
-            if failed.end_state is not None and failed.intent is not None:
+            if failed.end_state is not None:
                 record(machine, failed.end_state, by=Actor.FLEET_TICK, why=failed.why, now=now)
-                machine.intent = failed.intent.value
         self.outcomes.add(f"{what}_failed_{cls.value}")
         log.warning("%s of machine %s failed: %s", what, machine_id, exc)
