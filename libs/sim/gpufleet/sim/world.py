@@ -36,7 +36,14 @@ from gpufleet.common import lifecycle, spot_history
 from gpufleet.common import nets as net_registry
 from gpufleet.common.call_failures import Op, decide_call_failure
 from gpufleet.common.catalog import DEFAULT_CATALOG, PlanSpec
-from gpufleet.common.db.enums import JobState, MachineState, QuarantineKind
+from gpufleet.common.db.enums import (
+    LIVE_ATTEMPT_STATES,
+    RUNNING_STATES,
+    TRANSITIONAL_STATES,
+    JobState,
+    MachineState,
+    QuarantineKind,
+)
 from gpufleet.common.job_lifecycle import (
     OUR_FAILURES,
     EndCause,
@@ -105,8 +112,6 @@ def _job_id(job: Job) -> str:
     return job.id
 
 
-RUNNING = frozenset({"BOOTING", "READY", "DRAINING"})
-TRANSITIONAL = frozenset({"PROVISIONING", "STARTING", "STOPPING", "DESTROYING"})
 DEPLOYMENT = "sim"
 # The catalogue's plans (tier, weight, rate: what the tick orders by and a charge is priced
 # at), with caps on GPU jobs at once for a fleet of hundreds of machines rather than the
@@ -119,9 +124,6 @@ PLANS: dict[str, PlanSpec] = {
 }
 KINDS = {k.id: k for k in DEFAULT_CATALOG.kinds}
 SLOTS_PER_MACHINE = 2
-
-
-NOT_RUNNING = frozenset({"STOPPED", "DESTROYED"})
 
 
 class InvariantBroken(AssertionError):
@@ -671,7 +673,7 @@ class Sim:
             attempts = {a.id: a for mid in self.by_pool[pool] for a in _live(self.machines[mid])}
         for aid in plan.expired_leases:
             a = attempts.get(aid)
-            if a is not None and a.state in ("STARTING", "RUNNING"):
+            if a is not None and a.state in LIVE_ATTEMPT_STATES:
                 # Why it ran out, as the limits step asks: its agent still answering the
                 # probe well after the worker went quiet makes it a disruption.
                 av = a.view
@@ -686,7 +688,7 @@ class Sim:
                 self._ledger(FailureClass.LEASE_EXPIRED, None)
         for aid in plan.over_limit:
             a = attempts.get(aid)
-            if a is not None and a.state in ("STARTING", "RUNNING"):
+            if a is not None and a.state in LIVE_ATTEMPT_STATES:
                 self._end_attempt(a, EndCause.TIME_LIMIT)
                 self._ledger(FailureClass.JOB_TIMED_OUT, None)
         if plan.releases or plan.drains:
@@ -877,7 +879,7 @@ class Sim:
         self.q.at(_just_after(a.started + job.time_limit_s), lambda: self._limit_due(a, gen))
 
     def _limit_due(self, a: Attempt, gen: int) -> None:
-        if a.state in ("STARTING", "RUNNING") and a.end_event == gen:
+        if a.state in LIVE_ATTEMPT_STATES and a.end_event == gen:
             self._touch(a.job.pool)
 
     def _dispatch_failed(self, a: Attempt, gen: int) -> None:
@@ -1017,14 +1019,14 @@ class Sim:
 
     def _move(self, m: Machine, to: str, by: lifecycle.Actor) -> None:
         self._segment(m)
-        if m.state in RUNNING and to not in RUNNING:
+        if m.state in RUNNING_STATES and to not in RUNNING_STATES:
             for f in m.life_failures:
                 if f.cls == "path_drop" and f.caught_at is None:
                     # It stops running before the path was judged: nothing is routed to it now.
                     self._caught(f, "machine left")
         if not lifecycle.allowed(MachineState(m.state), MachineState(to), by):
             self._broken(f"{by.value} moved machine {m.id} {m.state} -> {to}, which the lifecycle forbids")
-        frees = (to in NOT_RUNNING) - (m.state in NOT_RUNNING)
+        frees = (m.state in lifecycle.BILLING_STATES) - (to in lifecycle.BILLING_STATES)
         self.running[m.offering.pool] -= frees
         if frees > 0:
             # A machine stops filling the fleet's ceiling: every pool's ceiling is read from it.
@@ -1034,7 +1036,7 @@ class Sim:
         m.state = to
         m.state_changed_at = dt(self.q.now)
         self._record("machine", m.id, to)
-        if to in TRANSITIONAL:
+        if to in TRANSITIONAL_STATES:
             self._due_stuck(m)
         if to == "DESTROYED":
             self.live.discard(m.id)
@@ -1713,7 +1715,7 @@ class Sim:
         nowd = dt(now)
         for mid in sorted(self.idle_watch):
             m = self.machines[mid]
-            if m.state == "DESTROYED" or m.state not in RUNNING:
+            if m.state == "DESTROYED" or m.state not in RUNNING_STATES:
                 self.idle_watch.discard(mid)
                 continue
             sample = None
@@ -1844,7 +1846,7 @@ class Sim:
             elif isinstance(d, Refuse):
                 self._refused("went_silent", d.reason)
                 self._due("went_silent", m, now + every)
-            elif m.state in RUNNING and m.worker_stopped_at <= now:
+            elif m.state in RUNNING_STATES and m.worker_stopped_at <= now:
                 self._due("went_silent", m, now + every)
 
     def _net_lost_detector(self, now: float) -> None:
@@ -1877,7 +1879,7 @@ class Sim:
         gates = NetGates(net=MERGED_CHECK, grace=self.silent_policy.grace, reads_reports=False)
         for m in self._pop_due(MERGED_CHECK, now):
             snap = self.snapshot(m, now)
-            if m.state not in RUNNING:
+            if m.state not in RUNNING_STATES:
                 continue
             heard = [c for c in (snap.worker_report_at, snap.probe_ok_at, snap.provider_seen_at) if c]
             newest = max(heard) if heard else snap.requested_at or dt(now)
@@ -1959,7 +1961,7 @@ class Sim:
     def _human(self, m: Machine) -> None:
         """An operator answers the incident: the call is made again (or the row ended when
         the provider has nothing)."""
-        if m.state not in TRANSITIONAL:
+        if m.state not in TRANSITIONAL_STATES:
             return
         if m.state == "PROVISIONING" and not m.inst_status:
             m.intent = "DESTROYED"
@@ -2060,7 +2062,7 @@ class Sim:
         for a in _live(m):
             self._end_attempt(a, EndCause.MACHINE_LOST)
         self._clear_timers(m)
-        if m.state in RUNNING or m.state == "PROVISIONING":
+        if m.state in RUNNING_STATES or m.state == "PROVISIONING":
             self._stop_or_destroy(m, "destroy", "oracle", None)
 
     def _oracle_lost(self, m: Machine, f: Failure, lost: bool) -> None:
@@ -2095,7 +2097,7 @@ class Sim:
     def _preempt(self, m: Machine, life: int) -> None:
         """The provider takes a spot instance back (only while it runs here: a machine
         mid-transition is left to that transition)."""
-        if not self._alive(m, life) or m.state not in RUNNING or m.intent != "RUNNING":
+        if not self._alive(m, life) or m.state not in RUNNING_STATES or m.intent != "RUNNING":
             return
         self._inject(m, "preemption", self.q.now)
         self._provider_does(m, "destroy")
