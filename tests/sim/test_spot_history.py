@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from gpufleet.common import spot_history
 from gpufleet.common.ledger import FailureClass
 from gpufleet.reaper.net_runner import Claim
+from gpufleet.reaper.transition import Transition
 from gpufleet.sim.profile import Script, ScriptedJob, SimConfig
 from gpufleet.sim.records import Machine
 from gpufleet.sim.world import Sim
@@ -27,11 +28,11 @@ class WatchedSim(Sim):
         self.claimed: dict[str, tuple[float, float]] = {}
 
     def _stop_or_destroy(
-        self, m: Machine, op: str, detector: str, fc: FailureClass | None, claim: Claim | None = None
+        self, m: Machine, transition: Transition, fc: FailureClass | None, claim: Claim | None = None
     ) -> None:
         first = m.first_observed(self.q.now)
         self.claimed.setdefault(m.id, (self.q.now, first))
-        super()._stop_or_destroy(m, op, detector, fc, claim)
+        super()._stop_or_destroy(m, transition, fc, claim)
 
 
 def _run(script: Script, hours: float) -> WatchedSim:

@@ -67,6 +67,7 @@ from gpufleet.reaper import (
 from gpufleet.reaper.agent_probe import StartupProbe
 from gpufleet.reaper.net_runner import A, Claim, OneStepSpec, P
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
+from gpufleet.reaper.transition import Transition, destroy_transition
 from gpufleet.scheduler.tick import decide as tick_decide
 from gpufleet.scheduler.tick.dispatch_failure import DISPATCH_TOOK, DispatchBackoff, backed_off
 from gpufleet.scheduler.tick.earmark_updates import EarmarkRow, EarmarkUpdate, films_started, plan_updates
@@ -1505,16 +1506,17 @@ class Sim:
     def _stop_or_destroy(
         self,
         m: Machine,
-        op: str,
-        detector: str,
+        transition: Transition,
         fc: FailureClass | None,
         claim: Claim | None = None,
     ) -> None:
-        """The refusal ladder has passed: intent and transitional state first, then the call.
-        The timers the net's claim clears (its ``Claim``: at the claim, or once the provider
-        has done it), as the transition runner clears them; without a claim, a destroy clears
+        """The refusal ladder has passed: the transition's intent and transitional state
+        first, then its call (the reaper's own ``Transition``: which call, which states). The
+        timers the net's claim clears (its ``Claim``: at the claim, or once the provider has
+        done it), as the transition runner clears them; without a claim, a destroy clears
         both timers once done (boot failure's, the oracle's and the merged check's)."""
         now = self.q.now
+        op, detector = transition.operation, transition.detector
         if now < self.reaper_paused_until and detector != "oracle":
             # A paused leader's decision: its fenced write is refused when it wakes, and the
             # next leader's scan reads the row again.
@@ -1527,11 +1529,11 @@ class Sim:
         for f in m.life_failures:
             if f.caught_at is None and f.cls in USELESS_CLASSES:
                 self._caught(f, detector)
-        m.intent = "STOPPED" if op == "stop" else "DESTROYED"
+        m.intent = transition.intent.value
         # The claim adds a running spot machine's run to its history, as the reaper's does.
         spot = m.offering.capacity_type == "SPOT"
         m.spot_seconds += spot_history.claimed_s(spot, m.state, self._first_observed_at(m, now), dt(now))
-        self._move(m, "STOPPING" if op == "stop" else "DESTROYING", lifecycle.Actor.REAPER)
+        self._move(m, transition.transitional.value, lifecycle.Actor.REAPER)
         if claim is not None:
             self._clear(m, (c.key for c in claim.clear_at_begin))
             m.clear_at_end = tuple(c.key for c in claim.clear_at_end)
@@ -1795,7 +1797,7 @@ class Sim:
                 if m.warm_held and net in ("auto_stop", "auto_destroy"):
                     self._broken(f"{net} took machine {m.id}, pinned as its pool's warm capacity")
                 claim = spec.claim(dt(now), snap, d, policy)
-                self._stop_or_destroy(m, spec.transition.operation, net, spec.detects, claim)
+                self._stop_or_destroy(m, spec.transition, spec.detects, claim)
             elif isinstance(d, Refuse):
                 self._refused(net, d.reason)
                 if read_again(m, d.reason):
@@ -1817,7 +1819,7 @@ class Sim:
             self.metrics.decisions["boot_failure"] += 1
             for act in boot_failure.decide(dt(now), snap, probe, policy):
                 if isinstance(act, boot_failure.DestroyMachine):
-                    self._stop_or_destroy(m, "destroy", "boot_failure", FailureClass.BOOT_FAILED)
+                    self._stop_or_destroy(m, boot_failure.DESTROY, FailureClass.BOOT_FAILED)
                     break
                 if isinstance(act, boot_failure.RecordStartupFailure):
                     m.startup_failed_at = act.at
@@ -1842,7 +1844,7 @@ class Sim:
             if isinstance(d, went_silent.DestroyMachine):
                 spec = went_silent.SPEC
                 claim = spec.claim(dt(now), snap, d, policy)
-                self._stop_or_destroy(m, spec.transition.operation, spec.name, spec.detects, claim)
+                self._stop_or_destroy(m, spec.transition, spec.detects, claim)
             elif isinstance(d, Refuse):
                 self._refused("went_silent", d.reason)
                 self._due("went_silent", m, now + every)
@@ -1892,7 +1894,7 @@ class Sim:
                 self._refused(MERGED_CHECK, reason)
                 self._due(MERGED_CHECK, m, now + every)
                 continue
-            self._stop_or_destroy(m, "destroy", MERGED_CHECK, FailureClass.WENT_SILENT)
+            self._stop_or_destroy(m, destroy_transition(MERGED_CHECK), FailureClass.WENT_SILENT)
 
     def _net_stuck_transition(self, now: float) -> None:
         policy = self.stuck_policy
@@ -2063,7 +2065,7 @@ class Sim:
             self._end_attempt(a, EndCause.MACHINE_LOST)
         self._clear_timers(m)
         if m.state in RUNNING_STATES or m.state == "PROVISIONING":
-            self._stop_or_destroy(m, "destroy", "oracle", None)
+            self._stop_or_destroy(m, destroy_transition("oracle"), None)
 
     def _oracle_lost(self, m: Machine, f: Failure, lost: bool) -> None:
         m.lost = lost
