@@ -1583,7 +1583,7 @@ class Sim:
             self._clear(m, m.clear_at_end)
             m.clear_at_end = ()
         if end == "STOPPED":
-            m.lost = False
+            # (Its lost mark, if any, stays on the row until a start's answer clears it.)
             self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, self.q.now)
         for a in _live(m):
             self._end_attempt(a, EndCause.MACHINE_LOST)
