@@ -1742,55 +1742,32 @@ class Sim:
                 self.idle_watch.discard(mid)
 
     def _net_auto_stop(self, now: float) -> None:
-        self._one_step_net(
-            now,
-            auto_stop.SPEC,
-            self.auto_stop_policy,
-            # A pinned warm machine is read again while its timer stands, as the scan reads it
-            # at every pass; the pin going lets the stop through.
-            lambda m, why: (
-                why in (RefusalReason.IN_GRACE_WINDOW, RefusalReason.WARM_CAPACITY)
-                and m.stop_due_at is not None
-            ),
-        )
+        # A pinned warm machine is read again while its timer stands, as the scan reads it at
+        # every pass; the pin going lets the stop through.
+        self._one_step_net(now, auto_stop.SPEC, self.auto_stop_policy)
 
     def _net_auto_destroy(self, now: float) -> None:
-        waits = (
-            RefusalReason.STOP_PENDING,
-            RefusalReason.IN_GRACE_WINDOW,
-            RefusalReason.NOT_STOPPED_OR_IDLE,
-            RefusalReason.WARM_CAPACITY,
-        )
-        self._one_step_net(
-            now,
-            auto_destroy.SPEC,
-            self.auto_destroy_policy,
-            lambda m, why: m.destroy_due_at is not None and why in waits,
-        )
+        self._one_step_net(now, auto_destroy.SPEC, self.auto_destroy_policy)
 
     def _net_provision_deadline(self, now: float) -> None:
-        self._one_step_net(
-            now,
-            provision_deadline.SPEC,
-            self.provision_deadline_policy,
-            lambda m, why: True,
-        )
+        self._one_step_net(now, provision_deadline.SPEC, self.provision_deadline_policy)
 
     def _one_step_net(
         self,
         now: float,
         spec: OneStepSpec[P, A],
         policy: P,
-        read_again: Callable[[Machine, RefusalReason], bool],
+        seen: Callable[[MachineSnapshot], MachineSnapshot] | None = None,
     ) -> None:
         """A net whose decision is act, refuse or nothing (production's generic runner's
         spec): its due rows decided with its real policy and acted on as the spec says (the
-        transition, the ledger class); a refusal that time alone can lift puts the row back
-        for its next tick."""
+        transition, the ledger class); a row it refuses is read again at its next pass while
+        the net's own ``due_at`` still selects it, as its scan would."""
         net = spec.name
         every = self.every[net]
         for m in self._pop_due(net, now):
-            snap = self.snapshot(m, now)
+            row = self.snapshot(m, now)
+            snap = seen(row) if seen is not None else row
             d = spec.decide(dt(now), snap, policy)
             self.metrics.decisions[net] += 1
             if isinstance(d, spec.acts):
@@ -1798,10 +1775,13 @@ class Sim:
                     self._broken(f"{net} took machine {m.id}, pinned as its pool's warm capacity")
                 claim = spec.claim(dt(now), snap, d, policy)
                 self._stop_or_destroy(m, spec.transition, spec.detects, claim)
-            elif isinstance(d, Refuse):
+                continue
+            if isinstance(d, Refuse):
                 self._refused(net, d.reason)
-                if read_again(m, d.reason):
-                    self._due(net, m, now + every)
+            # The scan reads the row again at its next pass while it still selects it.
+            at = spec.due_at(row, policy)
+            if at is not None:
+                self._due(net, m, max(now + every, secs(at)))
 
     def _net_boot_failure(self, now: float) -> None:
         policy = self.boot_policy
@@ -1831,25 +1811,14 @@ class Sim:
                 self._due("boot_failure", m, now + self.every["boot_failure"])
 
     def _net_went_silent(self, now: float) -> None:
-        policy = self.silent_policy
-        every = self.every["went_silent"]
-        for m in self._pop_due("went_silent", now):
-            snap = self.snapshot(m, now)
-            if self.plant == "went_silent_reads_composite":
-                # The planted bug: the net reads the freshest of the three channels.
+        seen = None
+        if self.plant == "went_silent_reads_composite":
+            # The planted bug: the net decides on the freshest of the three channels.
+            def seen(snap: MachineSnapshot) -> MachineSnapshot:
                 fresh = max(c for c in (snap.worker_report_at, snap.probe_ok_at, snap.provider_seen_at) if c)
-                snap = MachineSnapshot(**{**snap.__dict__, "worker_report_at": fresh})
-            d = went_silent.decide(dt(now), snap, policy)
-            self.metrics.decisions["went_silent"] += 1
-            if isinstance(d, went_silent.DestroyMachine):
-                spec = went_silent.SPEC
-                claim = spec.claim(dt(now), snap, d, policy)
-                self._stop_or_destroy(m, spec.transition, spec.detects, claim)
-            elif isinstance(d, Refuse):
-                self._refused("went_silent", d.reason)
-                self._due("went_silent", m, now + every)
-            elif m.state in RUNNING_STATES and m.worker_stopped_at <= now:
-                self._due("went_silent", m, now + every)
+                return replace(snap, worker_report_at=fresh)
+
+        self._one_step_net(now, went_silent.SPEC, self.silent_policy, seen)
 
     def _net_lost_detector(self, now: float) -> None:
         policy = self.lost_policy
