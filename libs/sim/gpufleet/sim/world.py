@@ -1824,7 +1824,8 @@ class Sim:
         policy = self.lost_policy
         every = self.every["lost_detector"]
         for m in self._pop_due("lost_detector", now):
-            d = lost_detector.decide(dt(now), self.snapshot(m, now), policy)
+            row = self.snapshot(m, now)
+            d = lost_detector.decide(dt(now), row, policy)
             self.metrics.decisions["lost_detector"] += 1
             if isinstance(d, lost_detector.MarkLost):
                 self._write(m, d.values)
@@ -1836,11 +1837,14 @@ class Sim:
             elif isinstance(d, lost_detector.UnmarkLost):
                 self._write(m, d.values)
                 self._touch(m.offering.pool)
-            elif isinstance(d, Refuse):
-                self._refused("lost_detector", d.reason)
-                self._due("lost_detector", m, now + every)
-            elif m.unreachable_since <= now or m.lost:
-                self._due("lost_detector", m, now + every)
+            else:
+                if isinstance(d, Refuse):
+                    self._refused("lost_detector", d.reason)
+                # Read again at the next pass while its probe has failed long enough; a
+                # lost machine is read when a probe succeeds again (``_reach``).
+                at = lost_detector.due_at(row, policy)
+                if at is not None:
+                    self._due("lost_detector", m, max(now + every, secs(at)))
 
     def _net_merged_check(self, now: float) -> None:
         """The counterfactual: one composite freshness over the three channels, behind the
