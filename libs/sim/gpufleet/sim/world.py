@@ -1801,14 +1801,15 @@ class Sim:
                 if isinstance(act, boot_failure.DestroyMachine):
                     self._stop_or_destroy(m, boot_failure.DESTROY, FailureClass.BOOT_FAILED)
                     break
-                if isinstance(act, boot_failure.RecordStartupFailure):
-                    m.startup_failed_at = act.at
-                elif isinstance(act, boot_failure.ClearStartupFailure):
-                    m.startup_failed_at = None
+                if isinstance(act, boot_failure.RecordStartupFailure | boot_failure.ClearStartupFailure):
+                    self._write(m, act.values)
                 elif isinstance(act, Refuse):
                     self._refused("boot_failure", act.reason)
             else:
-                self._due("boot_failure", m, now + self.every["boot_failure"])
+                # Read again at the next pass while it has not reported this life.
+                at = boot_failure.due_at(snap, policy)
+                if at is not None:
+                    self._due("boot_failure", m, max(now + self.every["boot_failure"], secs(at)))
 
     def _net_went_silent(self, now: float) -> None:
         seen = None

@@ -70,10 +70,19 @@ class RecordStartupFailure:
     at: datetime
     why: str
 
+    @property
+    def values(self) -> dict[str, datetime | None]:
+        """The row's update (the net's compare-and-set and the simulator apply it)."""
+        return {"startup_failed_at": self.at}
+
 
 @dataclass(frozen=True)
 class ClearStartupFailure:
     """Start-up turned out healthy: forget an earlier sighting."""
+
+    @property
+    def values(self) -> dict[str, datetime | None]:
+        return {"startup_failed_at": None}
 
 
 @dataclass(frozen=True)
@@ -223,10 +232,10 @@ class BootFailure(ClaimingNet[BootFailurePolicy, MachineSnapshot]):
             if isinstance(action, Refuse):
                 decisions.refused(mid, action.reason)
             elif isinstance(action, RecordStartupFailure):
-                if self._set_sighting(machine, action.at):
+                if self._set_sighting(machine, action.values):
                     decisions.acted(mid, "startup_failure_seen", action.why)
             elif isinstance(action, ClearStartupFailure):
-                if self._set_sighting(machine, None):
+                if self._set_sighting(machine, action.values):
                     decisions.acted(mid, "startup_failure_cleared")
             else:
                 self.runner.execute(
@@ -244,7 +253,7 @@ class BootFailure(ClaimingNet[BootFailurePolicy, MachineSnapshot]):
                     first_sign=boot_window_start(machine),
                 )
 
-    def _set_sighting(self, machine: MachineSnapshot, at: datetime | None) -> bool:
+    def _set_sighting(self, machine: MachineSnapshot, values: dict[str, datetime | None]) -> bool:
         """Compare-and-set ``startup_failed_at`` on what the scan saw (fenced)."""
         before = machine.startup_failed_at
         with self.sessions() as session, session.begin():
@@ -260,7 +269,7 @@ class BootFailure(ClaimingNet[BootFailurePolicy, MachineSnapshot]):
                     if before is None
                     else Machine.startup_failed_at == before,
                 )
-                .values(startup_failed_at=at)
+                .values(**values)
                 .execution_options(synchronize_session=False)
             )
             return bool(getattr(result, "rowcount", 0) == 1)
