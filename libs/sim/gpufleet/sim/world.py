@@ -32,7 +32,7 @@ from functools import partial
 from itertools import accumulate
 from typing import Any
 
-from gpufleet.common import lifecycle, spot_history
+from gpufleet.common import idle_timers, lifecycle, spot_history
 from gpufleet.common import nets as net_registry
 from gpufleet.common.call_failures import Op, decide_call_failure
 from gpufleet.common.catalog import DEFAULT_CATALOG, PlanSpec
@@ -82,7 +82,7 @@ from gpufleet.scheduler.tick.model import (
     StartMachine,
     TickPlan,
 )
-from gpufleet.scheduler.tick.scale import CREATE, START, answered_values
+from gpufleet.scheduler.tick.scale import CREATE, START, answered_values, start_values
 from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import clock_values
 from gpufleet.scheduler.watchdogs import pool_idle
@@ -100,9 +100,12 @@ from gpufleet.sweeper.orphan_rows import OrphanAction
 
 POLICIES = ("nets", "oracle", "merged")
 # The columns a shared update may write that the simulator does not keep: the agent's
-# address and the pending call (its machines and calls have none), and the failing probes'
-# streak (read from each life's truth, which a new life resets).
-_NOT_KEPT = frozenset({"agent_address", "pending_call", "pending_call_at", "probe_failed_since"})
+# address and the pending call (its machines and calls have none), the failing probes'
+# streak (read from each life's truth, which a new life resets), and when an earmark was
+# set (only the API and the CLI show it; no decision reads it).
+_NOT_KEPT = frozenset(
+    {"agent_address", "pending_call", "pending_call_at", "probe_failed_since", "earmarked_at"}
+)
 # The counterfactual policy's one composite check: no service runs it, so it is not in the
 # net registry; it stands in for the nets in MERGED_REPLACES, at went silent's cadence.
 MERGED_CHECK = "merged_check"
@@ -1066,12 +1069,18 @@ class Sim:
         or does not model are left (``_NOT_KEPT`` says which and why)."""
         for column, value in values.items():
             if column == "first_observed_at":
-                m.recorded_first_observed = secs(value)
+                m.recorded_first_observed = secs(value) if value is not None else INF
             elif column == "provider_instance_id":
                 m.provider_instance_id = str(value)
             elif column in ("stop_due_at", "destroy_due_at"):
-                assert value is None, column
-                self._clear(m, (column,))
+                if value is None:
+                    self._clear(m, (column,))
+                else:  # armed: its net wakes when it falls due
+                    setattr(m, column, value)
+                    if column == "stop_due_at":
+                        self._due_as(auto_stop.SPEC, self.auto_stop_policy, m, self.q.now)
+                    else:
+                        self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, self.q.now)
             elif column == "start_failures":
                 m.start_failures = int(value)
             elif column == "backoff_until":
@@ -1080,6 +1089,8 @@ class Sim:
                 m.lost = bool(value)
             elif column == "intent":
                 m.intent = str(value)
+            elif column == "earmarked_for":
+                m.earmarked_for = value
             elif column == "startup_failed_at":
                 m.startup_failed_at = value
             elif column not in _NOT_KEPT:
@@ -1125,7 +1136,7 @@ class Sim:
                 raise ValueError(f"a claim clears {name}, which the simulator does not keep")
 
     def _clear_timers(self, m: Machine) -> None:
-        self._clear(m, ("stop_due_at", "destroy_due_at"))
+        self._write(m, idle_timers.CLEARED)
 
     def _bill(self, m: Machine, now: float) -> None:
         self._segment(m)
@@ -1476,10 +1487,7 @@ class Sim:
                 self._end_attempt(a, replace_cause(fc))
 
     def _start(self, m: Machine, for_job: str | None) -> None:
-        m.intent = "RUNNING"
-        m.earmarked_for = for_job
-        self._clear_timers(m)
-        m.recorded_first_observed = INF  # a new life: nothing of it observed yet (the start's intent)
+        self._write(m, start_values(for_job, dt(self.q.now)))  # the start's intent
         self._move(m, "STARTING", lifecycle.Actor.FLEET_TICK)
         self._call(m, "start", lambda outcome: self._started_machine(m, outcome))
 
@@ -1732,12 +1740,8 @@ class Sim:
             self.metrics.decisions["idle_scanner"] += 1
             settled = sample is not None
             for act in actions:
-                if isinstance(act, idle_scanner.ArmIdleTimers):
-                    m.stop_due_at, m.destroy_due_at = act.stop_due_at, act.destroy_due_at
-                    self._due_as(auto_stop.SPEC, self.auto_stop_policy, m, now)
-                    self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, now)
-                elif isinstance(act, idle_scanner.ClearIdleTimers):
-                    self._clear_timers(m)
+                if isinstance(act, idle_scanner.ArmIdleTimers | idle_scanner.ClearIdleTimers):
+                    self._write(m, act.values)
             if settled:
                 self.idle_watch.discard(mid)
 

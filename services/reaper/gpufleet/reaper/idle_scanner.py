@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -37,6 +37,7 @@ from typing import Protocol
 from sqlalchemy import Update, func, literal, or_, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common import idle_timers
 from gpufleet.common.clients.agent import AgentClient, AgentClients
 from gpufleet.common.db.enums import RUNNING_STATES, MachineState
 from gpufleet.common.db.models import Machine, UTCDateTime
@@ -88,10 +89,19 @@ class ArmIdleTimers:
     stop_due_at: datetime
     destroy_due_at: datetime
 
+    @property
+    def values(self) -> Mapping[str, datetime | None]:
+        """The row's update (the scanner's gated write and the simulator apply it)."""
+        return {"stop_due_at": self.stop_due_at, "destroy_due_at": self.destroy_due_at}
+
 
 @dataclass(frozen=True)
 class ClearIdleTimers:
     """Traffic was seen: both timers go, whatever the row says."""
+
+    @property
+    def values(self) -> Mapping[str, datetime | None]:
+        return idle_timers.CLEARED
 
 
 @dataclass(frozen=True)
@@ -333,7 +343,7 @@ def clear_idle_timers(machine_id: str) -> Update:
     return (
         update(Machine)
         .where(Machine.id == machine_id)
-        .values(stop_due_at=None, destroy_due_at=None)
+        .values(**idle_timers.CLEARED)
         .execution_options(synchronize_session=False)
     )
 
@@ -353,7 +363,7 @@ def arm_idle_timers(session: Session, machine_id: str, arm: ArmIdleTimers) -> bo
             not_destroyed(),
             *ours(),
         )
-        .values(stop_due_at=arm.stop_due_at, destroy_due_at=arm.destroy_due_at)
+        .values(**arm.values)
         .execution_options(synchronize_session=False)
     )
     return bool(getattr(result, "rowcount", 0) == 1)

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Table, select, update
 
 from gpufleet.common.db import models
 from gpufleet.common.db.bulk import among
+from gpufleet.common.idle_timers import CLEARED
 from gpufleet.common.metrics.catalog import REAPER_IDLE_TIMERS
 from gpufleet.common.metrics.instruments import Instruments
 
@@ -58,9 +59,5 @@ def clear_for_work(conn: Connection, machine_ids: Sequence[str]) -> int:
             .with_for_update()
         ).all()
         had_timers += sum(1 for stop, destroy in timers if stop is not None or destroy is not None)
-        conn.execute(
-            update(_MACHINES)
-            .where(among(_MACHINES.c.id, part, dialect))
-            .values(stop_due_at=None, destroy_due_at=None)
-        )
+        conn.execute(update(_MACHINES).where(among(_MACHINES.c.id, part, dialect)).values(**CLEARED))
     return had_timers

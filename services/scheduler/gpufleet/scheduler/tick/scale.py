@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.common import idle_timers
 from gpufleet.common.call_failures import Op, decide_call_failure
 from gpufleet.common.calls import CallPool, Outcomes
 from gpufleet.common.clients.provisioner import ProvisionerClient
@@ -90,6 +91,25 @@ def answered_values(
         "lost": False,
         "probe_failed_since": None,
         "startup_failed_at": None,
+    }
+
+
+def start_values(for_job: str | None, now: datetime) -> dict[str, Any]:
+    """The columns a start's intent writes beside the move to STARTING, decided once (the
+    scale step's writer and the simulator apply them): the intent, the film it is started
+    for (if any), the call pending, both idle timers cleared (starting a machine for work
+    clears them) — and a new life: nothing of it observed yet. The first listing, probe or
+    report of it (or the start's answer) sets ``first_observed_at``; an earlier life's
+    sighting would count this boot from a time before it began (the stuck-transition net
+    finishing a start whose answer was lost keeps the sighting, as for a create)."""
+    return {
+        "intent": MachineIntent.RUNNING.value,
+        "earmarked_for": for_job,
+        "earmarked_at": now if for_job else None,
+        "pending_call": START,
+        "pending_call_at": now,
+        **idle_timers.CLEARED,
+        "first_observed_at": None,
     }
 
 
@@ -223,21 +243,10 @@ class ScaleController:
         ):
             return None
         had_timers = machine.stop_due_at is not None or machine.destroy_due_at is not None
-        machine.intent = MachineIntent.RUNNING.value
         why = f"started for film {action.for_job}" if action.for_job else "work is waiting"
         record(machine, MachineState.STARTING, by=Actor.FLEET_TICK, why=why, now=now)
-        machine.earmarked_for = action.for_job
-        machine.earmarked_at = now if action.for_job else None
-        machine.pending_call = START
-        machine.pending_call_at = now
-        # Starting a machine for work clears both idle timers.
-        machine.stop_due_at = None
-        machine.destroy_due_at = None
-        # A new life: nothing of it observed yet. The first listing, probe or report of it
-        # (or the start's answer) sets it; an earlier life's sighting would count this boot
-        # from a time before it began (the stuck-transition net finishing a start whose
-        # answer was lost keeps the sighting, as for a create).
-        machine.first_observed_at = None
+        for column, value in start_values(action.for_job, now).items():
+            setattr(machine, column, value)
         log.info("starting stopped machine %s", machine_id, extra={"fields": {"machine_id": machine_id}})
         return int(had_timers)
 
