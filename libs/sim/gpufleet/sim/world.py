@@ -69,7 +69,7 @@ from gpufleet.reaper.net_runner import A, Claim, OneStepSpec, P
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.transition import Transition, destroy_transition
 from gpufleet.scheduler.tick import decide as tick_decide
-from gpufleet.scheduler.tick.dispatch_failure import DISPATCH_TOOK, DispatchBackoff, backed_off
+from gpufleet.scheduler.tick.dispatch_failure import DISPATCH_TOOK, backed_off
 from gpufleet.scheduler.tick.earmark_updates import EarmarkRow, EarmarkUpdate, films_started, plan_updates
 from gpufleet.scheduler.tick.films import WAIT_SHARE_CAP
 from gpufleet.scheduler.tick.model import (
@@ -82,7 +82,7 @@ from gpufleet.scheduler.tick.model import (
     StartMachine,
     TickPlan,
 )
-from gpufleet.scheduler.tick.scale import CREATE, START, answered_values, start_values
+from gpufleet.scheduler.tick.scale import CREATE, START, answered_values, create_values, start_values
 from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import clock_values
 from gpufleet.scheduler.watchdogs import pool_idle
@@ -103,6 +103,25 @@ POLICIES = ("nets", "oracle", "merged")
 # address and the pending call (its machines and calls have none), the failing probes'
 # streak (read from each life's truth, which a new life resets), and when an earmark was
 # set (only the API and the CLI show it; no decision reads it).
+# The columns kept on the simulator's machine under the row's own name and type.
+_AS_IS = frozenset(
+    {
+        "intent",
+        "lost",
+        "cordoned",
+        "requested_at",
+        "provision_deadline_at",
+        "state_changed_at",
+        "startup_failed_at",
+        "provider_instance_id",
+        "backoff_until",
+        "start_failures",
+        "dispatch_failures",
+        "dispatch_backoff_until",
+        "spot_seconds",
+        "earmarked_for",
+    }
+)
 _NOT_KEPT = frozenset(
     {"agent_address", "pending_call", "pending_call_at", "probe_failed_since", "earmarked_at"}
 )
@@ -868,7 +887,7 @@ class Sim:
         a.machine.stale.add(a.machine.id)  # its attempt's view changed
         if a.machine.dispatch_failures:
             # A dispatch its agent took: the back-off starts over (the dispatch's write).
-            self._backoff(a.machine, DISPATCH_TOOK)
+            self._write(a.machine, DISPATCH_TOOK.values())
         job = a.job
         job.state = "RUNNING"
         self._record("job", job.id, "RUNNING")
@@ -897,16 +916,11 @@ class Sim:
             self.scheduler.dispatch_backoff_s,
             self.scheduler.dispatch_backoff_max_s,
         )
-        self._backoff(m, after)
+        self._write(m, after.values())
         assert after.dispatch_backoff_until is not None
         # It may take jobs again from the instant its back-off ends (backing off is "until > now").
         self.q.at(secs(after.dispatch_backoff_until), lambda: self._touch(m.offering.pool))
         self._end_attempt(a, EndCause.TAKEN_BACK)
-
-    @staticmethod
-    def _backoff(m: Machine, after: DispatchBackoff) -> None:
-        m.dispatch_failures = after.dispatch_failures
-        m.dispatch_backoff_until = after.dispatch_backoff_until
 
     def _job_done(self, a: Attempt, gen: int, state: str) -> None:
         if a.state != "RUNNING" or a.end_event != gen:
@@ -1068,10 +1082,12 @@ class Sim:
         on the simulator's machine: those it keeps are set, those it derives from its truth
         or does not model are left (``_NOT_KEPT`` says which and why)."""
         for column, value in values.items():
-            if column == "first_observed_at":
+            if column in _AS_IS:
+                setattr(m, column, value)
+            elif column == "first_observed_at":
                 m.recorded_first_observed = secs(value) if value is not None else INF
-            elif column == "provider_instance_id":
-                m.provider_instance_id = str(value)
+            elif column == "preemption_count":
+                m.preemptions = value
             elif column in ("stop_due_at", "destroy_due_at"):
                 if value is None:
                     self._clear(m, (column,))
@@ -1081,18 +1097,6 @@ class Sim:
                         self._due_as(auto_stop.SPEC, self.auto_stop_policy, m, self.q.now)
                     else:
                         self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, self.q.now)
-            elif column == "start_failures":
-                m.start_failures = int(value)
-            elif column == "backoff_until":
-                m.backoff_until = value
-            elif column == "lost":
-                m.lost = bool(value)
-            elif column == "intent":
-                m.intent = str(value)
-            elif column == "earmarked_for":
-                m.earmarked_for = value
-            elif column == "startup_failed_at":
-                m.startup_failed_at = value
             elif column not in _NOT_KEPT:
                 raise ValueError(f"an update writes {column}, which the simulator does not keep")
 
@@ -1369,12 +1373,8 @@ class Sim:
             probe_every_s=self.every["idle_scanner"],
             listing_every_s=self.every["inventory_reconcile"],
         )
-        m.requested_at = dt(now)
-        # The scheduler fixes the deadline when it places the request.
-        deadline = now + self.scheduler.provision_deadline_s
-        m.provision_deadline_at = dt(deadline)
-        m.state_changed_at = dt(now)
-        m.earmarked_for = for_job
+        # The create's intent, as the scale step records it.
+        self._write(m, create_values(for_job, dt(now), self.scheduler.provision_deadline_s))
         self.machines[m.id] = m
         self._record("machine", m.id, m.state)
         self.live.add(m.id)

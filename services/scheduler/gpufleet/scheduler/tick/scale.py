@@ -94,6 +94,29 @@ def answered_values(
     }
 
 
+def create_values(for_job: str | None, now: datetime, provision_deadline_s: float) -> dict[str, Any]:
+    """The columns a create's intent records beside what its offering gives (the row is born
+    PROVISIONING), decided once (the scale step's writer and the simulator apply them): the
+    intent, nothing lost, cordoned or failed yet, the provision deadline fixed at the
+    request, the call pending, and the film it is created for (if any)."""
+    return {
+        "intent": MachineIntent.RUNNING.value,
+        "lost": False,
+        "cordoned": False,
+        "requested_at": now,
+        "provision_deadline_at": now + timedelta(seconds=provision_deadline_s),
+        "state_changed_at": now,
+        "preemption_count": 0,
+        "spot_seconds": 0.0,
+        "start_failures": 0,
+        "pending_call": CREATE,
+        "pending_call_at": now,
+        "dispatch_failures": 0,
+        "earmarked_for": for_job,
+        "earmarked_at": now if for_job else None,
+    }
+
+
 def start_values(for_job: str | None, now: datetime) -> dict[str, Any]:
     """The columns a start's intent writes beside the move to STARTING, decided once (the
     scale step's writer and the simulator apply them): the intent, the film it is started
@@ -205,20 +228,7 @@ class ScaleController:
                 state_reason=f"created for film {action.for_job}"
                 if action.for_job
                 else f"work is waiting in pool {action.pool_id}",
-                intent=MachineIntent.RUNNING.value,
-                lost=False,
-                cordoned=False,
-                requested_at=now,
-                provision_deadline_at=now + timedelta(seconds=self.settings.provision_deadline_s),
-                state_changed_at=now,
-                preemption_count=0,
-                spot_seconds=0.0,
-                start_failures=0,
-                pending_call=CREATE,
-                pending_call_at=now,
-                dispatch_failures=0,
-                earmarked_for=action.for_job,
-                earmarked_at=now if action.for_job else None,
+                **create_values(action.for_job, now, self.settings.provision_deadline_s),
             )
         )
         log.info(
