@@ -39,8 +39,10 @@ def running_on(fleet: Fleet, job_id: str) -> str | None:
 
 def test_a_film_drains_the_machine_whose_shorts_end_first(fleet: Fleet) -> None:
     fleet.start_all()
-    # Two long episodes (40 min each) on the first machine.
-    longs = [fleet.submit(f"long-{i}", duration_s=2400).job_id for i in range(2)]
+    # Two long episodes (20 min each: still running when the film starts, about six minutes
+    # in) on the first machine. What the drain reads is their kind's expected duration,
+    # not this.
+    longs = [fleet.submit(f"long-{i}", duration_s=1200).job_id for i in range(2)]
     long_machine = fleet.advance_until(
         lambda: (ms := {running_on(fleet, j) for j in longs}) != {None} and None not in ms and ms,
         max_virtual_s=900,
