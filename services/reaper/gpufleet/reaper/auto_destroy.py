@@ -65,10 +65,20 @@ def decide(
     return Refuse(RefusalReason.NOT_STOPPED_OR_IDLE)
 
 
+# The guards' parts that never change, built once (SQL expressions are immutable): a claim
+# is built for every act, in the reaper and in every simulated month.
+_ARMED = Machine.destroy_due_at.is_not(None)
+# Stopped, or running with its stop done or cleared and not pinned warm since the scan.
+_STOPPED_OR_IDLE = or_(
+    Machine.state == MachineState.STOPPED.value,
+    Machine.state.in_(_RUNNING) & Machine.stop_due_at.is_(None) & Machine.warm_held.is_(False),
+)
+
+
 def due(now: datetime, policy: AutoDestroyPolicy) -> list[ColumnElement[bool]]:
     """The scan's WHERE: the destroy timer is armed and has passed (ix_machines_destroy_due:
     only armed, live machines are read)."""
-    return [Machine.destroy_due_at.is_not(None), Machine.destroy_due_at <= now]
+    return [_ARMED, Machine.destroy_due_at <= now]
 
 
 def due_at(machine: MachineSnapshot, policy: AutoDestroyPolicy) -> datetime | None:
@@ -83,13 +93,7 @@ def is_due(now: datetime, machine: MachineSnapshot, policy: AutoDestroyPolicy) -
 
 def claim(now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: AutoDestroyPolicy) -> Claim:
     return Claim(
-        guards=[
-            *due(now, policy),
-            or_(
-                Machine.state == MachineState.STOPPED.value,
-                Machine.state.in_(_RUNNING) & Machine.stop_due_at.is_(None) & Machine.warm_held.is_(False),
-            ),
-        ],
+        guards=[*due(now, policy), _STOPPED_OR_IDLE],
         clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
         why=f"idle ({machine.state}), destroy due at {machine.destroy_due_at:%Y-%m-%d %H:%M:%S}",
         first_sign=idle_since(machine.destroy_due_at, policy.destroy_after),

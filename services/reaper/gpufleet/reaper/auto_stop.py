@@ -64,10 +64,17 @@ def decide(now: datetime, machine: MachineSnapshot, policy: AutoStopPolicy) -> S
     return StopMachine(machine.machine_id)
 
 
+# The guards' parts that never change, built once (SQL expressions are immutable): a claim
+# is built for every act, in the reaper and in every simulated month.
+_ARMED = Machine.stop_due_at.is_not(None)
+_RUNNING = Machine.state.in_(sorted(s.value for s in RUNNING_STATES))
+_NOT_PINNED = Machine.warm_held.is_(False)
+
+
 def due(now: datetime, policy: AutoStopPolicy) -> list[ColumnElement[bool]]:
     """The scan's WHERE: the stop timer is armed and has passed (ix_machines_stop_due: only
     armed, live machines are read)."""
-    return [Machine.stop_due_at.is_not(None), Machine.stop_due_at <= now]
+    return [_ARMED, Machine.stop_due_at <= now]
 
 
 def due_at(machine: MachineSnapshot, policy: AutoStopPolicy) -> datetime | None:
@@ -82,12 +89,8 @@ def is_due(now: datetime, machine: MachineSnapshot, policy: AutoStopPolicy) -> b
 
 def claim(now: datetime, machine: MachineSnapshot, act: StopMachine, policy: AutoStopPolicy) -> Claim:
     return Claim(
-        guards=[
-            *due(now, policy),
-            Machine.state.in_(sorted(s.value for s in RUNNING_STATES)),
-            # Pinned warm since the scan: the pin wins.
-            Machine.warm_held.is_(False),
-        ],
+        # Pinned warm since the scan: the pin wins.
+        guards=[*due(now, policy), _RUNNING, _NOT_PINNED],
         clear_at_begin=[Machine.stop_due_at],
         why=f"idle, stop due at {machine.stop_due_at:%Y-%m-%d %H:%M:%S}",
         first_sign=idle_since(machine.stop_due_at, policy.stop_after),
