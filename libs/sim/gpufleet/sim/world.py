@@ -1415,8 +1415,9 @@ class Sim:
         # follow it (a transition finished before any channel saw the instance): the row is
         # read as it will be once first observed. A boot window of an earlier life is over.
         self.due["boot_failure"].pop(m.id, None)
-        observed = m.first_observed(INF)
-        self._due_by("boot_failure", boot_failure.due_at, self.boot_policy, m, max(now, observed))
+        observed = m.first_observed(INF)  # INF: no channel will see this life as it stands
+        read_at = max(now, observed) if observed < INF else now
+        self._due_by("boot_failure", boot_failure.due_at, self.boot_policy, m, read_at)
         since = m.run_since if m.run_since < INF else now
         self._due(MERGED_CHECK, m, since + self.cfg.merged_threshold_s)
 
