@@ -69,6 +69,7 @@ from gpufleet.reaper.net_runner import A, Claim, OneStepSpec, P
 from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Refuse, first_refusal
 from gpufleet.reaper.transition import Transition, destroy_transition
 from gpufleet.scheduler.tick import decide as tick_decide
+from gpufleet.scheduler.tick import limits
 from gpufleet.scheduler.tick.dispatch_failure import DISPATCH_TOOK, backed_off
 from gpufleet.scheduler.tick.earmark_updates import EarmarkRow, EarmarkUpdate, films_started, plan_updates
 from gpufleet.scheduler.tick.films import WAIT_SHARE_CAP
@@ -708,12 +709,12 @@ class Sim:
                     self.scheduler.worker_fresh_s,
                 )
                 self._end_attempt(a, cause)
-                self._ledger(FailureClass.LEASE_EXPIRED, None)
+                self._ledger(limits.LEASE_LEDGER_CLASS, None)
         for aid in plan.over_limit:
             a = attempts.get(aid)
             if a is not None and a.state in LIVE_ATTEMPT_STATES:
-                self._end_attempt(a, EndCause.TIME_LIMIT)
-                self._ledger(FailureClass.JOB_TIMED_OUT, None)
+                self._end_attempt(a, limits.TIME_LIMIT_END)
+                self._ledger(limits.TIME_LIMIT_LEDGER_CLASS, None)
         if plan.releases or plan.drains:
             ids = {r.machine_id for r in plan.releases} | {d.machine_id for d in plan.drains}
             rows = {mid: _earmark_row(self.machines[mid]) for mid in ids}

@@ -25,6 +25,14 @@ log = logging.getLogger(__name__)
 PER_TICK = 1000
 BATCH = 200
 
+# What each limit ends an attempt with and the ledger's class for it, for this step's writes
+# and the simulator's alike: a lease that ran out ends it as ``lease_expiry_cause`` says
+# (lost, or disrupted when its agent still answered) under LEASE_EXPIRED; a time limit
+# passed ends it TIME_LIMIT under JOB_TIMED_OUT.
+LEASE_LEDGER_CLASS = FailureClass.LEASE_EXPIRED
+TIME_LIMIT_END = EndCause.TIME_LIMIT
+TIME_LIMIT_LEDGER_CLASS = FailureClass.JOB_TIMED_OUT
+
 
 class LimitsController:
     """Ends attempts whose lease ran out (LOST, requeued) or that ran past their kind's
@@ -107,7 +115,7 @@ class LimitsController:
         record_failure(
             session,
             now,
-            FailureClass.LEASE_EXPIRED,
+            LEASE_LEDGER_CLASS,
             "fleet_tick",
             machine_id=attempt.machine_id,
             job_id=ended.job.id,
@@ -129,7 +137,7 @@ class LimitsController:
         ended = end_attempt(
             session,
             attempt,
-            EndCause.TIME_LIMIT,
+            TIME_LIMIT_END,
             now,
             by=Mover.LIMITS,
             policy=self.retry_policy,
@@ -140,7 +148,7 @@ class LimitsController:
         record_failure(
             session,
             now,
-            FailureClass.JOB_TIMED_OUT,
+            TIME_LIMIT_LEDGER_CLASS,
             "fleet_tick",
             machine_id=machine.id,
             job_id=ended.job.id,
