@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import or_, select
+from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.common.attempts import LostAttempt, end_live_attempts_lost
@@ -514,6 +514,24 @@ def _alert(session: Session, now: datetime, failure: Failure, incident_key: str 
     )
 
 
+def in_force(expires_at: datetime | None, now: datetime) -> bool:
+    """Whether a quarantine or halt no human has cleared still holds at ``now``: it has no
+    expiry (it holds until a human clears it) or expires after ``now``. One in force is kept
+    as it is, never extended, when the same outcome comes again. :func:`in_force_sql` is the
+    same predicate for a query; the simulator reads this one."""
+    return expires_at is None or expires_at > now
+
+
+def in_force_sql(now: datetime) -> list[ColumnElement[bool]]:
+    """:func:`in_force` as a query's WHERE (with the row not cleared): the one form every
+    reader of the quarantines in force uses (the fleet tick's snapshot, the reaper's API and
+    gauges, the ledger itself)."""
+    return [
+        Quarantine.cleared_at.is_(None),
+        or_(Quarantine.expires_at.is_(None), Quarantine.expires_at > now),
+    ]
+
+
 def _quarantine(
     session: Session,
     now: datetime,
@@ -526,11 +544,7 @@ def _quarantine(
     region: str | None = None,
 ) -> Quarantine:
     """The quarantine in force for this target, or a new one."""
-    query = select(Quarantine).where(
-        Quarantine.kind == kind.value,
-        Quarantine.cleared_at.is_(None),
-        or_(Quarantine.expires_at.is_(None), Quarantine.expires_at > now),
-    )
+    query = select(Quarantine).where(Quarantine.kind == kind.value, *in_force_sql(now))
     if kind is QuarantineKind.OFFERING:
         query = query.where(Quarantine.offering_id == offering_id)
     else:

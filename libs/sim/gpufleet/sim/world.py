@@ -52,7 +52,14 @@ from gpufleet.common.job_lifecycle import (
     decide_attempt_end,
     lease_expiry_cause,
 )
-from gpufleet.common.ledger import FailureClass, OutcomeTarget, decide_effect, replace_cause, route
+from gpufleet.common.ledger import (
+    FailureClass,
+    OutcomeTarget,
+    decide_effect,
+    in_force,
+    replace_cause,
+    route,
+)
 from gpufleet.common.outcome_policy import OutcomePolicy
 from gpufleet.reaper import (
     auto_destroy,
@@ -277,8 +284,8 @@ class Sim:
         self.waiting: Counter[tuple[str, str]] = Counter()
         # Pools whose last tick held a film back at the films' share cap.
         self.share_capped: set[str] = set()
-        self.quarantined: dict[str, float] = {}  # offering -> until
-        self.halted: dict[tuple[str, str], float] = {}  # (provider, region) -> until
+        self.quarantined: dict[str, datetime] = {}  # offering -> until
+        self.halted: dict[tuple[str, str], datetime] = {}  # (provider, region) -> until
         self.stockouts: dict[str, float] = {}  # zone -> until
         # instance id -> (listing, launched, offering): created at the provider, no record here
         self.orphans: dict[str, tuple[ListedInstance, float, Offering]] = {}
@@ -687,8 +694,10 @@ class Sim:
             pools=self.pool_views[pool],
             offerings=self.offering_views[pool],
             live_attempts=rows.attempts,
-            quarantined_offerings=frozenset(o for o, until in self.quarantined.items() if until > now),
-            halted_regions=frozenset(r for r, until in self.halted.items() if until > now),
+            quarantined_offerings=frozenset(
+                o for o, until in self.quarantined.items() if in_force(until, nowd)
+            ),
+            halted_regions=frozenset(r for r, until in self.halted.items() if in_force(until, nowd)),
         )
 
     def _apply_plan(self, pool: str, plan: TickPlan, now: float) -> None:
@@ -1474,16 +1483,19 @@ class Sim:
         if q is not None:
             # Until a human clears it (no TTL): the profile's human response time.
             ttl_s = q.ttl.total_seconds() if q.ttl is not None else self.cfg.faults.human_response_s
-            if q.kind is QuarantineKind.OFFERING and self.quarantined.get(o.id, 0.0) <= now:
-                until = self.quarantined[o.id] = now + ttl_s
-                self.q.at(until, lambda: self._touch(o.pool))
-            elif (
-                q.kind is QuarantineKind.PROVIDER_REGION
-                and self.halted.get((o.provider, o.region), 0.0) <= now
+            # One in force is kept as it is (ledger.in_force), never extended.
+            nowd, region = dt(now), (o.provider, o.region)
+            if q.kind is QuarantineKind.OFFERING and not (
+                o.id in self.quarantined and in_force(self.quarantined[o.id], nowd)
             ):
-                until = self.halted[(o.provider, o.region)] = now + ttl_s
+                until = self.quarantined[o.id] = dt(now + ttl_s)
+                self.q.at(secs(until), lambda: self._touch(o.pool))
+            elif q.kind is QuarantineKind.PROVIDER_REGION and not (
+                region in self.halted and in_force(self.halted[region], nowd)
+            ):
+                until = self.halted[region] = dt(now + ttl_s)
                 for pool in self.pools:
-                    self.q.at(until, partial(self._touch, pool))
+                    self.q.at(secs(until), partial(self._touch, pool))
         if effect.replace_machine:
             for a in _live(m):
                 self._end_attempt(a, replace_cause(fc))

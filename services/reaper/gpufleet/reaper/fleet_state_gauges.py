@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.clock import Clock
@@ -27,7 +27,7 @@ from gpufleet.common.db.enums import IncidentState, QuarantineKind
 from gpufleet.common.db.models import Incident, Offering, Quarantine, WatchdogStat
 from gpufleet.common.db.outage import describe, is_outage
 from gpufleet.common.leadership import LeaderLease
-from gpufleet.common.ledger import FailureClass, wants_incident
+from gpufleet.common.ledger import FailureClass, in_force_sql, wants_incident
 from gpufleet.common.metrics.catalog import (
     INCIDENTS_OPEN,
     QUARANTINES_ACTIVE,
@@ -79,10 +79,7 @@ def read_fleet_state(session: Session, now: datetime) -> FleetState:
         select(Quarantine.kind, provider, func.count())
         .select_from(Quarantine)
         .outerjoin(Offering, Offering.id == Quarantine.offering_id)
-        .where(
-            Quarantine.cleared_at.is_(None),
-            or_(Quarantine.expires_at.is_(None), Quarantine.expires_at > now),
-        )
+        .where(*in_force_sql(now))
         .group_by(Quarantine.kind, provider)
     ):
         quarantines[(kind, prov)] = n

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from sqlalchemy import Select, or_, select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common import paging
@@ -22,6 +22,7 @@ from gpufleet.common.db.enums import IncidentState
 from gpufleet.common.db.models import Failure, Incident, Quarantine, WatchdogStat
 from gpufleet.common.errors import NotFound
 from gpufleet.common.idempotency import optional_request_id
+from gpufleet.common.ledger import in_force_sql
 from gpufleet.common.violations import Violations
 from gpufleet.v1 import ledger_pb2, reaper_service_pb2, reaper_service_pb2_grpc
 
@@ -209,14 +210,7 @@ class ReaperService(reaper_service_pb2_grpc.ReaperServiceServicer):  # type: ign
         size, after = _newest_first("quarantines", request.page_size, request.page_token, found)
         found.raise_if_any()
         now = self.clock.now()
-        query = (
-            select(Quarantine)
-            .where(
-                Quarantine.cleared_at.is_(None),
-                or_(Quarantine.expires_at.is_(None), Quarantine.expires_at > now),
-            )
-            .order_by(Quarantine.id.desc())
-        )
+        query = select(Quarantine).where(*in_force_sql(now)).order_by(Quarantine.id.desc())
         if after is not None:
             query = query.where(Quarantine.id < after)
         with self.sessions() as session:

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from gpufleet.common.db import models
 from gpufleet.common.db.bulk import among
 from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, JobState, MachineState, QuarantineKind
+from gpufleet.common.ledger import in_force_sql
 from gpufleet.scheduler.tick.model import (
     DEADLINE_NEAR_SHARE,
     AttemptView,
@@ -406,12 +407,7 @@ def _by_age(job: JobView) -> tuple[datetime, str]:
 
 def active_quarantines(session: Session, now: datetime) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
     """The offerings quarantined and the (provider, region) pairs halted right now."""
-    active = session.execute(
-        select(models.Quarantine).where(
-            models.Quarantine.cleared_at.is_(None),
-            or_(models.Quarantine.expires_at.is_(None), models.Quarantine.expires_at > now),
-        )
-    ).scalars()
+    active = session.execute(select(models.Quarantine).where(*in_force_sql(now))).scalars()
     quarantined: set[str] = set()
     halted: set[tuple[str, str]] = set()
     for q in active:
