@@ -1130,6 +1130,13 @@ class Sim:
         if at is not None:
             self._due(net, m, secs(at))
 
+    def _read_again(self, net: str, m: Machine, due_at: datetime | None, now: float) -> None:
+        """A row ``net`` read and did not act on is read again as its scan would: at the
+        net's next pass while its own ``due_at`` still selects it (None: not until an event
+        changes the row)."""
+        if due_at is not None:
+            self._due(net, m, max(now + self.every[net], secs(due_at)))
+
     def _due_stuck(self, m: Machine) -> None:
         """The stuck-transition net reads ``m`` when its own ``due_at`` says (a transition
         ``stuck_after`` old), if ``m`` is in one."""
@@ -1782,7 +1789,6 @@ class Sim:
         transition, the ledger class); a row it refuses is read again at its next pass while
         the net's own ``due_at`` still selects it, as its scan would."""
         net = spec.name
-        every = self.every[net]
         for m in self._pop_due(net, now):
             row = self.snapshot(m, now)
             snap = seen(row) if seen is not None else row
@@ -1796,10 +1802,7 @@ class Sim:
                 continue
             if isinstance(d, Refuse):
                 self._refused(net, d.reason)
-            # The scan reads the row again at its next pass while it still selects it.
-            at = spec.due_at(row, policy)
-            if at is not None:
-                self._due(net, m, max(now + every, secs(at)))
+            self._read_again(net, m, spec.due_at(row, policy), now)
 
     def _net_boot_failure(self, now: float) -> None:
         policy = self.boot_policy
@@ -1824,10 +1827,8 @@ class Sim:
                 elif isinstance(act, Refuse):
                     self._refused("boot_failure", act.reason)
             else:
-                # Read again at the next pass while it has not reported this life.
-                at = boot_failure.due_at(snap, policy)
-                if at is not None:
-                    self._due("boot_failure", m, max(now + self.every["boot_failure"], secs(at)))
+                # Read again while it has not reported this life.
+                self._read_again("boot_failure", m, boot_failure.due_at(snap, policy), now)
 
     def _net_went_silent(self, now: float) -> None:
         seen = None
@@ -1841,7 +1842,6 @@ class Sim:
 
     def _net_lost_detector(self, now: float) -> None:
         policy = self.lost_policy
-        every = self.every["lost_detector"]
         for m in self._pop_due("lost_detector", now):
             row = self.snapshot(m, now)
             d = lost_detector.decide(dt(now), row, policy)
@@ -1859,11 +1859,9 @@ class Sim:
             else:
                 if isinstance(d, Refuse):
                     self._refused("lost_detector", d.reason)
-                # Read again at the next pass while its probe has failed long enough; a
-                # lost machine is read when a probe succeeds again (``_reach``).
-                at = lost_detector.due_at(row, policy)
-                if at is not None:
-                    self._due("lost_detector", m, max(now + every, secs(at)))
+                # Read again while its probe has failed long enough; a lost machine is
+                # read when a probe succeeds again (``_reach``).
+                self._read_again("lost_detector", m, lost_detector.due_at(row, policy), now)
 
     def _net_merged_check(self, now: float) -> None:
         """The counterfactual: one composite freshness over the three channels, behind the

@@ -603,8 +603,8 @@ class DispatchController:
         after = backed_off(
             machine.dispatch_failures, now, settings.dispatch_backoff_s, settings.dispatch_backoff_max_s
         )
-        machine.dispatch_failures = after.dispatch_failures
-        machine.dispatch_backoff_until = after.dispatch_backoff_until
+        for column, value in after.values().items():
+            setattr(machine, column, value)
 
     # -- follow-ups (in the tick: database only) ------------------------------------------
     def take_back_overdue(self, now: datetime, report: TickReport) -> None:
