@@ -19,7 +19,11 @@ from gpufleet.sim.profile import PROFILES, SimConfig
 from gpufleet.sim.report import LIMITS, summarize
 from gpufleet.sim.world import InvariantBroken, Sim
 
-SEEDS = (11, 12, 13)
+# 19, not 13: once auto-destroy took stopped machines with no destroy timer (a start the
+# provider refused leaves one), seed 13's month met no pre-emption — a class rare enough in
+# 3 days (a few draws a seed, most falling after the machine's life) that one seed of three
+# must carry it; 19 meets every class.
+SEEDS = (11, 12, 19)
 DAYS, MACHINES = 3.0, 100
 # Classes a 3-day month of 100 machines meets on every seed of the harsh profile; the rest
 # (rarer) must be met on at least one of the seeds.

@@ -60,6 +60,11 @@ def _rows() -> list[dict[str, Any]]:
         "probe_ok_at": [None, NOW - timedelta(minutes=1)],
         "provision_deadline_at": [None, *_around(NOW)],
         "requested_at": _around(NOW - default_deadline),
+        # A STOPPED machine with no destroy timer falls due its gap after it stopped.
+        "state_changed_at": [
+            NOW - timedelta(minutes=1),
+            *_around(NOW - SETTINGS.auto_destroy_policy().stopped_for),
+        ],
     }
     rng = random.Random(26)
     keys = list(choices)

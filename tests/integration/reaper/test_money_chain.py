@@ -145,6 +145,39 @@ def test_stop_falls_due_first_then_destroy(chain: Chain) -> None:
         assert [c.op for c in chain.provisioner.ops()] == ["stop", "destroy"]
 
 
+# The chain's own gap between a stop and its destroy (the settings' defaults).
+STOPPED_FOR = TWO_HOURS - FIVE_MIN
+
+
+def test_a_machine_stopped_with_no_destroy_timer_is_destroyed_after_the_chains_gap(chain: Chain) -> None:
+    """A spot machine its provider stopped while it was busy (the sweeper's spot_stopped:
+    STOPPED, intent STOPPED, no timer — it was never idle) bills its disk with no timer to
+    end it. It falls due as a machine the chain stopped would: its stop plus the chain's gap.
+    One never observed running is refused (grace), and stays."""
+    now = chain.clock.now()
+    common: dict[str, object] = dict(
+        state="STOPPED", intent="STOPPED", capacity_type="SPOT", state_changed_at=now, destroy_due_at=None
+    )
+    mid = add_machine(chain.sessions, now, **common)
+    unseen = add_machine(chain.sessions, now, first_observed_at=None, **common)
+    chain.clock.advance(STOPPED_FOR - timedelta(seconds=30))
+    chain.tick()
+    assert machine(chain.sessions, mid).state == "STOPPED"
+    assert chain.provisioner.ops() == []
+    chain.step(30)  # stopped for the gap: due
+    gone = machine(chain.sessions, mid)
+    assert (gone.state, gone.intent) == ("DESTROYED", "DESTROYED")
+    assert (gone.stop_due_at, gone.destroy_due_at) == (None, None)
+    assert gone.state_reason.startswith(
+        f"destroy done; auto_destroy: stopped since {now:%Y-%m-%d %H:%M:%S} with no destroy timer"
+    )
+    [destroy] = chain.provisioner.ops("destroy")
+    assert destroy.machine_id == mid
+    kept = machine(chain.sessions, unseen)
+    assert (kept.state, kept.destroy_due_at) == ("STOPPED", None)
+    assert chain.stats("auto_destroy").refusals.get("IN_GRACE_WINDOW", 0) >= 1
+
+
 def test_a_destroyed_machine_is_never_sampled_armed_or_called(chain: Chain) -> None:
     now = chain.clock.now()
     with serve_agent() as agent:

@@ -11,9 +11,12 @@ from gpufleet.reaper import auto_destroy, auto_stop
 from gpufleet.reaper.auto_destroy import AutoDestroyPolicy, DestroyMachine
 from gpufleet.reaper.auto_stop import AutoStopPolicy, StopMachine
 from gpufleet.reaper.refusal import MachineSnapshot, RefusalReason, Refuse
+from gpufleet.reaper.settings import Settings
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 PAST = NOW - timedelta(seconds=1)
+# The chain's gap between a stop and its destroy: a STOPPED machine with no timer is due then.
+GAP = AutoDestroyPolicy().stopped_for
 M = MachineSnapshot(
     machine_id="m",
     origin="PROVISIONED",
@@ -71,6 +74,33 @@ DESTROY_CASES = [
         Refuse(RefusalReason.STOP_PENDING),
     ),
     ("not armed: nothing", replace(M, state="STOPPED"), None),
+    # Stopped by its provider or outside the platform, no timer: the chain's gap from its stop.
+    (
+        "stopped, no timer, inside the chain's gap: nothing",
+        replace(M, state="STOPPED", state_changed_at=NOW - GAP + timedelta(microseconds=1)),
+        None,
+    ),
+    (
+        "stopped, no timer, the chain's gap passed",
+        replace(M, state="STOPPED", state_changed_at=NOW - GAP),
+        DestroyMachine("m"),
+    ),
+    (
+        "stopped, no timer, registered",
+        replace(M, origin="REGISTERED", state="STOPPED", state_changed_at=NOW - GAP),
+        Refuse(RefusalReason.NOT_OURS),
+    ),
+    (
+        "stopped, no timer, never observed running",
+        replace(M, state="STOPPED", state_changed_at=NOW - GAP, first_observed_at=None),
+        Refuse(RefusalReason.IN_GRACE_WINDOW),
+    ),
+    ("running, no timer, long unchanged: nothing", replace(M, state_changed_at=NOW - 10 * GAP), None),
+    (
+        "stopping, no timer, long unchanged: nothing",
+        replace(M, state="STOPPING", state_changed_at=NOW - 10 * GAP),
+        None,
+    ),
     ("not due: nothing", replace(M, state="STOPPED", destroy_due_at=NOW + timedelta(seconds=1)), None),
     (
         "registered",
@@ -131,3 +161,24 @@ DESTROY_CASES = [
 )
 def test_auto_destroy_decide(machine: MachineSnapshot, expected: object) -> None:
     assert auto_destroy.decide(NOW, machine, AutoDestroyPolicy(grace=timedelta(minutes=10))) == expected
+
+
+def test_the_stopped_for_gap_is_the_chains_own() -> None:
+    s = Settings(idle_stop_after_s=600, idle_destroy_after_s=3600)
+    assert s.auto_destroy_policy().stopped_for == timedelta(seconds=3000)
+    assert Settings().auto_destroy_policy().stopped_for == GAP
+
+
+def test_the_claim_says_which_rule_made_the_machine_due() -> None:
+    policy = AutoDestroyPolicy()
+    armed = replace(M, state="STOPPED", destroy_due_at=PAST)
+    claim = auto_destroy.claim(NOW, armed, DestroyMachine("m"), policy)
+    assert claim.why == f"idle (STOPPED), destroy due at {PAST:%Y-%m-%d %H:%M:%S}"
+    assert claim.first_sign == PAST - policy.destroy_after
+    stopped_at = NOW - GAP
+    unarmed = replace(M, state="STOPPED", state_changed_at=stopped_at)
+    claim = auto_destroy.claim(NOW, unarmed, DestroyMachine("m"), policy)
+    assert claim.why.startswith(f"stopped since {stopped_at:%Y-%m-%d %H:%M:%S} with no destroy timer")
+    assert claim.first_sign == stopped_at
+    assert auto_destroy.due_at(unarmed, policy) == stopped_at + GAP
+    assert auto_destroy.due_at(replace(unarmed, destroy_due_at=PAST), policy) == PAST  # the timer rules

@@ -1066,6 +1066,9 @@ class Sim:
         self._record("machine", m.id, to)
         if to in TRANSITIONAL_STATES:
             self._due_stuck(m)
+        elif to == "STOPPED":
+            # Its destroy timer, or with none its stop plus the chain's gap (the net's due_at).
+            self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, self.q.now)
         if to == "DESTROYED":
             self.live.discard(m.id)
             self.by_pool[m.offering.pool].discard(m.id)
@@ -1153,6 +1156,8 @@ class Sim:
             elif name == "destroy_due_at":
                 m.destroy_due_at = None
                 self.due["auto_destroy"].pop(m.id, None)
+                if m.state == "STOPPED":  # due again as a stopped machine with no timer
+                    self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, self.q.now)
             else:
                 raise ValueError(f"a claim clears {name}, which the simulator does not keep")
 
@@ -1611,9 +1616,8 @@ class Sim:
         if by is lifecycle.Actor.REAPER and m.clear_at_end:
             self._clear(m, m.clear_at_end)
             m.clear_at_end = ()
-        if end == "STOPPED":
-            # (Its lost mark, if any, stays on the row until a start's answer clears it.)
-            self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, self.q.now)
+        # (A STOPPED machine's lost mark, if any, stays on the row until a start's answer
+        # clears it.)
         for a in _live(m):
             self._end_attempt(a, EndCause.MACHINE_LOST)
 

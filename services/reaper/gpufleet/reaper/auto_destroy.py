@@ -4,6 +4,15 @@ A machine whose ``destroy_due_at`` has passed is destroyed once the ladder is cl
 the machine is stopped or idle: STOPPED, or running with no stop pending. A running
 machine whose stop is still pending is left for auto-stop first — the reversible action
 always precedes the irreversible one.
+
+A machine can also come to rest STOPPED with no destroy timer: its provider stopped it while
+it was busy (a spot interruption with ``stop`` behaviour), someone stopped it outside the
+platform, or it stopped itself — the idle scanner armed nothing, since it was never idle
+while running, and never samples a stopped machine. Its disk bills until the scale step
+starts it again, which may be never. Such a machine falls due once it has been stopped for
+the money chain's own stop-to-destroy gap (``idle_destroy_after_s - idle_stop_after_s``):
+it is then treated exactly as a machine the chain stopped for idleness would be at the
+same point, by the same ladder.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ class AutoDestroyPolicy:
     # The idle scanner's destroy_after: destroy_due_at was armed this far after the first
     # quiet sample. It decides nothing here; it dates "idle since" for the detection latency.
     destroy_after: timedelta = timedelta(hours=2)
+    # A STOPPED machine with no destroy timer is due this long after it stopped: the chain's
+    # gap between its stop and its destroy (the idle scanner's destroy_after - stop_after).
+    stopped_for: timedelta = timedelta(hours=2) - timedelta(minutes=5)
 
     @property
     def gates(self) -> NetGates:
@@ -75,15 +87,28 @@ _STOPPED_OR_IDLE = or_(
 )
 
 
+_UNARMED_STOPPED = (Machine.state == MachineState.STOPPED.value) & Machine.destroy_due_at.is_(None)
+
+
 def due(now: datetime, policy: AutoDestroyPolicy) -> list[ColumnElement[bool]]:
-    """The scan's WHERE: the destroy timer is armed and has passed (ix_machines_destroy_due:
-    only armed, live machines are read)."""
-    return [_ARMED, Machine.destroy_due_at <= now]
+    """The scan's WHERE: the destroy timer is armed and has passed (ix_machines_destroy_due),
+    or the machine has been STOPPED with none for the chain's gap (ix_machines_live_state)."""
+    return [
+        or_(
+            _ARMED & (Machine.destroy_due_at <= now),
+            _UNARMED_STOPPED & (Machine.state_changed_at <= now - policy.stopped_for),
+        )
+    ]
 
 
 def due_at(machine: MachineSnapshot, policy: AutoDestroyPolicy) -> datetime | None:
-    """When its destroy falls due: its destroy timer."""
-    return machine.destroy_due_at
+    """When its destroy falls due: its destroy timer; with none, a STOPPED machine's stop
+    plus the chain's gap (None: never, while the row stays as it is)."""
+    if machine.destroy_due_at is not None:
+        return machine.destroy_due_at
+    if machine.state == MachineState.STOPPED and machine.state_changed_at is not None:
+        return machine.state_changed_at + policy.stopped_for
+    return None
 
 
 def is_due(now: datetime, machine: MachineSnapshot, policy: AutoDestroyPolicy) -> bool:
@@ -92,11 +117,22 @@ def is_due(now: datetime, machine: MachineSnapshot, policy: AutoDestroyPolicy) -
 
 
 def claim(now: datetime, machine: MachineSnapshot, act: DestroyMachine, policy: AutoDestroyPolicy) -> Claim:
+    if machine.destroy_due_at is not None:
+        why = f"idle ({machine.state}), destroy due at {machine.destroy_due_at:%Y-%m-%d %H:%M:%S}"
+        first_sign = idle_since(machine.destroy_due_at, policy.destroy_after)
+    else:
+        # Stopped by its provider, outside the platform or by itself, with no timer armed.
+        why = (
+            f"stopped since {machine.state_changed_at:%Y-%m-%d %H:%M:%S} with no destroy timer "
+            f"(not stopped by the money chain), for longer than the chain's stop-to-destroy gap "
+            f"({policy.stopped_for.total_seconds():.0f}s)"
+        )
+        first_sign = machine.state_changed_at
     return Claim(
         guards=[*due(now, policy), _STOPPED_OR_IDLE],
         clear_at_end=[Machine.stop_due_at, Machine.destroy_due_at],
-        why=f"idle ({machine.state}), destroy due at {machine.destroy_due_at:%Y-%m-%d %H:%M:%S}",
-        first_sign=idle_since(machine.destroy_due_at, policy.destroy_after),
+        why=why,
+        first_sign=first_sign,
     )
 
 

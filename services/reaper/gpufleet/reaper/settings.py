@@ -172,6 +172,7 @@ class Settings(StoreSettings):
         return AutoDestroyPolicy(
             grace=timedelta(seconds=self.auto_destroy_grace_s),
             destroy_after=timedelta(seconds=self.idle_destroy_after_s),
+            stopped_for=timedelta(seconds=self.idle_destroy_after_s - self.idle_stop_after_s),
         )
 
     def provision_deadline_policy(self) -> ProvisionDeadlinePolicy:

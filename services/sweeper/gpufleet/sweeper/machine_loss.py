@@ -156,7 +156,8 @@ def _why(loss: MachineLoss) -> str:
         LossKind.SPOT_STOPPED: (
             f"spot instance stopped by the provider's pre-emption ({seen}); instance and disk kept: "
             "the machine stays stopped as warm capacity, restarted by the scale step when it is "
-            "the cheapest way to meet demand"
+            "the cheapest way to meet demand, else destroyed by auto-destroy once stopped for the "
+            "money chain's stop-to-destroy gap"
         ),
         LossKind.VANISHED: f"instance vanished at the provider ({seen})",
         LossKind.STOPPED_OUTSIDE: f"instance stopped outside the platform ({seen})",
