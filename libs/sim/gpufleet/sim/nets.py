@@ -103,6 +103,8 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
             "lost_retry_backoff_s",
             "disruption_budget",
             "fair_share_window_s",
+            "fair_share_quantum_s",
+            "film_share",
             "dispatch_deadline_s",
             "dispatch_backoff_s",
             "dispatch_backoff_max_s",

@@ -334,9 +334,8 @@ class Sim:
         # Fair-share usage, as the scheduler's snapshot reads it (sim/fair_share.py).
         self.usage = WindowUsage(self.scheduler.fair_share_window_s)
         self.order_wake: dict[str, float] = {}  # pool -> its next wake-up (_wake_at)
-        self.tick_policy = Policy(
-            max_running_machines=config.machines, worker_fresh_s=self.scheduler.worker_fresh_s
-        )
+        # The scheduler's own tick policy, under the simulated fleet's ceiling.
+        self.tick_policy = self.scheduler.tick_policy(config.machines)
         self.tick_policies: dict[int, Policy] = {}
         self.outcomes: OutcomePolicy = self.settings.reaper.outcome_policy()
         # A requeue's back-offs as the scheduler's job writers build them.
@@ -590,9 +589,7 @@ class Sim:
             ceiling = max(0, self.cfg.machines - others)
             policy = self.tick_policies.get(ceiling)
             if policy is None:  # one per ceiling, built once (the decision only reads it)
-                policy = self.tick_policies[ceiling] = Policy(
-                    max_running_machines=ceiling, worker_fresh_s=self.tick_policy.worker_fresh_s
-                )
+                policy = self.tick_policies[ceiling] = replace(self.tick_policy, max_running_machines=ceiling)
             plan = tick_decide.decide(snapshot, policy)
             self.metrics.decisions["fleet_tick"] += 1
             self._apply_plan(pool, plan, now)

@@ -13,6 +13,7 @@ from gpufleet.common.lease_fence import lease_violation
 from gpufleet.common.settings import StoreSettings
 from gpufleet.scheduler.checkpoint_location import CheckpointLocation, parse_checkpoint_location
 from gpufleet.scheduler.gpu_faults import GpuFaultPolicy
+from gpufleet.scheduler.tick.model import Policy
 from gpufleet.scheduler.watchdogs.paid_wait import PaidWaitPolicy
 from gpufleet.scheduler.watchdogs.stuck_dispatch import StuckDispatchPolicy
 
@@ -44,6 +45,19 @@ class Settings(StoreSettings):
     start_backoff_s: float = Field(default=60.0, gt=0)
     # Back-off before a job whose attempt failed or was lost is dispatched again.
     retry_backoff_s: float = Field(default=10.0, ge=0)
+
+    def tick_policy(self, max_running_machines: int | None = None) -> Policy:
+        """What the fleet tick's decision reads from here, in one place: the scheduler's tick
+        is built with it, and a simulated month's with the fleet ceiling it simulates
+        (``max_running_machines``, else this setting's)."""
+        return Policy(
+            max_running_machines=(
+                self.max_running_machines if max_running_machines is None else max_running_machines
+            ),
+            worker_fresh_s=self.worker_fresh_s,
+            fair_share_quantum_s=self.fair_share_quantum_s,
+            film_share=self.film_share,
+        )
 
     def retry_policy(self) -> RetryPolicy:
         """The back-offs and the disruption budget every end of an attempt here decides by."""

@@ -41,7 +41,7 @@ from gpufleet.scheduler.tick.dispatch import DispatchController
 from gpufleet.scheduler.tick.earmarks import EarmarkController
 from gpufleet.scheduler.tick.limits import LimitsController
 from gpufleet.scheduler.tick.metrics import TickMetrics
-from gpufleet.scheduler.tick.model import Assignment, FleetSnapshot, MachineView, Policy
+from gpufleet.scheduler.tick.model import Assignment, FleetSnapshot, MachineView
 from gpufleet.scheduler.tick.plan_caps import plan_cap_figures
 from gpufleet.scheduler.tick.pools import PoolController
 from gpufleet.scheduler.tick.queue_depth import queued_jobs
@@ -91,12 +91,7 @@ class FleetTick:
         self.lease = lease
         self.served = served or ServedOfferings()
         self.settings = settings
-        self.policy = Policy(
-            max_running_machines=settings.max_running_machines,
-            worker_fresh_s=settings.worker_fresh_s,
-            fair_share_quantum_s=settings.fair_share_quantum_s,
-            film_share=settings.film_share,
-        )
+        self.policy = settings.tick_policy()
         # Separate capacity: a create takes 30-60 s at a cloud, a StartJob milliseconds; in one
         # pool, twenty slow creates held every worker and no job started on the machines
         # already there.
