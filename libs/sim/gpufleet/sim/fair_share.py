@@ -48,15 +48,19 @@ class WindowUsage:
         w.live_slots += slots
         w.live_start_slots += at * slots
 
-    def ended(self, workspace: str, started: float, at: float, slots: int) -> float:
+    def ended(
+        self, workspace: str, started: float, at: float, slots: int, measured_slot_s: float | None = None
+    ) -> float:
         """The attempt started at ``started`` ended at ``at``: its slot-seconds, now counted
-        as an ended attempt's."""
+        as an ended attempt's — those its worker measured (``measured_slot_s``: the process's
+        own run, as a completion reports it), else the time since it started, as the job
+        writer records an end the control plane made."""
         w = self._ws[workspace]
         w.live_slots -= slots
         w.live_start_slots -= started * slots
         if w.live_slots == 0:
             w.live_start_slots = 0.0  # no float residue once nothing runs
-        slot_s = (at - started) * slots
+        slot_s = (at - started) * slots if measured_slot_s is None else measured_slot_s
         w.ended.append((at, slot_s))
         w.ended_sum += slot_s
         return slot_s

@@ -935,11 +935,16 @@ class Sim:
         m = a.machine
         if not m.reporting(self.q.now):
             return  # its worker cannot report the end: the lease will say what happened
-        self._end_attempt(a, EndCause.JOB_FAILED if state == "FAILED" else EndCause.SUCCEEDED)
+        # The completion carries the slot-seconds the agent measured: its process's run
+        # (launched a dispatch after the assignment), not the time since the assignment.
+        ran = a.job.duration_s * len(a.slots)
+        self._end_attempt(a, EndCause.JOB_FAILED if state == "FAILED" else EndCause.SUCCEEDED, ran)
 
-    def _end_attempt(self, a: Attempt, cause: EndCause) -> None:
+    def _end_attempt(self, a: Attempt, cause: EndCause, measured_slot_s: float | None = None) -> None:
         """End a live attempt as the services do: the job lifecycle's own decision (its
-        state, its charge, the job's next state, counters and back-off)."""
+        state, its charge, the job's next state, counters and back-off). Its slot-seconds are
+        those its worker measured (a completion's), else the time since it started, as the
+        job writer records them."""
         now = self.q.now
         m, job = a.machine, a.job
         kind = KINDS[job.kind]
@@ -964,7 +969,7 @@ class Sim:
         job.live = None
         self.running_per_ws[job.workspace] -= 1
         self.held_slots[(job.workspace, job.pool)] -= len(a.slots)
-        slot_s = self.usage.ended(job.workspace, a.started, now, len(a.slots))
+        slot_s = self.usage.ended(job.workspace, a.started, now, len(a.slots), measured_slot_s)
         if update.charged:
             a.charged_micros = charge_micros(
                 slot_s, m.offering.hourly_price_micros, SLOTS_PER_MACHINE, PLANS[job.plan].rate_micros
