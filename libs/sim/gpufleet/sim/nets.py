@@ -92,7 +92,9 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
             "disruption_budget",
         }
     ),
-    "sweeper": frozenset({"inventory_reconcile_every_s", "orphan_sweep_every_s", "orphan_grace_s"}),
+    "sweeper": frozenset(
+        {"inventory_reconcile_every_s", "orphan_sweep_every_s", "orphan_grace_s", "not_listed_grace_s"}
+    ),
     "scheduler": frozenset(
         {
             "worker_fresh_s",

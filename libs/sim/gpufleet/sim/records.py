@@ -125,6 +125,9 @@ class Machine:
     # The report clock of an earlier life (a stopped and started machine keeps its row).
     earlier_report_at: datetime | None = None
     earlier_probe_ok_at: datetime | None = None
+    # The provider channel's last listing of an earlier life, or of this one before its
+    # instance went away (the column keeps it: the reconcile's "never listed" reads it).
+    earlier_seen_at: datetime | None = None
     # The row's first_observed_at where a writer set it outright (a create's or start's
     # answer, a stuck transition finished to BOOTING) or its instance stopped running (the
     # column outlives what the truth below can still tell), over what the truth would say.
@@ -202,7 +205,7 @@ class Machine:
             first = grid_ceil(self.run_since, self.listing_every_s)
             if first <= now:
                 return dt(grid_floor(now, self.listing_every_s))
-        return None
+        return self.earlier_seen_at
 
     def first_observed(self, now: float) -> float:
         """When this platform first saw this life running: the first listing, probe or

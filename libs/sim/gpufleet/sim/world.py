@@ -342,6 +342,8 @@ class Sim:
         self.retries = self.scheduler.retry_policy()
         reaper = self.settings.reaper
         self.every = self.settings.cadences()
+        # A provider's list lags its creates: the reconcile's grace for a machine never listed.
+        self.not_listed_grace = timedelta(seconds=self.settings.sweeper.not_listed_grace_s)
         self.every[MERGED_CHECK] = self.every["went_silent"]
         # The scheduler's pool idle release (a request watchdog of its own, not a net).
         self.pool_idle_every_s = self.scheduler.pool_idle_every_s
@@ -1599,6 +1601,7 @@ class Sim:
         self._bill(m, now)
         m.recorded_first_observed = m.first_observed(now)
         m.inst_status = "STOPPED" if op == "stop" else "TERMINATED"
+        m.earlier_seen_at = m.provider_seen_at(now)  # the last listing, before the life ends
         m.run_since = INF
         m.earlier_probe_ok_at = m.probe_ok_at(now) or m.earlier_probe_ok_at
         if m.startup_done_at < INF:
@@ -1621,6 +1624,10 @@ class Sim:
         # (A STOPPED machine's lost mark, if any, stays on the row until a start's answer
         # clears it.)
         for a in _live(m):
+            # No writer of the services moves a machine with live work to STOPPED or
+            # DESTROYED: a net's claim requires none, and a loss ends them through the
+            # ledger first. One here means the simulator's copy drifted.
+            self._broken(f"machine {m.id} became {end} with attempt {a.id} still live")
             self._end_attempt(a, EndCause.MACHINE_LOST)
 
     # -- the nets ------------------------------------------------------------------------
@@ -1985,6 +1992,8 @@ class Sim:
                 intent=m.intent,
                 capacity_type=m.offering.capacity_type,
                 state_changed_at=m.state_changed_at,
+                provider_seen_at=m.provider_seen_at(now),
+                requested_at=m.requested_at,
             )
             for m in ms
         ]
@@ -1999,8 +2008,11 @@ class Sim:
             for m in ms
             if m.inst_status not in ("", "TERMINATED")
         ]
-        d = inventory_reconcile.decide(dt(now), rows, listed, [])
+        d = inventory_reconcile.decide(dt(now), rows, listed, [], self.not_listed_grace)
         self.metrics.decisions["inventory_reconcile"] += len(rows)
+        if d.not_yet_listed:
+            # Never listed yet, created within the grace: kept, and read at the next pass.
+            self.metrics.refusals["inventory_reconcile:NOT_YET_LISTED"] += len(d.not_yet_listed)
         for mid in d.seen + d.not_reconciled:
             self.recon_watch.discard(mid)
         for loss in d.losses:
@@ -2097,7 +2109,13 @@ class Sim:
         mid-transition is left to that transition)."""
         if not self._alive(m, life) or m.state not in RUNNING_STATES or m.intent != "RUNNING":
             return
-        self._inject(m, "preemption", self.q.now)
+        now = self.q.now
+        f = self._inject(m, "preemption", now)
+        if lifecycle.not_yet_listed(m.requested_at, m.provider_seen_at(now), dt(now), self.not_listed_grace):
+            # Never listed, and created within the grace: the reconcile keeps the record (a
+            # list lags creates) until the grace has passed, as the design means it to.
+            assert m.requested_at is not None
+            f.held_s = secs(m.requested_at) + self.not_listed_grace.total_seconds() - now
         self._provider_does(m, "destroy")
         if self.policy == "oracle":
             taken = classify_loss(m.offering.capacity_type, "TERMINATED")
