@@ -40,6 +40,7 @@ from gpufleet.common.db.enums import (
     LIVE_ATTEMPT_STATES,
     RUNNING_STATES,
     TRANSITIONAL_STATES,
+    AttemptState,
     JobState,
     MachineState,
     QuarantineKind,
@@ -47,8 +48,13 @@ from gpufleet.common.db.enums import (
 from gpufleet.common.job_lifecycle import (
     OUR_FAILURES,
     EndCause,
+    IllegalJobTransition,
     JobCounters,
+    Mover,
     charge_micros,
+    check_attempt_move,
+    check_cause,
+    check_job_move,
     decide_attempt_end,
     lease_expiry_cause,
 )
@@ -716,12 +722,12 @@ class Sim:
                     a.machine.probe_ok_at(now),
                     self.scheduler.worker_fresh_s,
                 )
-                self._end_attempt(a, cause)
+                self._end_attempt(a, cause, Mover.LEASE_EXPIRY)
                 self._ledger(limits.LEASE_LEDGER_CLASS, None)
         for aid in plan.over_limit:
             a = attempts.get(aid)
             if a is not None and a.state in LIVE_ATTEMPT_STATES:
-                self._end_attempt(a, limits.TIME_LIMIT_END)
+                self._end_attempt(a, limits.TIME_LIMIT_END, Mover.LIMITS)
                 self._ledger(limits.TIME_LIMIT_LEDGER_CLASS, None)
         if plan.releases or plan.drains:
             ids = {r.machine_id for r in plan.releases} | {d.machine_id for d in plan.drains}
@@ -852,6 +858,7 @@ class Sim:
         m.drop_view()  # the slot map changed in place
         m.live_attempts.append(a)
         job.live = a
+        self._checked(lambda: check_job_move(JobState(job.state), JobState.DISPATCHING, Mover.DISPATCH))
         job.state = "DISPATCHING"
         self._record("job", job.id, "DISPATCHING")
         if self.queued[job.pool].pop(job.id, None) is not None:
@@ -892,6 +899,9 @@ class Sim:
         if a.state != "STARTING" or a.end_event != gen:
             return
         now = self.q.now
+        # The StartJob's answer: attempt and job running (the dispatch's own moves).
+        self._checked(lambda: check_attempt_move(AttemptState.STARTING, AttemptState.RUNNING, Mover.DISPATCH))
+        self._checked(lambda: check_job_move(JobState(a.job.state), JobState.RUNNING, Mover.DISPATCH))
         a.state = "RUNNING"
         a.machine.stale.add(a.machine.id)  # its attempt's view changed
         if a.machine.dispatch_failures:
@@ -929,7 +939,7 @@ class Sim:
         assert after.dispatch_backoff_until is not None
         # It may take jobs again from the instant its back-off ends (backing off is "until > now").
         self.q.at(secs(after.dispatch_backoff_until), lambda: self._touch(m.offering.pool))
-        self._end_attempt(a, EndCause.TAKEN_BACK)
+        self._end_attempt(a, EndCause.TAKEN_BACK, Mover.DISPATCH)
 
     def _job_done(self, a: Attempt, gen: int, state: str) -> None:
         if a.state != "RUNNING" or a.end_event != gen:
@@ -940,13 +950,17 @@ class Sim:
         # The completion carries the slot-seconds the agent measured: its process's run
         # (launched a dispatch after the assignment), not the time since the assignment.
         ran = a.job.duration_s * len(a.slots)
-        self._end_attempt(a, EndCause.JOB_FAILED if state == "FAILED" else EndCause.SUCCEEDED, ran)
+        cause = EndCause.JOB_FAILED if state == "FAILED" else EndCause.SUCCEEDED
+        self._end_attempt(a, cause, Mover.WORKER, ran)
 
-    def _end_attempt(self, a: Attempt, cause: EndCause, measured_slot_s: float | None = None) -> None:
+    def _end_attempt(
+        self, a: Attempt, cause: EndCause, by: Mover, measured_slot_s: float | None = None
+    ) -> None:
         """End a live attempt as the services do: the job lifecycle's own decision (its
-        state, its charge, the job's next state, counters and back-off). Its slot-seconds are
-        those its worker measured (a completion's), else the time since it started, as the
-        job writer records them."""
+        state, its charge, the job's next state, counters and back-off), each move checked
+        against the lifecycle's tables for ``by``, the service that makes it. Its
+        slot-seconds are those its worker measured (a completion's), else the time since it
+        started, as the job writer records them."""
         now = self.q.now
         m, job = a.machine, a.job
         kind = KINDS[job.kind]
@@ -959,6 +973,11 @@ class Sim:
             disruptions_used=job.disruptions,
         )
         update = decide_attempt_end(cause, counters, self.retries)
+        self._checked(lambda: check_cause(cause, by))
+        self._checked(lambda: check_attempt_move(AttemptState(a.state), update.attempt_state, by))
+        if update.job_state is not None:
+            to = update.job_state
+            self._checked(lambda: check_job_move(JobState(job.state), to, by))
         self.metrics.attempt_ends[cause.value] += 1
         a.state = update.attempt_state.value
         a.end_event += 1
@@ -1514,7 +1533,9 @@ class Sim:
                     self.q.at(secs(until), partial(self._touch, pool))
         if effect.replace_machine:
             for a in _live(m):
-                self._end_attempt(a, replace_cause(fc))
+                cause = replace_cause(fc)
+                by = Mover.GPU_HEALTH if cause is EndCause.GPU_FAULT else Mover.MACHINE_LOSS
+                self._end_attempt(a, cause, by)
 
     def _start(self, m: Machine, for_job: str | None) -> None:
         self._write(m, start_values(for_job, dt(self.q.now)))  # the start's intent
@@ -1628,7 +1649,7 @@ class Sim:
             # DESTROYED: a net's claim requires none, and a loss ends them through the
             # ledger first. One here means the simulator's copy drifted.
             self._broken(f"machine {m.id} became {end} with attempt {a.id} still live")
-            self._end_attempt(a, EndCause.MACHINE_LOST)
+            self._end_attempt(a, EndCause.MACHINE_LOST, Mover.MACHINE_LOSS)
 
     # -- the nets ------------------------------------------------------------------------
 
@@ -2070,7 +2091,7 @@ class Sim:
 
     def _oracle_destroy(self, m: Machine) -> None:
         for a in _live(m):
-            self._end_attempt(a, EndCause.MACHINE_LOST)
+            self._end_attempt(a, EndCause.MACHINE_LOST, Mover.MACHINE_LOSS)
         self._clear_timers(m)
         if m.state in RUNNING_STATES or m.state == "PROVISIONING":
             self._stop_or_destroy(m, destroy_transition("oracle"), None)
@@ -2215,6 +2236,14 @@ class Sim:
             f.caught_at = self.q.now
             f.caught_by = by
             f.outage_s = sum(max(0.0, min(b, f.caught_at) - max(a, f.at)) for a, b in self.outages)
+
+    def _checked(self, check: Callable[[], object]) -> None:
+        """A job or attempt move held to the job lifecycle's tables (as the services' one
+        writer holds every move): one the tables refuse is an invariant broken."""
+        try:
+            check()
+        except IllegalJobTransition as e:
+            self._broken(str(e))
 
     def _broken(self, what: str) -> None:
         message = f"{what} at {dt(self.q.now).isoformat()} (seed {self.cfg.seed}, policy {self.policy})"
