@@ -153,13 +153,16 @@ def test_a_machine_stopped_with_no_destroy_timer_is_destroyed_after_the_chains_g
     """A spot machine its provider stopped while it was busy (the sweeper's spot_stopped:
     STOPPED, intent STOPPED, no timer — it was never idle) bills its disk with no timer to
     end it. It falls due as a machine the chain stopped would: its stop plus the chain's gap.
-    One never observed running is refused (grace), and stays."""
+    So does one left STOPPED by a start the provider refused (never observed this life: the
+    start's intent cleared first_observed_at); its grace runs from its stop. One the money
+    chain armed is still held to its own timer."""
     now = chain.clock.now()
     common: dict[str, object] = dict(
         state="STOPPED", intent="STOPPED", capacity_type="SPOT", state_changed_at=now, destroy_due_at=None
     )
     mid = add_machine(chain.sessions, now, **common)
-    unseen = add_machine(chain.sessions, now, first_observed_at=None, **common)
+    refused_start = add_machine(chain.sessions, now, **(common | {"first_observed_at": None}))
+    armed = add_machine(chain.sessions, now, **(common | {"destroy_due_at": now + TWO_HOURS}))
     chain.clock.advance(STOPPED_FOR - timedelta(seconds=30))
     chain.tick()
     assert machine(chain.sessions, mid).state == "STOPPED"
@@ -171,11 +174,10 @@ def test_a_machine_stopped_with_no_destroy_timer_is_destroyed_after_the_chains_g
     assert gone.state_reason.startswith(
         f"destroy done; auto_destroy: stopped since {now:%Y-%m-%d %H:%M:%S} with no destroy timer"
     )
-    [destroy] = chain.provisioner.ops("destroy")
-    assert destroy.machine_id == mid
-    kept = machine(chain.sessions, unseen)
-    assert (kept.state, kept.destroy_due_at) == ("STOPPED", None)
-    assert chain.stats("auto_destroy").refusals.get("IN_GRACE_WINDOW", 0) >= 1
+    assert machine(chain.sessions, refused_start).state == "DESTROYED"
+    assert sorted(op.machine_id for op in chain.provisioner.ops("destroy")) == sorted([mid, refused_start])
+    assert machine(chain.sessions, armed).state == "STOPPED"  # its timer is 5 min further off
+    assert chain.stats("auto_destroy").refusals == {}
 
 
 def test_a_destroyed_machine_is_never_sampled_armed_or_called(chain: Chain) -> None:

@@ -90,9 +90,16 @@ DESTROY_CASES = [
         replace(M, origin="REGISTERED", state="STOPPED", state_changed_at=NOW - GAP),
         Refuse(RefusalReason.NOT_OURS),
     ),
+    # A start the provider refused: STOPPED again, first_observed_at cleared by the start's
+    # intent. Its grace runs from its stop, long past.
     (
-        "stopped, no timer, never observed running",
+        "stopped, no timer, never observed running (a refused start)",
         replace(M, state="STOPPED", state_changed_at=NOW - GAP, first_observed_at=None),
+        DestroyMachine("m"),
+    ),
+    (
+        "stopped with a timer, never observed running: the grace still holds",
+        replace(M, state="STOPPED", destroy_due_at=PAST, first_observed_at=None),
         Refuse(RefusalReason.IN_GRACE_WINDOW),
     ),
     ("running, no timer, long unchanged: nothing", replace(M, state_changed_at=NOW - 10 * GAP), None),

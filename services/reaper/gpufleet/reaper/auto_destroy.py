@@ -12,12 +12,13 @@ while running, and never samples a stopped machine. Its disk bills until the sca
 starts it again, which may be never. Such a machine falls due once it has been stopped for
 the money chain's own stop-to-destroy gap (``idle_destroy_after_s - idle_stop_after_s``):
 it is then treated exactly as a machine the chain stopped for idleness would be at the
-same point, by the same ladder.
+same point, by the same ladder — its grace counted from the stop when it was never observed
+running (a start the provider refused clears ``first_observed_at``: a new life, not seen).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, or_
@@ -62,7 +63,14 @@ def decide(
     """Destroy, refuse (naming the gate), or nothing to do (the destroy timer is not due)."""
     if not is_due(now, machine, policy):
         return None
-    reason = first_refusal(now, machine, policy.gates)
+    gated = machine
+    if machine.destroy_due_at is None and machine.first_observed_at is None:
+        # Due as a machine stopped with no timer: its window runs from its stop, which the
+        # row records. A start the provider refused leaves it STOPPED with first_observed_at
+        # cleared (the start's intent begins a life never observed), and the grace gate
+        # must not keep it for ever on that.
+        gated = replace(machine, first_observed_at=machine.state_changed_at)
+    reason = first_refusal(now, gated, policy.gates)
     if reason is not None:
         return Refuse(reason)
     if machine.state == MachineState.STOPPED:

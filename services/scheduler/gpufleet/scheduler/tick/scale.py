@@ -121,8 +121,9 @@ def start_values(for_job: str | None, now: datetime) -> dict[str, Any]:
     """The columns a start's intent writes beside the move to STARTING, decided once (the
     scale step's writer and the simulator apply them): the intent, the film it is started
     for (if any), the call pending, both idle timers cleared (starting a machine for work
-    clears them) — and a new life: nothing of it observed yet. The first listing, probe or
-    report of it (or the start's answer) sets ``first_observed_at``; an earlier life's
+    clears them) — and a new life: nothing of it observed yet. The start's answer, or the
+    first listing or probe of it, sets ``first_observed_at`` (a worker's report writes only
+    its own clock); an earlier life's
     sighting would count this boot from a time before it began (the stuck-transition net
     finishing a start whose answer was lost keeps the sighting, as for a create)."""
     return {
