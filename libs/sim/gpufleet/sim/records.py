@@ -208,8 +208,9 @@ class Machine:
         return self.earlier_seen_at
 
     def first_observed(self, now: float) -> float:
-        """When this platform first saw this life running: the first listing, probe or
-        report (INF: not yet)."""
+        """When this platform first saw this life running: the first listing or probe (INF:
+        not yet), as the inventory reconcile and the idle scanner write the column — a
+        worker's report writes only its own clock, never ``first_observed_at``."""
         if self.recorded_first_observed < INF:
             return self.recorded_first_observed if self.recorded_first_observed <= now else INF
         t = INF
@@ -217,7 +218,6 @@ class Machine:
             t = grid_ceil(self.run_since, self.listing_every_s)
         if self.reachable_since < INF:
             t = min(t, grid_ceil(self.reachable_since, self.probe_every_s))
-        t = min(t, self.startup_done_at)
         return t if t <= now else INF
 
     def healthy_truth(self, now: float) -> bool:
