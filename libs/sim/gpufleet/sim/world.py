@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from itertools import accumulate
-from typing import Any
+from typing import Any, ParamSpec
 
 from gpufleet.common import idle_timers, lifecycle, spot_history
 from gpufleet.common import nets as net_registry
@@ -143,6 +143,10 @@ _NOT_KEPT = frozenset(
 # net registry; it stands in for the nets in MERGED_REPLACES, at went silent's cadence.
 MERGED_CHECK = "merged_check"
 MERGED_REPLACES = frozenset({"provision_deadline", "boot_failure", "went_silent", "lost_detector"})
+
+
+# A lifecycle check's arguments (Sim._checked).
+Move = ParamSpec("Move")
 
 
 def _job_id(job: Job) -> str:
@@ -858,7 +862,7 @@ class Sim:
         m.drop_view()  # the slot map changed in place
         m.live_attempts.append(a)
         job.live = a
-        self._checked(lambda: check_job_move(JobState(job.state), JobState.DISPATCHING, Mover.DISPATCH))
+        self._checked(check_job_move, JobState(job.state), JobState.DISPATCHING, Mover.DISPATCH)
         job.state = "DISPATCHING"
         self._record("job", job.id, "DISPATCHING")
         if self.queued[job.pool].pop(job.id, None) is not None:
@@ -900,8 +904,8 @@ class Sim:
             return
         now = self.q.now
         # The StartJob's answer: attempt and job running (the dispatch's own moves).
-        self._checked(lambda: check_attempt_move(AttemptState.STARTING, AttemptState.RUNNING, Mover.DISPATCH))
-        self._checked(lambda: check_job_move(JobState(a.job.state), JobState.RUNNING, Mover.DISPATCH))
+        self._checked(check_attempt_move, AttemptState.STARTING, AttemptState.RUNNING, Mover.DISPATCH)
+        self._checked(check_job_move, JobState(a.job.state), JobState.RUNNING, Mover.DISPATCH)
         a.state = "RUNNING"
         a.machine.stale.add(a.machine.id)  # its attempt's view changed
         if a.machine.dispatch_failures:
@@ -973,11 +977,10 @@ class Sim:
             disruptions_used=job.disruptions,
         )
         update = decide_attempt_end(cause, counters, self.retries)
-        self._checked(lambda: check_cause(cause, by))
-        self._checked(lambda: check_attempt_move(AttemptState(a.state), update.attempt_state, by))
+        self._checked(check_cause, cause, by)
+        self._checked(check_attempt_move, AttemptState(a.state), update.attempt_state, by)
         if update.job_state is not None:
-            to = update.job_state
-            self._checked(lambda: check_job_move(JobState(job.state), to, by))
+            self._checked(check_job_move, JobState(job.state), update.job_state, by)
         self.metrics.attempt_ends[cause.value] += 1
         a.state = update.attempt_state.value
         a.end_event += 1
@@ -2237,11 +2240,11 @@ class Sim:
             f.caught_by = by
             f.outage_s = sum(max(0.0, min(b, f.caught_at) - max(a, f.at)) for a, b in self.outages)
 
-    def _checked(self, check: Callable[[], object]) -> None:
-        """A job or attempt move held to the job lifecycle's tables (as the services' one
-        writer holds every move): one the tables refuse is an invariant broken."""
+    def _checked(self, check: Callable[Move, object], *move: Move.args, **named: Move.kwargs) -> None:
+        """A job or attempt move held to the job lifecycle's tables (``check(*move)``, as the
+        services' one writer holds every move): one the tables refuse is an invariant broken."""
         try:
-            check()
+            check(*move, **named)
         except IllegalJobTransition as e:
             self._broken(str(e))
 
