@@ -64,7 +64,7 @@ def end(
 
 def test_a_gpu_fault_is_our_failure_uncharged_and_a_disruption(sessions: sessionmaker[Session]) -> None:
     attempt_id = running_attempt(sessions)
-    tally = end(sessions, attempt_id, EndCause.GPU_FAULT, Mover.GPU_HEALTH, on_machine=True)
+    tally = end(sessions, attempt_id, EndCause.GPU_FAULT, Mover.GPU_HEALTH)
     attempt, job, events = rows(sessions, attempt_id)
     assert (attempt.state, attempt.charged, attempt.charge_micros, attempt.holds_slot) == (
         "INFRA_ERROR",
@@ -102,7 +102,7 @@ def test_the_tenants_failure_is_charged_and_spends_an_ordinary_retry(sessions: s
 
 def test_a_lease_run_out_ends_the_attempt_lost_and_counts_it(sessions: sessionmaker[Session]) -> None:
     attempt_id = running_attempt(sessions)
-    tally = end(sessions, attempt_id, EndCause.LEASE_EXPIRED, Mover.LEASE_EXPIRY, on_machine=True)
+    tally = end(sessions, attempt_id, EndCause.LEASE_EXPIRED, Mover.LEASE_EXPIRY)
     attempt, job, events = rows(sessions, attempt_id)
     assert (attempt.state, attempt.charged, job.state, job.lost_retries_used) == ("LOST", False, "QUEUED", 1)
     assert events == ["machine lost (lease expired); requeued (1 of 5), not charged"]

@@ -86,7 +86,15 @@ def test_a_critical_finding_in_a_heartbeat_gets_the_machine_destroyed(plane: Pla
 
     answer = heartbeat(plane, mid, XID_79, running=[attempt_id])
     assert list(answer.cancel_attempt_ids) == [attempt_id]  # the scheduler ended it: our failure
+    # Its process still ran at that heartbeat: the fault's end holds its slot, and the
+    # runner's stop (checkpoint, logs) is waited for.
     plane.tick()
+    assert plane.row(mid).state == "READY"
+    assert plane.refused(mid) == {"gpu_fault": {"SLOT_HELD"}}
+    assert plane.provider_ops(mid) == []
+
+    heartbeat(plane, mid, XID_79)  # the process is gone: the slot is free
+    plane.step(60)
 
     row = plane.row(mid)
     assert (row.state, row.intent, row.cordoned) == ("DESTROYED", "DESTROYED", True)
@@ -95,6 +103,7 @@ def test_a_critical_finding_in_a_heartbeat_gets_the_machine_destroyed(plane: Pla
     assert plane.provider_ops(mid) == ["destroy"]
     assert plane.ledger(mid) == [
         ("gpu_fault", "gpu_health", "REPLACE_MACHINE"),
+        ("gpu_fault_destroy_refused", "gpu_fault", "NOTHING"),
         ("gpu_fault_destroyed", "gpu_fault", "NOTHING"),
     ]
     [destroyed] = details(plane, mid, "gpu_fault_destroyed")

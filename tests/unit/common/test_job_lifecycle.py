@@ -333,9 +333,24 @@ def test_the_default_back_offs_are_the_settings_defaults() -> None:
 
 def test_the_design_doc_lists_every_cause_as_the_code_ends_it() -> None:
     doc = (Path(__file__).resolve().parents[3] / "docs" / "jobs.md").read_text().splitlines()
-    for cause, state, charged, _, _ in table_rows():
+    for cause, state, charged, _, _, slot in table_rows():
         line = next((x for x in doc if x.startswith(f"| `{cause}`")), "")
         assert f"| {state} | {charged} |" in line, cause
+        assert line.endswith(f"| {slot} |"), cause
+
+
+# The ends the control plane makes while the job's process may still run on the machine:
+# its slots stay busy until the machine's worker reports the process gone.
+HOLDS_SLOT = {C.TIME_LIMIT, C.LEASE_EXPIRED, C.WORKER_LOST, C.TAKEN_BACK, C.CANCEL_REQUESTED, C.GPU_FAULT}
+
+
+@pytest.mark.parametrize("cause", list(EndCause))
+def test_an_end_the_control_plane_makes_holds_the_slot_until_the_worker_lets_go(cause: EndCause) -> None:
+    update = decide_attempt_end(cause, job(), POLICY)
+    assert update.holds_slot is (cause in HOLDS_SLOT)
+    # The worker's own word is that the process is gone; none of its causes holds.
+    if END_RULES[cause].by == {Mover.WORKER}:
+        assert not update.holds_slot
 
 
 def test_an_attempts_end_state_alone_says_whether_it_is_charged() -> None:

@@ -120,7 +120,17 @@ C = EndCause
 class EndRule:
     """What one cause does: the attempt's end state, its charge, its job's way, where a
     requeue's back-off comes from, the ledger class the writer records (None: none, or
-    the caller's own row, as for a machine replaced), and who may end an attempt so."""
+    the caller's own row, as for a machine replaced), who may end an attempt so, and
+    whether its slots stay held.
+
+    ``holds_slot``: the control plane ended it while its process may still run on the
+    machine (a time limit, a lease run out, a take-back, a cancel, a GPU fault): the
+    process is told to stop and its slots stay busy until the machine's worker reports it
+    gone (a heartbeat that no longer lists it, or its completion), so no job is placed
+    beside a process that has not let go — and the GPU-fault net gives its runner's stop
+    ``slot_release_wait`` before the destroy. The worker's own reports end a process that
+    is gone already; a machine the cloud took back or the ledger replaces runs nothing
+    the platform will place work beside."""
 
     attempt_state: AttemptState
     charged: bool
@@ -128,6 +138,7 @@ class EndRule:
     backoff: Backoff | None
     ledger_class: str | None
     by: frozenset[Mover]
+    holds_slot: bool = False
 
 
 def _rule(
@@ -137,8 +148,9 @@ def _rule(
     backoff: Backoff | None,
     ledger_class: str | None,
     *by: Mover,
+    holds_slot: bool = False,
 ) -> EndRule:
-    return EndRule(state, charged, job, backoff, ledger_class, frozenset(by))
+    return EndRule(state, charged, job, backoff, ledger_class, frozenset(by), holds_slot)
 
 
 _E = JobEffect
@@ -156,19 +168,34 @@ END_RULES: dict[EndCause, EndRule] = {
     C.SLOT_NOT_CLOSED: _rule(
         AS.INFRA_ERROR, False, _E.RETRY_DISRUPTED, _B.FIXED_LOST, "slot_could_not_be_closed", M.WORKER
     ),
-    C.TIME_LIMIT: _rule(AS.TIMED_OUT, True, _E.TIME_OUT, None, "job_timed_out", M.LIMITS),
+    C.TIME_LIMIT: _rule(AS.TIMED_OUT, True, _E.TIME_OUT, None, "job_timed_out", M.LIMITS, holds_slot=True),
     C.LEASE_EXPIRED: _rule(
-        AS.LOST, False, _E.RETRY_PATIENT, _B.DOUBLING_LOST, "lease_expired", M.LEASE_EXPIRY
+        AS.LOST, False, _E.RETRY_PATIENT, _B.DOUBLING_LOST, "lease_expired", M.LEASE_EXPIRY, holds_slot=True
     ),
-    C.WORKER_LOST: _rule(AS.LOST, False, _E.RETRY_DISRUPTED, _B.FIXED_LOST, "lease_expired", M.LEASE_EXPIRY),
+    C.WORKER_LOST: _rule(
+        AS.LOST, False, _E.RETRY_DISRUPTED, _B.FIXED_LOST, "lease_expired", M.LEASE_EXPIRY, holds_slot=True
+    ),
     C.TAKEN_BACK: _rule(
-        AS.INFRA_ERROR, False, _E.RETRY_DISRUPTED, _B.DOUBLING_RETRY, "job_infra_error", M.DISPATCH
+        AS.INFRA_ERROR,
+        False,
+        _E.RETRY_DISRUPTED,
+        _B.DOUBLING_RETRY,
+        "job_infra_error",
+        M.DISPATCH,
+        holds_slot=True,
     ),
-    C.CANCEL_REQUESTED: _rule(AS.CANCELLED, True, _E.CANCEL, None, None, M.CANCEL),
+    C.CANCEL_REQUESTED: _rule(AS.CANCELLED, True, _E.CANCEL, None, None, M.CANCEL, holds_slot=True),
     C.MACHINE_LOST: _rule(AS.LOST, False, _E.RETRY_PATIENT, _B.DOUBLING_LOST, None, M.MACHINE_LOSS),
     C.RECLAIMED: _rule(AS.LOST, False, _E.RETRY_DISRUPTED, _B.FIXED_LOST, None, M.MACHINE_LOSS),
     C.GPU_FAULT: _rule(
-        AS.INFRA_ERROR, False, _E.RETRY_DISRUPTED, _B.FIXED_LOST, None, M.GPU_HEALTH, M.MACHINE_LOSS
+        AS.INFRA_ERROR,
+        False,
+        _E.RETRY_DISRUPTED,
+        _B.FIXED_LOST,
+        None,
+        M.GPU_HEALTH,
+        M.MACHINE_LOSS,
+        holds_slot=True,
     ),
 }
 
@@ -327,7 +354,8 @@ class JobUpdate:
     """What an ended attempt does, to be applied as one: the attempt's end state and
     charge, and the job's next state and counters (``job_state`` None: the job was already
     final and does not move). ``backoff_s``: the job's ``not_before`` is now plus this
-    (None: left alone)."""
+    (None: left alone). ``holds_slot``: the attempt's slots stay busy until its machine's
+    worker reports its process gone (:class:`EndRule`)."""
 
     cause: EndCause
     attempt_state: AttemptState
@@ -339,6 +367,7 @@ class JobUpdate:
     message: str
     ledger_class: str | None
     disruptions_used: int = 0
+    holds_slot: bool = False
 
     @property
     def requeued(self) -> bool:
@@ -417,6 +446,7 @@ def decide_attempt_end(
         message=message,
         ledger_class=rule.ledger_class,
         disruptions_used=disruptions,
+        holds_slot=rule.holds_slot,
     )
 
 
@@ -454,9 +484,9 @@ def cause_of_report(
     }[outcome]
 
 
-def table_rows() -> Iterable[tuple[str, str, str, str, str]]:
+def table_rows() -> Iterable[tuple[str, str, str, str, str, str]]:
     """The cause table as text, for the design doc and its test: (cause, attempt, charged,
-    job, by)."""
+    job, by, slot)."""
     for cause, rule in END_RULES.items():
         yield (
             cause.value,
@@ -464,4 +494,5 @@ def table_rows() -> Iterable[tuple[str, str, str, str, str]]:
             "charged" if rule.charged else "not charged",
             rule.job.value,
             ", ".join(sorted(m.value for m in rule.by)),
+            "held until gone" if rule.holds_slot else "freed",
         )

@@ -188,7 +188,6 @@ def end_attempt(
     exit_code: int = 0,
     slot_seconds: float | None = None,
     message: str = "",
-    on_machine: bool = False,
     tally: OutcomeTally | None = None,
     tally_class: str | None = None,
 ) -> Ended:
@@ -197,9 +196,8 @@ def end_attempt(
 
     ``slot_seconds``: measured by the worker, or elapsed since the attempt started times
     the slots it held. A charged end is priced at the machine's rate and the plan's; the
-    job's charged totals grow by it. ``on_machine``: the control plane ended it while its
-    process may still run there (a cancel, a time limit, a take-back, a lease run out, a
-    GPU fault); its slot stays held until the machine's worker reports it gone.
+    job's charged totals grow by it. Whether its slot stays held until the machine's worker
+    reports the process gone is the cause's rule (``EndRule.holds_slot``), not the caller's.
     ``message``: the attempt's own status words (``why`` is the job's). ``tally`` notes the
     job's move under ``tally_class`` (default: the rule's ledger class, else the cause's
     name — ``gpu_fault`` is the ledger's class too) and a lost attempt.
@@ -219,7 +217,7 @@ def end_attempt(
         slot_seconds = max(0.0, (now - attempt.started_at).total_seconds()) * attempt.slots
     attempt.slot_seconds = slot_seconds
     attempt.charged = decided.charged
-    attempt.holds_slot = on_machine
+    attempt.holds_slot = decided.holds_slot
     attempt.charge_micros = 0
     if message:
         attempt.status_message = message[:2000]

@@ -36,6 +36,7 @@ class Attempt:
     view: AttemptView | None = None
     lease_from: datetime | None = None  # the report clock its view's lease was read from
     started_dt: datetime = EPOCH
+    ended: float = INF  # when it ended (its slots may stay held past it: ``Machine.held``)
 
 
 @dataclass
@@ -122,6 +123,9 @@ class Machine:
     spot_seconds: float = 0.0
     attempts: dict[int, Attempt] = field(default_factory=dict)  # slot -> live attempt
     live_attempts: list[Attempt] = field(default_factory=list)  # each once
+    # slot -> an attempt the control plane ended whose process the worker has not yet
+    # reported gone (the row's ``holds_slot``): busy to the tick, live to no one.
+    held: dict[int, Attempt] = field(default_factory=dict)
     # The report clock of an earlier life (a stopped and started machine keeps its row).
     earlier_report_at: datetime | None = None
     earlier_probe_ok_at: datetime | None = None

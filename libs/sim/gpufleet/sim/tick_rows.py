@@ -251,7 +251,9 @@ class PoolRows:
             lost=m.lost,
             cordoned=m.cordoned,
             slots=self.slots_per_machine,
-            busy_slots=frozenset(m.attempts),
+            # Live attempts' slots, and those of ended ones whose process the worker has not
+            # reported gone (``holds_slot``), as the snapshot reads both.
+            busy_slots=frozenset(m.attempts.keys() | m.held.keys()) if m.held else frozenset(m.attempts),
             worker_report_at=self._report(m, now, nowd),
             hourly_price_micros=m.offering.hourly_price_micros,
             capacity_type=m.offering.capacity_type,

@@ -851,7 +851,7 @@ class Sim:
         if job.live is not None:
             self.metrics.jobs_run_twice_at_once += 1
             self._broken(f"job {job.id} given a second live attempt")
-        if any(s in m.attempts for s in slots):
+        if any(s in m.attempts or s in m.held for s in slots):
             self._broken(f"slot of machine {m.id} given twice")
         self.attempt_seq += 1
         a = Attempt(id=f"a{self.attempt_seq:08d}", job=job, machine=m, slots=slots, started=now)
@@ -984,10 +984,15 @@ class Sim:
         self.metrics.attempt_ends[cause.value] += 1
         a.state = update.attempt_state.value
         a.end_event += 1
+        a.ended = now
         for s in a.slots:
             if m.attempts.get(s) is a:
                 del m.attempts[s]
+                if update.holds_slot:
+                    m.held[s] = a
         m.drop_view()  # the slot map changed in place
+        if update.holds_slot:
+            self._held_until_reported(m)
         if a in m.live_attempts:
             m.live_attempts.remove(a)
         job.live = None
@@ -1021,6 +1026,35 @@ class Sim:
         for other in self.pools:
             if other != pool and self.waiting[(job.workspace, other)] > 0:
                 self._touch(other)
+
+    def _held_until_reported(self, m: Machine) -> None:
+        """Slots the control plane ended an attempt on stay held until the machine's worker
+        reports the process gone (``EndRule.holds_slot``): told to stop at once (the
+        cancel), it is gone by the worker's next heartbeat, which no longer lists it and so
+        frees them (the heartbeat's write). A worker that does not report frees them when it
+        next does: a new life's first report."""
+        now = self.q.now
+        if m.reporting(now):
+            sd, hb = m.startup_done_at, self.heartbeat_s
+            self.q.at(sd + (math.floor((now - sd) / hb) + 1) * hb, partial(self._heartbeat_frees, m, m.life))
+
+    def _heartbeat_frees(self, m: Machine, life: int) -> None:
+        """A heartbeat of the worker: the processes ended before it are gone, their slots free."""
+        now = self.q.now
+        if m.life != life or not m.reporting(now):
+            return
+        self._free_held(m, now)
+
+    def _free_held(self, m: Machine, before: float) -> None:
+        gone = [s for s, a in m.held.items() if a.ended < before]
+        if not gone:
+            return
+        for s in gone:
+            del m.held[s]
+        m.drop_view()  # the slot map changed in place
+        pool = m.offering.pool
+        if self._may_place(pool) or self._warm(pool):
+            self._touch(pool)
 
     def _may_place(self, pool: str) -> bool:
         """Whether a job in ``pool``'s queue is among those the tick may run now: out of
@@ -1326,6 +1360,8 @@ class Sim:
         if not self._alive(m, life):
             return
         m.startup_done_at = self.q.now
+        # Its first heartbeat lists nothing an earlier life ran: those slots are free.
+        self._free_held(m, INF)
         if m.state == "BOOTING":
             self._move(m, "READY", lifecycle.Actor.WORKER)
         self._watch("idle_scanner", self.idle_watch, m.id)

@@ -442,7 +442,6 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
                     by=Mover.CANCEL,
                     policy=RetryPolicy(),
                     why=message,
-                    on_machine=True,
                 )
                 if machine.agent_address:
                     to_cancel.append((machine.id, machine.agent_address, attempt.id))

@@ -580,7 +580,6 @@ class DispatchController:
             by=Mover.DISPATCH,
             policy=self.retry_policy,
             message=why,
-            on_machine=True,
             tally=tally,
         )
         record_failure(

@@ -109,7 +109,6 @@ class LimitsController:
                 if cause is EndCause.LEASE_EXPIRED
                 else "lease expired: the machine's worker stopped reporting while its agent still answered"
             ),
-            on_machine=True,
             tally=tally,
         )
         record_failure(
@@ -142,7 +141,6 @@ class LimitsController:
             by=Mover.LIMITS,
             policy=self.retry_policy,
             message="past its kind's time limit",
-            on_machine=True,
             tally=tally,
         )
         record_failure(
