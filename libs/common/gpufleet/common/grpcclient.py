@@ -92,14 +92,35 @@ def transport_failure(err: grpc.RpcError) -> bool:
     return err.code() in _RETRYABLE  # type: ignore[attr-defined]
 
 
+# A call's tries (an idempotent one's) and the pause before the second, doubling after.
+ATTEMPTS = 3
+BACKOFF_S = 0.2
+
+
+def retry_pause_s(retry: int, backoff: float = BACKOFF_S) -> float:
+    """The pause before try ``retry + 2`` (``retry`` counts from 0): doubling."""
+    return backoff * (2**retry)
+
+
+def unanswered_s(
+    timeout: float, *, idempotent: bool, attempts: int = ATTEMPTS, backoff: float = BACKOFF_S
+) -> float:
+    """How long :func:`call` takes to give up on a server that answers none of its tries
+    (each runs to its deadline, DEADLINE_EXCEEDED, and is retried when idempotent): what a
+    caller waits on a machine whose path drops its packets. The simulator times a dispatch
+    to an unreachable agent by it."""
+    tries = attempts if idempotent else 1
+    return tries * timeout + sum(retry_pause_s(r, backoff) for r in range(tries - 1))
+
+
 def call(
     method: Callable[..., T],
     request: Any,
     *,
     timeout: float,
     idempotent: bool,
-    attempts: int = 3,
-    backoff: float = 0.2,
+    attempts: int = ATTEMPTS,
+    backoff: float = BACKOFF_S,
     retryable: Callable[[grpc.RpcError], bool] = transport_failure,
     wrap: Callable[[grpc.RpcError], Exception] = wrap_rpc_error,
 ) -> T:
@@ -113,7 +134,7 @@ def call(
             return method(request, timeout=timeout)
         except grpc.RpcError as err:
             if retryable(err) and attempt + 1 < tries:
-                time.sleep(backoff * (2**attempt))  # real time: transport back-off, not logic
+                time.sleep(retry_pause_s(attempt, backoff))  # real time: transport back-off, not logic
                 continue
             raise wrap(err) from err
     raise AssertionError("unreachable")

@@ -32,10 +32,13 @@ from functools import partial
 from itertools import accumulate
 from typing import Any, ParamSpec
 
-from gpufleet.common import idle_timers, lifecycle, spot_history
+import grpc
+
+from gpufleet.common import grpcclient, idle_timers, lifecycle, spot_history
 from gpufleet.common import nets as net_registry
 from gpufleet.common.call_failures import Op, decide_call_failure
 from gpufleet.common.catalog import DEFAULT_CATALOG, PlanSpec
+from gpufleet.common.clients import agent as agent_client
 from gpufleet.common.db.enums import (
     LIVE_ATTEMPT_STATES,
     RUNNING_STATES,
@@ -83,7 +86,14 @@ from gpufleet.reaper.refusal import MachineSnapshot, NetGates, RefusalReason, Re
 from gpufleet.reaper.transition import Transition, destroy_transition
 from gpufleet.scheduler.tick import decide as tick_decide
 from gpufleet.scheduler.tick import limits
-from gpufleet.scheduler.tick.dispatch_failure import DISPATCH_TOOK, backed_off
+from gpufleet.scheduler.tick.dispatch_failure import (
+    BACKS_OFF,
+    DISPATCH_TOOK,
+    DispatchFailure,
+    backed_off,
+    classify_agent_error,
+    overdue,
+)
 from gpufleet.scheduler.tick.earmark_updates import EarmarkRow, EarmarkUpdate, films_started, plan_updates
 from gpufleet.scheduler.tick.films import WAIT_SHARE_CAP
 from gpufleet.scheduler.tick.model import (
@@ -376,6 +386,9 @@ class Sim:
         self.heartbeat_s = t.heartbeat_s
         # Each pool's machine and attempt views as the tick reads them, kept between ticks.
         self.lease_s = self.scheduler.attempt_lease_s
+        # A StartJobs call (idempotent) to an agent the path does not reach: how long the
+        # dispatch waits before it gives up, by the client's own schedule and deadline.
+        self.dispatch_unanswered_s = grpcclient.unanswered_s(agent_client.TIMEOUT_S, idempotent=True)
         self.rows = {
             p: PoolRows(self.heartbeat_s, SLOTS_PER_MACHINE, self.lease_s, self.scheduler.worker_fresh_s)
             for p in self.pools
@@ -892,12 +905,28 @@ class Sim:
         self._clear_timers(m)
         self.idle_watch.discard(m.id)
         self._useful(m, now)
-        if m.agent_reachable(now) and m.reporting(now):
-            gen = a.end_event
+        gen = a.end_event
+        if not m.reporting(now):
+            # No report will renew its lease: it runs out the lease after its start.
+            self.q.at(_just_after(now + self.lease_s), lambda: self._touch(m.offering.pool))
+        if m.agent_reachable(now):
+            # The agent answers StartJobs: it hands the attempt to its worker and says so, the
+            # worker alive or not (a dead worker never runs it: its lease runs out).
             self.q.after(self.cfg.timing.dispatch_s, lambda: self._started(a, gen))
-        else:  # StartJob cannot reach the agent: the dispatch deadline takes it back
-            gen = a.end_event
-            self.q.after(self.scheduler.dispatch_deadline_s, lambda: self._dispatch_failed(a, gen))
+        else:
+            # The path drops the call: no try is answered. The dispatch gives up once the
+            # client's whole schedule has run (each try to its deadline, then the pauses) and
+            # reads the status it ended with — unless the tick's take-back of overdue
+            # dispatches comes first: the first tick at which the call has been out longer
+            # than the dispatch deadline (it runs after the tick's plan).
+            give_up = now + self.dispatch_unanswered_s
+            step = self.cfg.tick_s
+            overdue_at = (math.floor((now + self.scheduler.dispatch_deadline_s) / step) + 1) * step
+            if overdue_at < give_up:
+                self.q.at(overdue_at, lambda: self._dispatch_overdue(a, gen), TICK_RANK + 1)
+            else:
+                cause = classify_agent_error(grpc.StatusCode.DEADLINE_EXCEEDED)
+                self.q.at(give_up, lambda: self._dispatch_failed(a, gen, cause))
 
     def _started(self, a: Attempt, gen: int) -> None:
         if a.state != "STARTING" or a.end_event != gen:
@@ -928,22 +957,39 @@ class Sim:
         if a.state in LIVE_ATTEMPT_STATES and a.end_event == gen:
             self._touch(a.job.pool)
 
-    def _dispatch_failed(self, a: Attempt, gen: int) -> None:
+    def _dispatch_overdue(self, a: Attempt, gen: int) -> None:
+        """The tick's take-back of a dispatch still STARTING past its deadline, with the
+        reason ``overdue`` gives for a call this process sent that long ago."""
         if a.state != "STARTING" or a.end_event != gen:
             return
-        # The dispatch's back-off, its own write (dispatch_failure.backed_off).
+        deadline = timedelta(seconds=self.scheduler.dispatch_deadline_s)
+        cause = overdue(dt(self.q.now), deadline=deadline, in_flight=True, sent_at=a.started_dt)
+        if cause is None:
+            self._broken(f"attempt {a.id} taken back before its dispatch deadline")
+            return
+        self._dispatch_failed(a, gen, cause)
+
+    def _dispatch_failed(self, a: Attempt, gen: int, cause: DispatchFailure) -> None:
+        """The dispatch gave up on the attempt for ``cause``: its one transaction takes the
+        attempt back with its ledger row, and backs the machine off when ``BACKS_OFF`` says
+        the failure is the agent's."""
+        if a.state != "STARTING" or a.end_event != gen:
+            return
         m = a.machine
-        after = backed_off(
-            m.dispatch_failures,
-            dt(self.q.now),
-            self.scheduler.dispatch_backoff_s,
-            self.scheduler.dispatch_backoff_max_s,
-        )
-        self._write(m, after.values())
-        assert after.dispatch_backoff_until is not None
-        # It may take jobs again from the instant its back-off ends (backing off is "until > now").
-        self.q.at(secs(after.dispatch_backoff_until), lambda: self._touch(m.offering.pool))
         self._end_attempt(a, EndCause.TAKEN_BACK, Mover.DISPATCH)
+        self._ledger(FailureClass.JOB_INFRA_ERROR, None)
+        if BACKS_OFF[cause]:
+            # The dispatch's back-off, its own write (dispatch_failure.backed_off).
+            after = backed_off(
+                m.dispatch_failures,
+                dt(self.q.now),
+                self.scheduler.dispatch_backoff_s,
+                self.scheduler.dispatch_backoff_max_s,
+            )
+            self._write(m, after.values())
+            assert after.dispatch_backoff_until is not None
+            # It may take jobs again from the instant its back-off ends (backing off is "until > now").
+            self.q.at(secs(after.dispatch_backoff_until), lambda: self._touch(m.offering.pool))
 
     def _job_done(self, a: Attempt, gen: int, state: str) -> None:
         if a.state != "RUNNING" or a.end_event != gen:

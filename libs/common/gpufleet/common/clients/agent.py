@@ -24,6 +24,9 @@ _NO_ANSWER = frozenset(
     }
 )
 
+# Each try's deadline of a call to an agent (StartJobs, CancelJob, the probe's calls).
+TIMEOUT_S = 5.0
+
 
 class AgentClient:
     """The agent of one machine. Short deadlines: an agent that does not answer quickly
@@ -35,7 +38,9 @@ class AgentClient:
     without the check, a probe of the old machine answered by the new one would keep the
     old one looking alive, and a job dispatched to it would run where no record says."""
 
-    def __init__(self, machine_id: str, address: str, transport: Transport, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, machine_id: str, address: str, transport: Transport, timeout_s: float = TIMEOUT_S
+    ) -> None:
         self.machine_id = machine_id
         self.address = address
         self.timeout_s = timeout_s
