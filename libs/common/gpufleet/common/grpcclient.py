@@ -99,7 +99,7 @@ BACKOFF_S = 0.2
 
 def retry_pause_s(retry: int, backoff: float = BACKOFF_S) -> float:
     """The pause before try ``retry + 2`` (``retry`` counts from 0): doubling."""
-    return backoff * (2**retry)
+    return backoff * 2.0**retry
 
 
 def unanswered_s(

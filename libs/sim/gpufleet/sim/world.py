@@ -32,13 +32,10 @@ from functools import partial
 from itertools import accumulate
 from typing import Any, ParamSpec
 
-import grpc
-
-from gpufleet.common import grpcclient, idle_timers, lifecycle, spot_history
+from gpufleet.common import idle_timers, lifecycle, spot_history
 from gpufleet.common import nets as net_registry
 from gpufleet.common.call_failures import Op, decide_call_failure
 from gpufleet.common.catalog import DEFAULT_CATALOG, PlanSpec
-from gpufleet.common.clients import agent as agent_client
 from gpufleet.common.db.enums import (
     LIVE_ATTEMPT_STATES,
     RUNNING_STATES,
@@ -91,8 +88,8 @@ from gpufleet.scheduler.tick.dispatch_failure import (
     DISPATCH_TOOK,
     DispatchFailure,
     backed_off,
-    classify_agent_error,
     overdue,
+    unanswered,
 )
 from gpufleet.scheduler.tick.earmark_updates import EarmarkRow, EarmarkUpdate, films_started, plan_updates
 from gpufleet.scheduler.tick.films import WAIT_SHARE_CAP
@@ -388,7 +385,7 @@ class Sim:
         self.lease_s = self.scheduler.attempt_lease_s
         # A StartJobs call (idempotent) to an agent the path does not reach: how long the
         # dispatch waits before it gives up, by the client's own schedule and deadline.
-        self.dispatch_unanswered_s = grpcclient.unanswered_s(agent_client.TIMEOUT_S, idempotent=True)
+        self.dispatch_unanswered, self.dispatch_unanswered_s = unanswered()
         self.rows = {
             p: PoolRows(self.heartbeat_s, SLOTS_PER_MACHINE, self.lease_s, self.scheduler.worker_fresh_s)
             for p in self.pools
@@ -925,8 +922,7 @@ class Sim:
             if overdue_at < give_up:
                 self.q.at(overdue_at, lambda: self._dispatch_overdue(a, gen), TICK_RANK + 1)
             else:
-                cause = classify_agent_error(grpc.StatusCode.DEADLINE_EXCEEDED)
-                self.q.at(give_up, lambda: self._dispatch_failed(a, gen, cause))
+                self.q.at(give_up, lambda: self._dispatch_failed(a, gen, self.dispatch_unanswered))
 
     def _started(self, a: Attempt, gen: int) -> None:
         if a.state != "STARTING" or a.end_event != gen:
@@ -1468,14 +1464,18 @@ class Sim:
         if m.intent != want:
             self.metrics.calls_without_intent += 1
             self._broken(f"{op} of machine {m.id} called without its intent recorded")
+        latency, outcome = self._answer(op, m.offering.zone)
+        self.q.after(latency, lambda: on_done(outcome))
+
+    def _answer(self, op: str, zone: str) -> tuple[float, str]:
+        """How long a provider call takes and what it answers (``_call``'s outcomes)."""
         if self.script is not None:  # every call answered, after the script's latency
-            self.q.after(self.script.call_s, lambda: on_done("ok"))
-            return
+            return self.script.call_s, "ok"
         rng, f = self.rng_calls, self.cfg.faults
         latency = rng.uniform(*self.cfg.timing.call_s)
         outcome = "ok"
         if op in ("create", "start"):
-            zone_out = self.stockouts.get(m.offering.zone, 0.0) > self.q.now
+            zone_out = self.stockouts.get(zone, 0.0) > self.q.now
             r = rng.random()
             if zone_out:
                 outcome = "stockout"
@@ -1489,7 +1489,7 @@ class Sim:
                 outcome = "refused"
             elif r < f.call_fails + (f.call_times_out if op in ("create", "start") else f.answer_lost):
                 outcome = "lost"
-        self.q.after(latency, lambda: on_done(outcome))
+        return latency, outcome
 
     def _create(self, o: Offering, for_job: str | None) -> None:
         now = self.q.now
@@ -1689,6 +1689,10 @@ class Sim:
 
     def _stopped(self, m: Machine, op: str, outcome: str) -> None:
         now = self.q.now
+        if outcome != "ok":
+            # The call raised (refused, or its answer lost): the transition runner's ledger
+            # row, and the machine stays in its transitional state.
+            self._ledger(FailureClass.PROVIDER_CALL_FAILED, None)
         if outcome == "refused":
             f = self._inject(m, "call_failed", now)
             if self.policy == "oracle":
@@ -2061,6 +2065,8 @@ class Sim:
         the net reads again), or done with its answer lost (the next read finishes it)."""
         if m.state not in ("STOPPING", "DESTROYING"):
             return
+        if outcome != "ok":  # the re-issued call raised: the net's ledger row
+            self._ledger(FailureClass.PROVIDER_CALL_FAILED, None)
         if outcome == "refused":
             return
         if m.inst_status not in ("", "TERMINATED") and not (op == "stop" and m.inst_status == "STOPPED"):
@@ -2151,7 +2157,10 @@ class Sim:
         self.metrics.decisions["orphan_sweep"] += len(instances)
         for view in d.orphans:
             self.orphan_tracked[view.key] = orphan_sweep.TrackedOrphan(view.first_seen_at, view.action.value)
-            if view.action is OrphanAction.DESTROYING and view.newly_found:
+            if view.newly_found and view.action is not OrphanAction.RECORDED:
+                self._ledger(FailureClass.ORPHAN_FOUND, None)  # orphan_rows.found's row
+            if view.action is OrphanAction.DESTROYING:
+                # Every pass that still lists it calls again (the call is idempotent).
                 self._destroy_orphan(view.instance.provider_instance_id, "orphan_sweep")
         for key, _ in d.settled:
             self.orphan_tracked.pop(key, None)
@@ -2164,13 +2173,18 @@ class Sim:
             if f.cls == "orphan" and f.machine_id == iid and f.caught_at is None:
                 self._caught(f, by)
 
-        def gone() -> None:
+        def answered(outcome: str) -> None:
+            if outcome != "ok":  # the sweep's ledger row; the next pass tries again
+                self._ledger(FailureClass.PROVIDER_CALL_FAILED, None)
+            if outcome == "refused":
+                return
             entry = self.orphans.pop(iid, None)
             if entry is not None:
                 self._bill_orphan(entry[1], entry[2], self.q.now)
 
         self.metrics.provider_calls += 1
-        self.q.after(self.rng_calls.uniform(*self.cfg.timing.call_s), gone)
+        latency, outcome = self._answer("destroy", entry[2].zone)
+        self.q.after(latency, lambda: answered(outcome))
 
     # -- the oracle: each failure dealt with the instant it happens ----------------------
 

@@ -22,6 +22,9 @@ from datetime import datetime, timedelta
 
 import grpc
 
+from gpufleet.common import grpcclient
+from gpufleet.common.clients.agent import TIMEOUT_S as AGENT_TIMEOUT_S
+
 
 class DispatchFailure(enum.StrEnum):
     # The agent answered StartJob with an error (it refused the job, or failed to start it).
@@ -96,6 +99,15 @@ def classify_agent_error(code: grpc.StatusCode | None) -> DispatchFailure:
     if code in _NO_ANSWER:
         return DispatchFailure.AGENT_UNREACHABLE
     return DispatchFailure.AGENT_REFUSED
+
+
+def unanswered(timeout_s: float = AGENT_TIMEOUT_S) -> tuple[DispatchFailure, float]:
+    """What a StartJobs call to an agent the path does not reach ends with, and after how
+    long: no try is answered (each runs to its deadline and ends DEADLINE_EXCEEDED, retried
+    as the idempotent call it is: ``grpcclient.unanswered_s``), read as
+    :func:`classify_agent_error` reads it. The simulator times such a dispatch by it."""
+    failure = classify_agent_error(grpc.StatusCode.DEADLINE_EXCEEDED)
+    return failure, grpcclient.unanswered_s(timeout_s, idempotent=True)
 
 
 def overdue(
