@@ -50,6 +50,7 @@ from gpufleet.common.job_lifecycle import (
     EndCause,
     IllegalJobTransition,
     JobCounters,
+    JobUpdate,
     Mover,
     charge_micros,
     check_attempt_move,
@@ -997,16 +998,18 @@ class Sim:
         # (launched a dispatch after the assignment), not the time since the assignment.
         ran = a.job.duration_s * len(a.slots)
         cause = EndCause.JOB_FAILED if state == "FAILED" else EndCause.SUCCEEDED
-        self._end_attempt(a, cause, Mover.WORKER, ran)
+        update = self._end_attempt(a, cause, Mover.WORKER, ran)
+        if update.ledger_class is not None:  # ReportCompletion's row (the runner's class)
+            self._ledger(FailureClass(update.ledger_class), None)
 
     def _end_attempt(
         self, a: Attempt, cause: EndCause, by: Mover, measured_slot_s: float | None = None
-    ) -> None:
+    ) -> JobUpdate:
         """End a live attempt as the services do: the job lifecycle's own decision (its
         state, its charge, the job's next state, counters and back-off), each move checked
         against the lifecycle's tables for ``by``, the service that makes it. Its
         slot-seconds are those its worker measured (a completion's), else the time since it
-        started, as the job writer records them."""
+        started, as the job writer records them. Returns the decision applied."""
         now = self.q.now
         m, job = a.machine, a.job
         kind = KINDS[job.kind]
@@ -1068,6 +1071,7 @@ class Sim:
         for other in self.pools:
             if other != pool and self.waiting[(job.workspace, other)] > 0:
                 self._touch(other)
+        return update
 
     def _held_until_reported(self, m: Machine) -> None:
         """Slots the control plane ended an attempt on stay held until the machine's worker
