@@ -11,6 +11,7 @@ the simulated world's own truth, each named here with why.
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,10 +19,12 @@ from gpufleet.reaper.settings import Settings as ReaperSettings
 from gpufleet.scheduler.settings import Settings as SchedulerSettings
 from gpufleet.sim import world
 from gpufleet.sim.nets import NetSettings
-from gpufleet.sim.profile import PROFILES, SimConfig
+from gpufleet.sim.profile import PROFILES, Script, ScriptedJob, SimConfig
+from gpufleet.sim.records import Job, Machine
 from gpufleet.sim.report import limits
 from gpufleet.sim.world import Sim
 from gpufleet.sweeper.settings import Settings as SweeperSettings
+from tests.support.sim_script import OFFERING
 
 # Settings whose values are durations a net, the tick or dispatch is configured with.
 _DURATION = ("_every_s", "_after_s", "_grace_s", "_window_s", "_deadline_s", "_backoff_s")
@@ -91,7 +94,9 @@ def test_a_month_runs_on_the_settings_it_is_given_not_on_defaults() -> None:
         offering_quarantine_ttl_s=900.0,
         lost_retry_backoff_s=45.0,
     )
-    sweeper = SweeperSettings.model_construct(inventory_reconcile_every_s=90.0, orphan_grace_s=2400.0)
+    sweeper = SweeperSettings.model_construct(
+        inventory_reconcile_every_s=90.0, orphan_grace_s=2400.0, lost_retry_backoff_s=35.0
+    )
     scheduler = SchedulerSettings.model_construct(
         provision_deadline_s=1500.0,
         worker_fresh_s=75.0,
@@ -113,8 +118,14 @@ def test_a_month_runs_on_the_settings_it_is_given_not_on_defaults() -> None:
     assert sim.stuck_after_s == 700.0
     assert sim.orphan_policy.grace == timedelta(seconds=2400)
     assert sim.orphan_policy.deployment_id == world.DEPLOYMENT
-    assert sim.outcomes.offering_quarantine_ttl == timedelta(seconds=900)
-    assert sim.outcomes.lost_retry_backoff_s == 45.0
+    # Each service's ledger rows take effect under its own outcome policy.
+    assert sim.outcomes["reaper"].offering_quarantine_ttl == timedelta(seconds=900)
+    assert sim.outcomes["scheduler"].offering_quarantine_ttl == timedelta(seconds=1800)  # its default
+    assert [sim.outcomes[s].lost_retry_backoff_s for s in ("reaper", "sweeper", "scheduler")] == [
+        45.0,
+        35.0,
+        50.0,
+    ]
     assert sim.tick_policy.worker_fresh_s == 75.0
     assert (sim.retries.retry_backoff_s, sim.retries.lost_retry_backoff_s) == (15.0, 50.0)
     # The report judges detections against the same settings.
@@ -130,3 +141,37 @@ def test_a_month_runs_on_the_settings_it_is_given_not_on_defaults() -> None:
     for m in sim.machines.values():
         assert m.requested_at is not None and m.provision_deadline_at is not None
         assert m.provision_deadline_at - m.requested_at == timedelta(seconds=1500)
+
+
+class Preempted(Sim):
+    """The first machine's instance is taken back 20 minutes after it runs, its job live."""
+
+    def _scripted_life(self, m: Machine, boot_at: float) -> None:
+        if m.ordinal == 1 and m.life == 1:
+            life = m.life
+            self.q.at(boot_at + 1200.0, lambda: self._preempt(m, life))
+        super()._scripted_life(m, boot_at)
+
+
+def test_a_loss_the_sweeper_records_requeues_with_the_sweepers_back_off() -> None:
+    """The replacement's requeue back-off is the writing service's outcome policy's (the
+    sweeper's here), not the scheduler's, as ``end_live_attempts_lost`` builds it."""
+    spot = replace(OFFERING, id="sim-l4-spot", capacity_type="SPOT")
+    script = Script(
+        offering=spot, workspaces=(("ws", "creator"),), jobs=(ScriptedJob(10.0, "ws", "clip", 3000.0),)
+    )
+    settings = NetSettings(
+        sweeper=SweeperSettings.model_construct(lost_retry_backoff_s=35.0),
+        scheduler=SchedulerSettings.model_construct(lost_retry_backoff_s=50.0),
+    )
+    requeued: list[float] = []
+
+    class Watching(Preempted):
+        def _requeue(self, job: Job, not_before: float) -> None:
+            requeued.append(not_before - self.q.now)
+            super()._requeue(job, not_before)
+
+    sim = Watching(SimConfig(days=2 / 24, machines=2, tick_s=10.0, script=script), settings=settings)
+    sim.run()
+    assert sim.metrics.attempt_ends["reclaimed"] == 1
+    assert requeued == [35.0]

@@ -93,7 +93,17 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
         }
     ),
     "sweeper": frozenset(
-        {"inventory_reconcile_every_s", "orphan_sweep_every_s", "orphan_grace_s", "not_listed_grace_s"}
+        {
+            "inventory_reconcile_every_s",
+            "orphan_sweep_every_s",
+            "orphan_grace_s",
+            "not_listed_grace_s",
+            # Its ledger rows' outcome policy (a loss's replacement).
+            "offering_quarantine_ttl_s",
+            "halt_provisioning_ttl_s",
+            "lost_retry_backoff_s",
+            "disruption_budget",
+        }
     ),
     "scheduler": frozenset(
         {
@@ -104,6 +114,9 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
             "retry_backoff_s",
             "lost_retry_backoff_s",
             "disruption_budget",
+            # Its ledger rows' outcome policy (a refused create's quarantine or halt).
+            "offering_quarantine_ttl_s",
+            "halt_provisioning_ttl_s",
             "fair_share_window_s",
             "fair_share_quantum_s",
             "film_share",

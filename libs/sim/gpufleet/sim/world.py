@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from itertools import accumulate
-from typing import Any, ParamSpec
+from typing import Any, Literal, ParamSpec
 
 from gpufleet.common import idle_timers, lifecycle, spot_history
 from gpufleet.common import nets as net_registry
@@ -52,6 +52,7 @@ from gpufleet.common.job_lifecycle import (
     JobCounters,
     JobUpdate,
     Mover,
+    RetryPolicy,
     charge_micros,
     check_attempt_move,
     check_cause,
@@ -121,6 +122,8 @@ from gpufleet.sweeper.machine_loss import MachineLoss, classify_loss, loss_updat
 from gpufleet.sweeper.orphan_rows import OrphanAction
 
 POLICIES = ("nets", "oracle", "merged")
+# The services that write ledger rows, each under its own settings' outcome policy.
+Writer = Literal["scheduler", "reaper", "sweeper"]
 # The columns a shared update may write that the simulator does not keep: the agent's
 # address and the pending call (its machines and calls have none), the failing probes'
 # streak (read from each life's truth, which a new life resets), and when an earmark was
@@ -355,7 +358,13 @@ class Sim:
         # The scheduler's own tick policy, under the simulated fleet's ceiling.
         self.tick_policy = self.scheduler.tick_policy(config.machines)
         self.tick_policies: dict[int, Policy] = {}
-        self.outcomes: OutcomePolicy = self.settings.reaper.outcome_policy()
+        # The ledger's outcomes as each service that writes a row builds them from its own
+        # settings (a row's quarantine TTLs, a replacement's back-off and disruption budget).
+        self.outcomes: dict[Writer, OutcomePolicy] = {
+            "scheduler": self.scheduler.outcome_policy(),
+            "reaper": self.settings.reaper.outcome_policy(),
+            "sweeper": self.settings.sweeper.outcome_policy(),
+        }
         # A requeue's back-offs as the scheduler's job writers build them.
         self.retries = self.scheduler.retry_policy()
         reaper = self.settings.reaper
@@ -1003,13 +1012,19 @@ class Sim:
             self._ledger(FailureClass(update.ledger_class), None)
 
     def _end_attempt(
-        self, a: Attempt, cause: EndCause, by: Mover, measured_slot_s: float | None = None
+        self,
+        a: Attempt,
+        cause: EndCause,
+        by: Mover,
+        measured_slot_s: float | None = None,
+        retries: RetryPolicy | None = None,
     ) -> JobUpdate:
         """End a live attempt as the services do: the job lifecycle's own decision (its
         state, its charge, the job's next state, counters and back-off), each move checked
         against the lifecycle's tables for ``by``, the service that makes it. Its
         slot-seconds are those its worker measured (a completion's), else the time since it
-        started, as the job writer records them. Returns the decision applied."""
+        started, as the job writer records them. ``retries``: the writer's retry policy
+        (default: the scheduler's). Returns the decision applied."""
         now = self.q.now
         m, job = a.machine, a.job
         kind = KINDS[job.kind]
@@ -1021,7 +1036,7 @@ class Sim:
             kind.lost_retry_budget,
             disruptions_used=job.disruptions,
         )
-        update = decide_attempt_end(cause, counters, self.retries)
+        update = decide_attempt_end(cause, counters, retries or self.retries)
         self._checked(check_cause, cause, by)
         self._checked(check_attempt_move, AttemptState(a.state), update.attempt_state, by)
         if update.job_state is not None:
@@ -1589,19 +1604,22 @@ class Sim:
             self.q.at(secs(values["backoff_until"]), lambda: self._touch(m.offering.pool))
         self._touch(m.offering.pool)  # the scale step reads the row it wrote
 
-    def _ledger(self, fc: FailureClass, m: Machine | None) -> None:
-        """The ledger's own routing table decides what a detection leads to, and the
-        ledger's own decision (``decide_effect``) what that outcome does; applied here as
-        ``apply_outcome`` applies it in SQL — a quarantine already in force is kept, not
-        extended."""
+    def _ledger(self, fc: FailureClass, m: Machine | None, by: Writer = "scheduler") -> None:
+        """A ledger row written by the service ``by``. With ``m`` its outcome takes effect
+        (``record_failure(..., apply=True)``): the ledger's own routing table decides what a
+        detection leads to, and its own decision (``decide_effect``) what that outcome does,
+        under the writing service's ``OutcomePolicy``; applied here as ``apply_outcome``
+        applies it in SQL — a quarantine already in force is kept, not extended. Without
+        ``m``, the row alone."""
         outcome = route(fc)
         self.metrics.decisions[f"ledger:{fc.value}"] += 1
         now = self.q.now
         if m is None:
             return
         o = m.offering
+        policy = self.outcomes[by]
         effect = decide_effect(
-            fc.value, outcome, self.outcomes, OutcomeTarget(o.id, o.provider, o.region), on_machine=True
+            fc.value, outcome, policy, OutcomeTarget(o.id, o.provider, o.region), on_machine=True
         )
         q = effect.quarantine
         if q is not None:
@@ -1621,10 +1639,15 @@ class Sim:
                 for pool in self.pools:
                     self.q.at(secs(until), partial(self._touch, pool))
         if effect.replace_machine:
+            # The replacement's requeues, as ``end_live_attempts_lost`` builds them from the
+            # writing service's outcome policy.
+            retries = RetryPolicy(
+                lost_retry_backoff_s=policy.lost_retry_backoff_s, disruption_budget=policy.disruption_budget
+            )
             for a in _live(m):
                 cause = replace_cause(fc)
-                by = Mover.GPU_HEALTH if cause is EndCause.GPU_FAULT else Mover.MACHINE_LOSS
-                self._end_attempt(a, cause, by)
+                mover = Mover.GPU_HEALTH if cause is EndCause.GPU_FAULT else Mover.MACHINE_LOSS
+                self._end_attempt(a, cause, mover, retries=retries)
 
     def _start(self, m: Machine, for_job: str | None) -> None:
         self._write(m, start_values(for_job, dt(self.q.now)))  # the start's intent
@@ -1688,7 +1711,7 @@ class Sim:
         else:
             m.clear_at_end = ("stop_due_at", "destroy_due_at") if op == "destroy" else ()
         if fc is not None:
-            self._ledger(fc, m)
+            self._ledger(fc, m, "reaper")
         self._call(m, op, lambda outcome: self._stopped(m, op, outcome))
 
     def _stopped(self, m: Machine, op: str, outcome: str) -> None:
@@ -1696,7 +1719,7 @@ class Sim:
         if outcome != "ok":
             # The call raised (refused, or its answer lost): the transition runner's ledger
             # row, and the machine stays in its transitional state.
-            self._ledger(FailureClass.PROVIDER_CALL_FAILED, None)
+            self._ledger(FailureClass.PROVIDER_CALL_FAILED, None, "reaper")
         if outcome == "refused":
             f = self._inject(m, "call_failed", now)
             if self.policy == "oracle":
@@ -1975,7 +1998,7 @@ class Sim:
             self.metrics.decisions["lost_detector"] += 1
             if isinstance(d, lost_detector.MarkLost):
                 self._write(m, d.values)
-                self._ledger(d.detects, m)
+                self._ledger(d.detects, m, "reaper")
                 for f in m.life_failures:
                     if f.cls == "path_drop" and f.caught_at is None:
                         self._caught(f, "lost_detector")
@@ -2038,11 +2061,11 @@ class Sim:
                 self._due("stuck_transition", m, now + every)
                 if m.alerted_for != m.state_changed_at:
                     m.alerted_for = m.state_changed_at
-                    self._ledger(FailureClass.TRANSITION_STUCK, m)
+                    self._ledger(FailureClass.TRANSITION_STUCK, m, "reaper")
                     self.q.after(self.cfg.faults.human_response_s, partial(self._human, m))
             elif isinstance(d, stuck_transition.ReissueCall):
                 # The ledger row first (the intent is on the row already), then the call.
-                self._ledger(FailureClass.TRANSITION_REISSUED, m)
+                self._ledger(FailureClass.TRANSITION_REISSUED, m, "reaper")
                 m.reissued.append(dt(now))
                 op = d.operation
                 self._call(m, op, partial(self._reissue_answered, m, op))
@@ -2070,7 +2093,7 @@ class Sim:
         if m.state not in ("STOPPING", "DESTROYING"):
             return
         if outcome != "ok":  # the re-issued call raised: the net's ledger row
-            self._ledger(FailureClass.PROVIDER_CALL_FAILED, None)
+            self._ledger(FailureClass.PROVIDER_CALL_FAILED, None, "reaper")
         if outcome == "refused":
             return
         if m.inst_status not in ("", "TERMINATED") and not (op == "stop" and m.inst_status == "STOPPED"):
@@ -2146,7 +2169,7 @@ class Sim:
         update = loss_update(loss, self._first_observed_at(m, now), dt(now))
         m.preemptions += update.preemptions_added
         m.spot_seconds += update.spot_seconds_added
-        self._ledger(loss.failure_class, m)
+        self._ledger(loss.failure_class, m, "sweeper")
         m.intent = update.intent.value
         self._finish(m, update.end_state.value, lifecycle.Actor.SWEEPER)
         self._clear(m, update.clears)
@@ -2162,7 +2185,7 @@ class Sim:
         for view in d.orphans:
             self.orphan_tracked[view.key] = orphan_sweep.TrackedOrphan(view.first_seen_at, view.action.value)
             if view.newly_found and view.action is not OrphanAction.RECORDED:
-                self._ledger(FailureClass.ORPHAN_FOUND, None)  # orphan_rows.found's row
+                self._ledger(FailureClass.ORPHAN_FOUND, None, "sweeper")  # orphan_rows.found's
             if view.action is OrphanAction.DESTROYING:
                 # Every pass that still lists it calls again (the call is idempotent).
                 self._destroy_orphan(view.instance.provider_instance_id, "orphan_sweep")
@@ -2179,7 +2202,7 @@ class Sim:
 
         def answered(outcome: str) -> None:
             if outcome != "ok":  # the sweep's ledger row; the next pass tries again
-                self._ledger(FailureClass.PROVIDER_CALL_FAILED, None)
+                self._ledger(FailureClass.PROVIDER_CALL_FAILED, None, "sweeper")
             if outcome == "refused":
                 return
             entry = self.orphans.pop(iid, None)
