@@ -178,29 +178,21 @@ def test_up_serves_until_interrupted(tmp_path: Path) -> None:
     try:
         read_until_ready(proc)
         out = subprocess.run(
-            [*GPUFLEET, "submit", "--workspace", "acme-studio", "--scheduler", f"127.0.0.1:{50051 + offset}"],
+            [*GPUFLEET, "submit", "--workspace", "acme-studio"],
             cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert out.returncode == 0 and "submitted job" in out.stdout, out.stderr
-        # Every other command too, from the same folder, with no certificate flag.
-        scheduler = ["--scheduler", f"127.0.0.1:{50051 + offset}"]
-        for command in (
-            ["jobs"],
-            ["machines"],
-            ["workspaces"],
-            ["watchdogs", "--reaper", f"127.0.0.1:{50052 + offset}"],
-        ):
+        # Every other command too, from the same folder, with no address or certificate flag:
+        # the operator's commands reach the offset reaper and sweeper as well.
+        for command in (["jobs"], ["machines"], ["workspaces"], ["watchdogs"], ["ledger"], ["orphans"]):
             ran = subprocess.run(
-                [*GPUFLEET, *command, *(scheduler if command[0] != "watchdogs" else [])],
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=60,
+                [*GPUFLEET, *command], cwd=tmp_path, capture_output=True, text=True, timeout=60
             )
             assert ran.returncode == 0, (command, ran.stderr)
+            assert "127.0.0.1:5005" not in ran.stderr, (command, ran.stderr)  # no default port tried
         assert (tmp_path / "var" / "gpufleet.sqlite").exists()
         # Mutual TLS with no set-up: the CA and every part's certificate were made in the state dir.
         assert (tmp_path / "var" / "tls" / "ca.crt").exists() and (

@@ -25,12 +25,12 @@ import threading
 import time
 from pathlib import Path
 
-from gpufleet.cli import catalogue, certs, down, jobs, logs, machines, ops, workspaces
+from gpufleet.cli import addresses, catalogue, certs, down, jobs, logs, machines, ops, workspaces
+from gpufleet.cli.addresses import DEFAULT_PORTS
 from gpufleet.cli.credentials import DEFAULT_STATE_DIR
 from gpufleet.cli.demo import run_demo
 from gpufleet.cli.stack import (
     DEFAULT_METRICS_PORTS,
-    DEFAULT_PORTS,
     ClockMismatch,
     PortsInUse,
     Stack,
@@ -82,9 +82,9 @@ def run_up(args: argparse.Namespace) -> int:
         else {"provisioner": {"local_agent_base_port": "0"}},
     )
     stack = Stack(config)
-    flag = "" if args.port_offset == 0 else f" --scheduler {config.address('scheduler')}"
-    if args.state_dir != DEFAULT_STATE_DIR:
-        flag += f" --state-dir {args.state_dir}"
+    # The state folder names the stack's addresses (addresses.json) and its operator
+    # certificate: the one flag a client command needs to reach it.
+    flag = "" if args.state_dir == DEFAULT_STATE_DIR else f" --state-dir {args.state_dir}"
     stop = threading.Event()
     # Both stop it, even when started in the background where SIGINT starts out ignored.
     stop_on_signals(stop)
@@ -160,8 +160,6 @@ def run_up(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpufleet", description="A control plane for rented GPU machines.")
     sub = parser.add_subparsers(dest="command", required=True)
-    scheduler_default = os.environ.get("GPUFLEET_SCHEDULER_ADDRESS", "127.0.0.1:50051")
-
     up = sub.add_parser("up", help="run the whole system on the embedded default until interrupted")
     up.add_argument(
         "--state-dir",
@@ -205,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--scheduler", default=scheduler_default, help="scheduler address (host:port)")
+        p.add_argument("--scheduler", default=None, help=addresses.flag_help("scheduler"))
         p.add_argument(
             "--state-dir",
             default=DEFAULT_STATE_DIR,
@@ -257,6 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         # Every argument after the command is the simulator's own (its --help included).
         sys.exit(run_simulate(argparse.Namespace(rest=argv[1:])))
     args = build_parser().parse_args(argv)
+    addresses.resolve(args)
     if getattr(args, "interval", 1.0) <= 0:
         sys.exit("gpufleet: --interval is a positive number of seconds")
     try:

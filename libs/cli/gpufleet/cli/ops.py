@@ -10,11 +10,12 @@ gpufleet orphans [--sweep-now]          what the orphan sweeps saw and did
 from __future__ import annotations
 
 import argparse
+import os
 import uuid
 from datetime import datetime
 from typing import Any
 
-from gpufleet.cli import credentials, output
+from gpufleet.cli import addresses, credentials, output
 from gpufleet.cli.client import pages, run_client, system_now
 from gpufleet.cli.output import Col
 from gpufleet.common import grpcclient
@@ -271,13 +272,9 @@ def orphans(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any, client: Any) -> None:
     """Register the operator commands on the main parser (``client`` adds --json etc.)."""
-    import os
-
-    reaper_default = os.environ.get("GPUFLEET_REAPER_ADDRESS", "127.0.0.1:50052")
-    sweeper_default = os.environ.get("GPUFLEET_SWEEPER_ADDRESS", "127.0.0.1:50054")
 
     def with_reaper(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--reaper", default=reaper_default, help="reaper address (host:port)")
+        p.add_argument("--reaper", default=None, help=addresses.flag_help("reaper"))
         return p
 
     w = with_reaper(client("watchdogs", "every watchdog with its cadence, last run and counts"))
@@ -303,6 +300,6 @@ def add_parsers(sub: Any, client: Any) -> None:
     q.set_defaults(func=lambda a: run_client(quarantines, a, "reaper"))
 
     o = client("orphans", "what the orphan sweeps saw and did")
-    o.add_argument("--sweeper", default=sweeper_default, help="sweeper address (host:port)")
+    o.add_argument("--sweeper", default=None, help=addresses.flag_help("sweeper"))
     o.add_argument("--sweep-now", action="store_true", help="run an orphan sweep now, then list")
     o.set_defaults(func=lambda a: run_client(orphans, a, "sweeper"))

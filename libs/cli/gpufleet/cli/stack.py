@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gpufleet.cli import local_machines, prometheus_config
+from gpufleet.cli import addresses, local_machines, prometheus_config
 from gpufleet.cli.credentials import OPERATOR, tls_dir, transport_for
 from gpufleet.cli.state_lock import StateLock
 from gpufleet.common import grpcclient
@@ -32,7 +32,6 @@ from gpufleet.common.trust.transport import Transport
 
 SERVICES = ("provisioner", "scheduler", "reaper", "sweeper")
 DEPLOYMENT = "local"
-DEFAULT_PORTS = {"scheduler": 50051, "reaper": 50052, "provisioner": 50053, "sweeper": 50054}
 # Each service's metrics listener: the same as its own Settings' default (a test keeps them equal).
 DEFAULT_METRICS_PORTS = {"scheduler": 9451, "reaper": 9452, "provisioner": 9453, "sweeper": 9454}
 # The certificate Prometheus scrapes with (Role.METRICS): the only one a listener answers.
@@ -152,6 +151,8 @@ class Stack:
                 f"port(s) {', '.join(busy)} already in use on 127.0.0.1 (another stack?): "
                 "pass --port-offset and --metrics-port-offset, or stop it with `gpufleet down`"
             )
+        # Where this stack serves, for the client commands given its --state-dir.
+        addresses.write(self.config.state_dir, {n: self.config.address(n) for n in self.config.ports})
         return self.lock
 
     def common_env(self) -> dict[str, str]:
