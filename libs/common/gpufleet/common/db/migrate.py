@@ -17,9 +17,42 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+# The PostgreSQL advisory lock every migrate holds while it upgrades (a constant of this
+# project's own: b"gpufleet" read as a signed 64-bit integer).
+MIGRATE_LOCK = int.from_bytes(b"gpufleet", "big", signed=True)
+
+
 def upgrade(url: str, revision: str = "head") -> None:
-    """Bring the database at ``url`` to ``revision`` (idempotent)."""
-    command.upgrade(alembic_config(url), revision)
+    """Bring the database at ``url`` to ``revision`` (idempotent).
+
+    On PostgreSQL the upgrade holds a session advisory lock: every replica of the scheduler,
+    the reaper and the sweeper runs ``migrate`` as an init container, so a fresh install
+    starts several at once, and two alembic upgrades racing on an empty database fail
+    (``duplicate key value violates unique constraint "pg_type_typname_nsp_index"`` — both
+    creating the same table). With the lock they take turns: the first applies the
+    migrations, the others find them applied. SQLite has one writer at a time already."""
+    cfg = alembic_config(url)
+    if not url.startswith("postgresql"):
+        command.upgrade(cfg, revision)
+        return
+    from sqlalchemy import text
+
+    from gpufleet.common.db.engine import make_engine
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            # Session-level: held across the transaction alembic opens on this connection,
+            # and released when the connection closes however the upgrade ends.
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATE_LOCK})
+            conn.commit()
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+            conn.commit()
+            conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATE_LOCK})
+            conn.commit()
+    finally:
+        engine.dispose()
 
 
 # ``--has-run``'s exit codes: the CLI may not import a database library (its import
