@@ -124,6 +124,7 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
             "dispatch_backoff_s",
             "dispatch_backoff_max_s",
             "pool_idle_every_s",
+            "queue_wait_every_s",
         }
     ),
 }

@@ -129,6 +129,8 @@ def summarize(sim: Sim, wall_s: float) -> dict[str, Any]:
         "jobs": len(sim.jobs),
         "jobs_ended": ended,
         "jobs_failed_our_side": sum(1 for j in jobs if j.failed_our_side),
+        # Failed by the queue-wait timeout: waited past their kind's deadline.
+        "jobs_failed_waiting": m.queue_wait_timeouts,
         "attempt_ends": dict(sorted(m.attempt_ends.items())),
         "machines_created": sim.ordinal,
         "gpu_hours_billed": round(billed_h, 1),
@@ -203,6 +205,7 @@ def table(out: dict[str, Any]) -> str:
         ("jobs lost", "jobs_lost"),
         ("jobs with two live attempts", "jobs_run_twice_at_once"),
         ("jobs failed on our side", "jobs_failed_our_side"),
+        ("jobs failed waiting (queue-wait deadline)", "jobs_failed_waiting"),
         ("GPU-hours billed", "gpu_hours_billed"),
         ("  of which idle (no job)", "idle_gpu_hours"),
         ("cost (USD)", "cost_usd"),

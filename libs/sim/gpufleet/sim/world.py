@@ -108,7 +108,8 @@ from gpufleet.scheduler.tick.model import (
 from gpufleet.scheduler.tick.scale import CREATE, START, answered_values, create_values, start_values
 from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import clock_values
-from gpufleet.scheduler.watchdogs import pool_idle
+from gpufleet.scheduler.watchdogs import common as watchdog_common
+from gpufleet.scheduler.watchdogs import pool_idle, queue_wait
 from gpufleet.sim.clock import EventQueue, dt, grid_ceil, secs
 from gpufleet.sim.fair_share import WindowUsage, next_order_change
 from gpufleet.sim.fairness import FairnessLedger
@@ -194,6 +195,8 @@ class Metrics:
     wasted_micros: float = 0.0
     healthy_destroys: int = 0
     jobs_run_twice_at_once: int = 0
+    # Jobs the queue-wait timeout failed (waited past their kind's deadline).
+    queue_wait_timeouts: int = 0
     fenced_writes: int = 0
     decisions: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)
@@ -374,6 +377,10 @@ class Sim:
         self.every[MERGED_CHECK] = self.every["went_silent"]
         # The scheduler's pool idle release (a request watchdog of its own, not a net).
         self.pool_idle_every_s = self.scheduler.pool_idle_every_s
+        # The queue-wait timeout (a request watchdog of the scheduler's): its passes, and the
+        # waiting jobs each pass is the first to find past their kind's deadline.
+        self.queue_wait_every_s = self.scheduler.queue_wait_every_s
+        self.queue_wait_due: dict[float, list[Job]] = defaultdict(list)
         self.idle_policy = reaper.idle_policy()
         self.auto_stop_policy = reaper.auto_stop_policy()
         self.auto_destroy_policy = reaper.auto_destroy_policy()
@@ -446,6 +453,7 @@ class Sim:
         if self.evaluate_everything:
             self._schedule_tick(self.cfg.tick_s)
             self.q.at(self.pool_idle_every_s, self._pool_idle_pass, POOL_IDLE_RANK)
+            self.q.at(self.queue_wait_every_s, self._queue_wait_pass, QUEUE_WAIT_RANK)
         elif any(self._warm(p) for p in self.pools):
             # The first tick finds the pools with warm capacity idle (their clocks start)
             # and short of their warm machines: it runs whatever arrives.
@@ -557,6 +565,7 @@ class Sim:
         )
         self.jobs[job.id] = job
         self._record("job", job.id, "QUEUED")
+        self._queue_wait_at(job)
         self.queued[pool][job.id] = job
         self.ws_queue[pool].setdefault(ws, []).append(job)
         self.waiting[(job.workspace, pool)] += 1
@@ -885,13 +894,7 @@ class Sim:
         self._checked(check_job_move, JobState(job.state), JobState.DISPATCHING, Mover.DISPATCH)
         job.state = "DISPATCHING"
         self._record("job", job.id, "DISPATCHING")
-        if self.queued[job.pool].pop(job.id, None) is not None:
-            self.waiting[(job.workspace, job.pool)] -= 1
-            queue = self.ws_queue[job.pool]
-            jobs = queue[job.workspace]
-            del jobs[bisect_left(jobs, job.id, key=_job_id)]
-            if not jobs:
-                del queue[job.workspace]
+        self._dequeue(job)
         self.running_per_ws[job.workspace] += 1
         if job.whole:
             # A film placed: as the assign commit does, every machine held for it is
@@ -933,6 +936,79 @@ class Sim:
                 self.q.at(overdue_at, lambda: self._dispatch_overdue(a, gen), TICK_RANK + 1)
             else:
                 self.q.at(give_up, lambda: self._dispatch_failed(a, gen, self.dispatch_unanswered))
+
+    def _dequeue(self, job: Job) -> None:
+        """The job leaves its pool's queue (placed, or failed waiting)."""
+        if self.queued[job.pool].pop(job.id, None) is not None:
+            self.waiting[(job.workspace, job.pool)] -= 1
+            queue = self.ws_queue[job.pool]
+            jobs = queue[job.workspace]
+            del jobs[bisect_left(jobs, job.id, key=_job_id)]
+            if not jobs:
+                del queue[job.workspace]
+
+    # -- the queue-wait timeout (the scheduler's request watchdog) ------------------------
+
+    def _queue_wait_at(self, job: Job) -> None:
+        """The job's wait began now: the first pass of the watchdog's grid that finds it
+        past its kind's deadline (``queue_wait.decide``: strictly past) is its due pass."""
+        if self.evaluate_everything:
+            return  # every pass reads the whole queue
+        every = self.queue_wait_every_s
+        due = job.queued_since + KINDS[job.kind].queue_wait_deadline_s
+        at = (math.floor(due / every) + 1) * every
+        if at < self.end:
+            if not self.queue_wait_due[at]:
+                self.q.at(at, self._queue_wait_pass, QUEUE_WAIT_RANK)
+            self.queue_wait_due[at].append(job)
+
+    def _queue_wait_pass(self) -> None:
+        """One pass of the queue-wait timeout: the real decision over the waiting jobs its
+        scan reads (oldest wait first, at most ``MAX_PER_RUN`` acted on), each one failed as
+        its transaction does it — QUEUED to FAILED by the request watchdog, uncharged, its
+        ledger row. A pass while the scheduler is down runs when it is back."""
+        now = self.q.now
+        if self.evaluate_everything:
+            self.q.at(now + self.queue_wait_every_s, self._queue_wait_pass, QUEUE_WAIT_RANK)
+            waiting = [j for queue in self.queued.values() for j in queue.values()]
+        else:
+            # (One job twice at a pass: its wait began again within a pass of the last.)
+            waiting = list(
+                {j.id: j for j in self.queue_wait_due.pop(now, []) if j.state == "QUEUED"}.values()
+            )
+        if now < self.down_until:
+            if not self.evaluate_everything:
+                k = math.floor(self.down_until / self.queue_wait_every_s) + 1
+                at = k * self.queue_wait_every_s
+                if not self.queue_wait_due[at]:
+                    self.q.at(at, self._queue_wait_pass, QUEUE_WAIT_RANK)
+                self.queue_wait_due[at].extend(waiting)
+            return
+        scanned = sorted(
+            (
+                queue_wait.QueuedJob(j.id, j.kind, dt(j.queued_since), KINDS[j.kind].queue_wait_deadline_s)
+                for j in waiting
+            ),
+            key=lambda q: (q.waiting_since, q.job_id),
+        )
+        # Event-driven, a pass reads only the jobs it is due for: every other waiting job is
+        # within its deadline, so the decision is the same.
+        expired = queue_wait.decide(dt(now), scanned)
+        left = expired[watchdog_common.MAX_PER_RUN :]
+        for expire in expired[: watchdog_common.MAX_PER_RUN]:
+            job = self.jobs[expire.job.job_id]
+            self._checked(check_job_move, JobState.QUEUED, JobState.FAILED, Mover.REQUEST_WATCHDOG)
+            self._dequeue(job)
+            job.state = "FAILED"
+            self._record("job", job.id, "FAILED")
+            self.metrics.queue_wait_timeouts += 1
+            self._ledger(FailureClass.QUEUE_WAIT_TIMEOUT, None)
+            self._touch(job.pool)  # the tick's queue changed
+        if left and not self.evaluate_everything:
+            at = now + self.queue_wait_every_s  # the next pass acts on the rest
+            if not self.queue_wait_due[at]:
+                self.q.at(at, self._queue_wait_pass, QUEUE_WAIT_RANK)
+            self.queue_wait_due[at].extend(self.jobs[e.job.job_id] for e in left)
 
     def _started(self, a: Attempt, gen: int) -> None:
         if a.state != "STARTING" or a.end_event != gen:
@@ -1131,6 +1207,7 @@ class Sim:
         self._record("job", job.id, "QUEUED")
         job.backoff_until = not_before
         job.queued_since = self.q.now
+        self._queue_wait_at(job)
         if job.id not in self.queued[job.pool]:
             self.waiting[(job.workspace, job.pool)] += 1
             insort(self.ws_queue[job.pool].setdefault(job.workspace, []), job, key=_job_id)
@@ -2441,6 +2518,7 @@ NetHandler = Callable[[Sim, float], None]
 # hourly sample, the nets (Sim.net_rank), then the fleet tick.
 SAMPLE_RANK = 1
 POOL_IDLE_RANK = 99
+QUEUE_WAIT_RANK = 98
 TICK_RANK = 100
 
 # Each registered net's model, by the registry's name (gpufleet.common.nets): a net the
