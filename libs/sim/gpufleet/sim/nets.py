@@ -125,6 +125,8 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
             "dispatch_backoff_max_s",
             "pool_idle_every_s",
             "queue_wait_every_s",
+            "paid_wait_every_s",
+            "paid_wait_after_s",
         }
     ),
 }

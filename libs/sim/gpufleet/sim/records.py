@@ -65,6 +65,7 @@ class Job:
     first_start: float | None = None
     created_dt: datetime | None = None
     failed_our_side: bool = False
+    paid_wait_opened: bool = False  # the paid-wait incident's flag (once per job, ever)
     view: JobView | None = None  # as the tick reads it while queued (its usage read anew)
 
 

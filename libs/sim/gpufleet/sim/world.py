@@ -109,7 +109,7 @@ from gpufleet.scheduler.tick.scale import CREATE, START, answered_values, create
 from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import clock_values
 from gpufleet.scheduler.watchdogs import common as watchdog_common
-from gpufleet.scheduler.watchdogs import pool_idle, queue_wait
+from gpufleet.scheduler.watchdogs import paid_wait, pool_idle, queue_wait
 from gpufleet.sim.clock import EventQueue, dt, grid_ceil, secs
 from gpufleet.sim.fair_share import WindowUsage, next_order_change
 from gpufleet.sim.fairness import FairnessLedger
@@ -377,10 +377,16 @@ class Sim:
         self.every[MERGED_CHECK] = self.every["went_silent"]
         # The scheduler's pool idle release (a request watchdog of its own, not a net).
         self.pool_idle_every_s = self.scheduler.pool_idle_every_s
-        # The queue-wait timeout (a request watchdog of the scheduler's): its passes, and the
-        # waiting jobs each pass is the first to find past their kind's deadline.
-        self.queue_wait_every_s = self.scheduler.queue_wait_every_s
-        self.queue_wait_due: dict[float, list[Job]] = defaultdict(list)
+        # The scheduler's request watchdogs over waiting jobs (the queue-wait timeout, the
+        # paid-wait incident): their cadences, and the jobs each pass is due for.
+        self.job_every = {
+            QUEUE_WAIT: self.scheduler.queue_wait_every_s,
+            PAID_WAIT: self.scheduler.paid_wait_every_s,
+        }
+        self.paid_wait_policy = self.scheduler.paid_wait_policy()
+        self.job_due: dict[str, defaultdict[float, list[Job]]] = {
+            n: defaultdict(list) for n in self.job_every
+        }
         self.idle_policy = reaper.idle_policy()
         self.auto_stop_policy = reaper.auto_stop_policy()
         self.auto_destroy_policy = reaper.auto_destroy_policy()
@@ -453,7 +459,8 @@ class Sim:
         if self.evaluate_everything:
             self._schedule_tick(self.cfg.tick_s)
             self.q.at(self.pool_idle_every_s, self._pool_idle_pass, POOL_IDLE_RANK)
-            self.q.at(self.queue_wait_every_s, self._queue_wait_pass, QUEUE_WAIT_RANK)
+            for name, every in self.job_every.items():
+                self.q.at(every, partial(self._job_pass, name), JOB_WATCHDOG_RANK)
         elif any(self._warm(p) for p in self.pools):
             # The first tick finds the pools with warm capacity idle (their clocks start)
             # and short of their warm machines: it runs whatever arrives.
@@ -565,7 +572,7 @@ class Sim:
         )
         self.jobs[job.id] = job
         self._record("job", job.id, "QUEUED")
-        self._queue_wait_at(job)
+        self._wait_began(job)
         self.queued[pool][job.id] = job
         self.ws_queue[pool].setdefault(ws, []).append(job)
         self.waiting[(job.workspace, pool)] += 1
@@ -947,68 +954,90 @@ class Sim:
             if not jobs:
                 del queue[job.workspace]
 
-    # -- the queue-wait timeout (the scheduler's request watchdog) ------------------------
+    # -- the scheduler's request watchdogs over waiting jobs -----------------------------
 
-    def _queue_wait_at(self, job: Job) -> None:
-        """The job's wait began now: the first pass of the watchdog's grid that finds it
-        past its kind's deadline (``queue_wait.decide``: strictly past) is its due pass."""
+    def _wait_began(self, job: Job) -> None:
+        """The job's wait began now: the first pass of each request watchdog's grid that can
+        act on it — the queue-wait timeout once it is strictly past its kind's deadline, the
+        paid-wait incident once it has waited strictly longer than ``paid_wait_after_s``
+        (once per job, ever) — is that watchdog's due pass for it."""
         if self.evaluate_everything:
             return  # every pass reads the whole queue
-        every = self.queue_wait_every_s
-        due = job.queued_since + KINDS[job.kind].queue_wait_deadline_s
-        at = (math.floor(due / every) + 1) * every
-        if at < self.end:
-            if not self.queue_wait_due[at]:
-                self.q.at(at, self._queue_wait_pass, QUEUE_WAIT_RANK)
-            self.queue_wait_due[at].append(job)
+        self._job_due(QUEUE_WAIT, job, job.queued_since + KINDS[job.kind].queue_wait_deadline_s)
+        if not job.paid_wait_opened:
+            self._job_due(PAID_WAIT, job, job.queued_since + self.paid_wait_policy.after.total_seconds())
 
-    def _queue_wait_pass(self) -> None:
-        """One pass of the queue-wait timeout: the real decision over the waiting jobs its
-        scan reads (oldest wait first, at most ``MAX_PER_RUN`` acted on), each one failed as
-        its transaction does it — QUEUED to FAILED by the request watchdog, uncharged, its
-        ledger row. A pass while the scheduler is down runs when it is back."""
-        now = self.q.now
+    def _job_due(self, name: str, job: Job, due: float) -> None:
+        every = self.job_every[name]
+        self._job_pass_at(name, (math.floor(due / every) + 1) * every, [job])
+
+    def _job_pass_at(self, name: str, at: float, jobs: Iterable[Job]) -> None:
+        if at >= self.end:
+            return
+        bucket = self.job_due[name][at]
+        if not bucket:
+            self.q.at(at, partial(self._job_pass, name), JOB_WATCHDOG_RANK)
+        bucket.extend(jobs)
+
+    def _job_pass(self, name: str) -> None:
+        """One pass of a request watchdog over waiting jobs: the real decision over the jobs
+        its scan reads, oldest wait first, at most ``MAX_PER_RUN`` acted on (the rest at the
+        next pass). Event-driven, a pass reads only the jobs it is due for: every other
+        waiting job is one the decision leaves alone, so it decides the same. A pass while
+        the scheduler is down runs when it is back."""
+        now, every = self.q.now, self.job_every[name]
         if self.evaluate_everything:
-            self.q.at(now + self.queue_wait_every_s, self._queue_wait_pass, QUEUE_WAIT_RANK)
+            self.q.at(now + every, partial(self._job_pass, name), JOB_WATCHDOG_RANK)
             waiting = [j for queue in self.queued.values() for j in queue.values()]
         else:
             # (One job twice at a pass: its wait began again within a pass of the last.)
-            waiting = list(
-                {j.id: j for j in self.queue_wait_due.pop(now, []) if j.state == "QUEUED"}.values()
-            )
+            due = self.job_due[name].pop(now, [])
+            waiting = list({j.id: j for j in due if j.state == "QUEUED"}.values())
         if now < self.down_until:
             if not self.evaluate_everything:
-                k = math.floor(self.down_until / self.queue_wait_every_s) + 1
-                at = k * self.queue_wait_every_s
-                if not self.queue_wait_due[at]:
-                    self.q.at(at, self._queue_wait_pass, QUEUE_WAIT_RANK)
-                self.queue_wait_due[at].extend(waiting)
+                self._job_pass_at(name, (math.floor(self.down_until / every) + 1) * every, waiting)
             return
-        scanned = sorted(
-            (
-                queue_wait.QueuedJob(j.id, j.kind, dt(j.queued_since), KINDS[j.kind].queue_wait_deadline_s)
-                for j in waiting
-            ),
-            key=lambda q: (q.waiting_since, q.job_id),
-        )
-        # Event-driven, a pass reads only the jobs it is due for: every other waiting job is
-        # within its deadline, so the decision is the same.
-        expired = queue_wait.decide(dt(now), scanned)
-        left = expired[watchdog_common.MAX_PER_RUN :]
-        for expire in expired[: watchdog_common.MAX_PER_RUN]:
-            job = self.jobs[expire.job.job_id]
-            self._checked(check_job_move, JobState.QUEUED, JobState.FAILED, Mover.REQUEST_WATCHDOG)
-            self._dequeue(job)
-            job.state = "FAILED"
-            self._record("job", job.id, "FAILED")
-            self.metrics.queue_wait_timeouts += 1
-            self._ledger(FailureClass.QUEUE_WAIT_TIMEOUT, None)
-            self._touch(job.pool)  # the tick's queue changed
+        waiting.sort(key=lambda j: (j.queued_since, j.id))
+        acts = self._queue_wait(now, waiting) if name == QUEUE_WAIT else self._paid_wait(now, waiting)
+        left = acts[watchdog_common.MAX_PER_RUN :]
+        for job in acts[: watchdog_common.MAX_PER_RUN]:
+            if name == QUEUE_WAIT:
+                self._fail_waiting(job, now)
+            else:
+                # The job's flag and its ledger row (and incident): once per job, ever.
+                job.paid_wait_opened = True
+                self._ledger(FailureClass.PAID_WAIT, None)
         if left and not self.evaluate_everything:
-            at = now + self.queue_wait_every_s  # the next pass acts on the rest
-            if not self.queue_wait_due[at]:
-                self.q.at(at, self._queue_wait_pass, QUEUE_WAIT_RANK)
-            self.queue_wait_due[at].extend(self.jobs[e.job.job_id] for e in left)
+            self._job_pass_at(name, now + every, left)
+
+    def _queue_wait(self, now: float, waiting: list[Job]) -> list[Job]:
+        """The jobs ``queue_wait.decide`` fails now."""
+        scanned = [
+            queue_wait.QueuedJob(j.id, j.kind, dt(j.queued_since), KINDS[j.kind].queue_wait_deadline_s)
+            for j in waiting
+        ]
+        return [self.jobs[e.job.job_id] for e in queue_wait.decide(dt(now), scanned)]
+
+    def _paid_wait(self, now: float, waiting: list[Job]) -> list[Job]:
+        """The jobs ``paid_wait.decide`` opens an incident for now."""
+        scanned = [
+            paid_wait.WaitingJob(
+                j.id, j.workspace, j.plan, PLANS[j.plan].rate_micros, dt(j.queued_since), j.paid_wait_opened
+            )
+            for j in waiting
+        ]
+        return [self.jobs[w.job_id] for w in paid_wait.decide(dt(now), scanned, self.paid_wait_policy).open]
+
+    def _fail_waiting(self, job: Job, now: float) -> None:
+        """The queue-wait timeout's transaction: QUEUED to FAILED by the request watchdog,
+        uncharged (a queued job holds no attempt), its ledger row."""
+        self._checked(check_job_move, JobState.QUEUED, JobState.FAILED, Mover.REQUEST_WATCHDOG)
+        self._dequeue(job)
+        job.state = "FAILED"
+        self._record("job", job.id, "FAILED")
+        self.metrics.queue_wait_timeouts += 1
+        self._ledger(FailureClass.QUEUE_WAIT_TIMEOUT, None)
+        self._touch(job.pool)  # the tick's queue changed
 
     def _started(self, a: Attempt, gen: int) -> None:
         if a.state != "STARTING" or a.end_event != gen:
@@ -1207,7 +1236,7 @@ class Sim:
         self._record("job", job.id, "QUEUED")
         job.backoff_until = not_before
         job.queued_since = self.q.now
-        self._queue_wait_at(job)
+        self._wait_began(job)
         if job.id not in self.queued[job.pool]:
             self.waiting[(job.workspace, job.pool)] += 1
             insort(self.ws_queue[job.pool].setdefault(job.workspace, []), job, key=_job_id)
@@ -2518,7 +2547,8 @@ NetHandler = Callable[[Sim, float], None]
 # hourly sample, the nets (Sim.net_rank), then the fleet tick.
 SAMPLE_RANK = 1
 POOL_IDLE_RANK = 99
-QUEUE_WAIT_RANK = 98
+JOB_WATCHDOG_RANK = 98
+QUEUE_WAIT, PAID_WAIT = queue_wait.NAME, paid_wait.NAME
 TICK_RANK = 100
 
 # Each registered net's model, by the registry's name (gpufleet.common.nets): a net the
