@@ -48,7 +48,8 @@ def test_a_machine_never_listed_is_kept_for_the_grace_then_lost() -> None:
     settings = NetSettings()
     grace = settings.sweeper.not_listed_grace_s
     sim, requested, lost = _run(settings)
-    assert sim.metrics.refusals["inventory_reconcile:NOT_YET_LISTED"] > 0
+    assert sim.metrics.refusals["inventory_reconcile:NOT_YET_LISTED"] > 1  # one a pass ...
+    assert sim.metrics.decisions["ledger:not_yet_listed"] == 1  # ... one ledger row a machine
     # Lost at the first pass after the grace (every pass on a 60 s grid), not before.
     assert requested + grace <= lost <= requested + grace + sim.every["inventory_reconcile"]
     out = summarize(sim, 0.0)

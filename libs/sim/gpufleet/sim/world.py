@@ -384,6 +384,8 @@ class Sim:
             PAID_WAIT: self.scheduler.paid_wait_every_s,
         }
         self.paid_wait_policy = self.scheduler.paid_wait_policy()
+        # Machines the ledger has a not_yet_listed row for (one each, ever).
+        self.not_yet_listed_recorded: set[str] = set()
         self.job_due: dict[str, defaultdict[float, list[Job]]] = {
             n: defaultdict(list) for n in self.job_every
         }
@@ -2104,7 +2106,7 @@ class Sim:
             self.metrics.decisions["lost_detector"] += 1
             if isinstance(d, lost_detector.MarkLost):
                 self._write(m, d.values)
-                self._ledger(d.detects, m, "reaper")
+                self._ledger(d.detects, None, "reaper")  # the row alone: the mark is the act
                 for f in m.life_failures:
                     if f.cls == "path_drop" and f.caught_at is None:
                         self._caught(f, "lost_detector")
@@ -2256,8 +2258,13 @@ class Sim:
         d = inventory_reconcile.decide(dt(now), rows, listed, [], self.not_listed_grace)
         self.metrics.decisions["inventory_reconcile"] += len(rows)
         if d.not_yet_listed:
-            # Never listed yet, created within the grace: kept, and read at the next pass.
+            # Never listed yet, created within the grace: kept, and read at the next pass;
+            # one ledger row a machine, on its first missing list (record_not_yet_listed).
             self.metrics.refusals["inventory_reconcile:NOT_YET_LISTED"] += len(d.not_yet_listed)
+            for mid in d.not_yet_listed:
+                if mid not in self.not_yet_listed_recorded:
+                    self.not_yet_listed_recorded.add(mid)
+                    self._ledger(FailureClass.NOT_YET_LISTED, None, "sweeper")
         for mid in d.seen + d.not_reconciled:
             self.recon_watch.discard(mid)
         for loss in d.losses:
