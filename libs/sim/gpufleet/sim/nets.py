@@ -90,6 +90,8 @@ READ_BY_SIMULATOR: dict[str, frozenset[str]] = {
             "halt_provisioning_ttl_s",
             "lost_retry_backoff_s",
             "disruption_budget",
+            # Its leader lease: a paused leader's nets stop until it runs out.
+            "lease_ttl_s",
         }
     ),
     "sweeper": frozenset(

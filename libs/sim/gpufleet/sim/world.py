@@ -68,6 +68,7 @@ from gpufleet.common.ledger import (
     replace_cause,
     route,
 )
+from gpufleet.common.nets import Service
 from gpufleet.common.outcome_policy import OutcomePolicy
 from gpufleet.reaper import (
     auto_destroy,
@@ -197,7 +198,6 @@ class Metrics:
     jobs_run_twice_at_once: int = 0
     # Jobs the queue-wait timeout failed (waited past their kind's deadline).
     queue_wait_timeouts: int = 0
-    fenced_writes: int = 0
     decisions: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)
     waits: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
@@ -372,6 +372,13 @@ class Sim:
         self.retries = self.scheduler.retry_policy()
         reaper = self.settings.reaper
         self.every = self.settings.cadences()
+        # The reaper's nets (and the merged check in their place) stop while its leader is
+        # paused, until the leader lease it holds runs out (its standby then takes over).
+        self.reaper_nets = {n.name for n in net_registry.simulated() if n.service is Service.REAPER} | {
+            MERGED_CHECK
+        }
+        self.reaper_lease_ttl_s = reaper.lease_ttl_s
+        self.reaper_pauses: list[tuple[float, float]] = []  # (paused, a leader acts again)
         # A provider's list lags its creates: the reconcile's grace for a machine never listed.
         self.not_listed_grace = timedelta(seconds=self.settings.sweeper.not_listed_grace_s)
         self.every[MERGED_CHECK] = self.every["went_silent"]
@@ -1796,12 +1803,6 @@ class Sim:
         both timers once done (boot failure's, the oracle's and the merged check's)."""
         now = self.q.now
         op, detector = transition.operation, transition.detector
-        if now < self.reaper_paused_until and detector != "oracle":
-            # A paused leader's decision: its fenced write is refused when it wakes, and the
-            # next leader's scan reads the row again.
-            self.metrics.fenced_writes += 1
-            self._due(detector, m, self.reaper_paused_until + 1.0)
-            return
         if op == "destroy" and fc is not None and m.healthy_truth(now):
             self.metrics.healthy_destroys += 1
             self._broken(f"{detector} destroyed machine {m.id}, healthy by construction")
@@ -1907,15 +1908,18 @@ class Sim:
         del self.next_pass[name]
         now = self.q.now
         every = self.every[name]
-        if now >= self.down_until:
+        # The control plane restarting, or (a reaper net) no reaper leader: a paused one holds
+        # its lease until it runs out, and its standby's passes begin once it has.
+        down = max(self.down_until, self.reaper_paused_until if name in self.reaper_nets else 0.0)
+        if now >= down:
             if self.evaluate_everything:
                 self.net_passes[name] += 1
             NET_HANDLERS[name](self, now)
         if self.evaluate_everything:
             self._push_pass(name, round(now / every + 1) * every)
             return
-        if now < self.down_until:
-            self._wake(name, self.down_until)
+        if now < down:
+            self._wake(name, down)
             return
         wake = self._next_wake(name)
         if wake < INF:
@@ -1947,9 +1951,10 @@ class Sim:
         for name in self.scheduled_nets():
             every = self.every[name]
             n = int(self.end // every)
+            outages = [*self.restarts, *(self.reaper_pauses if name in self.reaper_nets else [])]
             down = {
                 k
-                for start, until in self.restarts
+                for start, until in outages
                 for k in range(max(1, math.ceil(start / every)), n + 1)
                 if k * every < until
             }
@@ -2447,10 +2452,15 @@ class Sim:
             self.down_until = max(self.down_until, now + duration)
             self.restarts.append((now, now + duration))
             self.q.at(now + duration, self._back_from_restart)
+            back = now + duration
         else:
-            self.reaper_paused_until = max(self.reaper_paused_until, now + duration)
+            # The paused leader's lease runs out (it renews no more) and its standby takes
+            # over; one that wakes sooner goes on itself. Its writes after that are fenced.
+            back = now + min(duration, self.reaper_lease_ttl_s)
+            self.reaper_paused_until = max(self.reaper_paused_until, back)
+            self.reaper_pauses.append((now, back))
         # Recovered when it is back: a restart resumes every loop; a new leader takes over.
-        self.q.at(now + duration, lambda: self._caught(f, "leadership"))
+        self.q.at(back, lambda: self._caught(f, "leadership"))
 
     # -- bookkeeping ------------------------------------------------------------------------
 
