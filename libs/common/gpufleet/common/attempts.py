@@ -28,7 +28,18 @@ from gpufleet.common.db.enums import LIVE_ATTEMPT_STATES, AttemptState
 from gpufleet.common.job_lifecycle import EndCause, Mover, RetryPolicy
 from gpufleet.common.job_writer import end_attempt
 
-__all__ = ["LostAttempt", "end_live_attempts_lost"]
+__all__ = ["LostAttempt", "end_live_attempts_lost", "replacement"]
+
+
+def replacement(
+    cause: EndCause, lost_retry_backoff_s: float, disruption_budget: int
+) -> tuple[RetryPolicy, Mover]:
+    """How a replaced machine's attempts end: the retry policy their requeues read (the
+    writing service's lost-retry back-off and disruption budget) and who ends them (GPU
+    health for a GPU fault, else the machine's loss). The writer below and the simulator's
+    ledger read it."""
+    policy = RetryPolicy(lost_retry_backoff_s=lost_retry_backoff_s, disruption_budget=disruption_budget)
+    return policy, Mover.GPU_HEALTH if cause is EndCause.GPU_FAULT else Mover.MACHINE_LOSS
 
 
 @dataclass(frozen=True)
@@ -75,8 +86,7 @@ def end_live_attempts_lost(
             .with_for_update()
         ).scalars()
     )
-    policy = RetryPolicy(lost_retry_backoff_s=lost_retry_backoff_s, disruption_budget=disruption_budget)
-    by = Mover.GPU_HEALTH if cause is EndCause.GPU_FAULT else Mover.MACHINE_LOSS
+    policy, by = replacement(cause, lost_retry_backoff_s, disruption_budget)
     lost: list[LostAttempt] = []
     for attempt in attempts:
         session.execute(

@@ -34,6 +34,7 @@ from typing import Any, Literal, ParamSpec
 
 from gpufleet.common import idle_timers, lifecycle, spot_history
 from gpufleet.common import nets as net_registry
+from gpufleet.common.attempts import replacement
 from gpufleet.common.call_failures import Op, decide_call_failure
 from gpufleet.common.catalog import DEFAULT_CATALOG, PlanSpec
 from gpufleet.common.db.enums import (
@@ -41,7 +42,9 @@ from gpufleet.common.db.enums import (
     RUNNING_STATES,
     TRANSITIONAL_STATES,
     AttemptState,
+    CapacityType,
     JobState,
+    MachineIntent,
     MachineState,
     QuarantineKind,
 )
@@ -111,7 +114,7 @@ from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import clock_values
 from gpufleet.scheduler.watchdogs import common as watchdog_common
 from gpufleet.scheduler.watchdogs import paid_wait, pool_idle, queue_wait
-from gpufleet.sim.clock import EventQueue, dt, grid_ceil, secs
+from gpufleet.sim.clock import EPOCH, EventQueue, dt, grid_ceil, secs
 from gpufleet.sim.fair_share import WindowUsage, next_order_change
 from gpufleet.sim.fairness import FairnessLedger
 from gpufleet.sim.nets import NetSettings
@@ -157,6 +160,15 @@ _NOT_KEPT = frozenset(
 MERGED_CHECK = "merged_check"
 MERGED_REPLACES = frozenset({"provision_deadline", "boot_failure", "went_silent", "lost_detector"})
 
+
+# The intent a provider call is made under (the scale step's create and start values, a
+# stop or destroy transition's).
+_INTENT_OF_CALL = {
+    CREATE: create_values(None, EPOCH, 0.0)["intent"],
+    START: start_values(None, EPOCH)["intent"],
+    auto_stop.STOP.operation: auto_stop.STOP.intent,
+    "destroy": destroy_transition(auto_destroy.NAME).intent,
+}
 
 # A lifecycle check's arguments (Sim._checked).
 Move = ParamSpec("Move")
@@ -391,6 +403,7 @@ class Sim:
             PAID_WAIT: self.scheduler.paid_wait_every_s,
         }
         self.paid_wait_policy = self.scheduler.paid_wait_policy()
+        self.paid_wait_after_s = self.paid_wait_policy.after.total_seconds()
         # Machines the ledger has a not_yet_listed row for (one each, ever).
         self.not_yet_listed_recorded: set[str] = set()
         self.job_due: dict[str, defaultdict[float, list[Job]]] = {
@@ -580,7 +593,7 @@ class Sim:
             created_dt=dt(now),
         )
         self.jobs[job.id] = job
-        self._record("job", job.id, "QUEUED")
+        self._record("job", job.id, JobState.QUEUED)
         self._wait_began(job)
         self.queued[pool][job.id] = job
         self.ws_queue[pool].setdefault(ws, []).append(job)
@@ -908,8 +921,8 @@ class Sim:
         m.live_attempts.append(a)
         job.live = a
         self._checked(check_job_move, JobState(job.state), JobState.DISPATCHING, Mover.DISPATCH)
-        job.state = "DISPATCHING"
-        self._record("job", job.id, "DISPATCHING")
+        job.state = JobState.DISPATCHING
+        self._record("job", job.id, JobState.DISPATCHING)
         self._dequeue(job)
         self.running_per_ws[job.workspace] += 1
         if job.whole:
@@ -974,7 +987,7 @@ class Sim:
             return  # every pass reads the whole queue
         self._job_due(QUEUE_WAIT, job, job.queued_since + KINDS[job.kind].queue_wait_deadline_s)
         if not job.paid_wait_opened:
-            self._job_due(PAID_WAIT, job, job.queued_since + self.paid_wait_policy.after.total_seconds())
+            self._job_due(PAID_WAIT, job, job.queued_since + self.paid_wait_after_s)
 
     def _job_due(self, name: str, job: Job, due: float) -> None:
         every = self.job_every[name]
@@ -1001,7 +1014,7 @@ class Sim:
         else:
             # (One job twice at a pass: its wait began again within a pass of the last.)
             due = self.job_due[name].pop(now, [])
-            waiting = list({j.id: j for j in due if j.state == "QUEUED"}.values())
+            waiting = list({j.id: j for j in due if j.state == JobState.QUEUED}.values())
         if now < self.down_until:
             if not self.evaluate_everything:
                 self._job_pass_at(name, (math.floor(self.down_until / every) + 1) * every, waiting)
@@ -1042,31 +1055,31 @@ class Sim:
         uncharged (a queued job holds no attempt), its ledger row."""
         self._checked(check_job_move, JobState.QUEUED, JobState.FAILED, Mover.REQUEST_WATCHDOG)
         self._dequeue(job)
-        job.state = "FAILED"
-        self._record("job", job.id, "FAILED")
+        job.state = JobState.FAILED
+        self._record("job", job.id, JobState.FAILED)
         self.metrics.queue_wait_timeouts += 1
         self._ledger(FailureClass.QUEUE_WAIT_TIMEOUT, None)
         self._touch(job.pool)  # the tick's queue changed
 
     def _started(self, a: Attempt, gen: int) -> None:
-        if a.state != "STARTING" or a.end_event != gen:
+        if a.state != AttemptState.STARTING or a.end_event != gen:
             return
         now = self.q.now
         # The StartJob's answer: attempt and job running (the dispatch's own moves).
         self._checked(check_attempt_move, AttemptState.STARTING, AttemptState.RUNNING, Mover.DISPATCH)
         self._checked(check_job_move, JobState(a.job.state), JobState.RUNNING, Mover.DISPATCH)
-        a.state = "RUNNING"
+        a.state = AttemptState.RUNNING
         a.machine.stale.add(a.machine.id)  # its attempt's view changed
         if a.machine.dispatch_failures:
             # A dispatch its agent took: the back-off starts over (the dispatch's write).
             self._write(a.machine, DISPATCH_TOOK.values())
         job = a.job
-        job.state = "RUNNING"
-        self._record("job", job.id, "RUNNING")
+        job.state = JobState.RUNNING
+        self._record("job", job.id, JobState.RUNNING)
         if job.first_start is None:
             job.first_start = now
             self.metrics.waits[(job.kind, job.plan)].append(now - job.created)
-        ends = "FAILED" if job.fails_own else "SUCCEEDED"
+        ends = JobState.FAILED if job.fails_own else JobState.SUCCEEDED
         self.q.after(job.duration_s, lambda: self._job_done(a, gen, ends))
         # The tick reads the time limit: make it look when it falls due, if the attempt is
         # still live then (most end long before; a tick for them would decide nothing new).
@@ -1080,7 +1093,7 @@ class Sim:
     def _dispatch_overdue(self, a: Attempt, gen: int) -> None:
         """The tick's take-back of a dispatch still STARTING past its deadline, with the
         reason ``overdue`` gives for a call this process sent that long ago."""
-        if a.state != "STARTING" or a.end_event != gen:
+        if a.state != AttemptState.STARTING or a.end_event != gen:
             return
         deadline = timedelta(seconds=self.scheduler.dispatch_deadline_s)
         cause = overdue(dt(self.q.now), deadline=deadline, in_flight=True, sent_at=a.started_dt)
@@ -1093,7 +1106,7 @@ class Sim:
         """The dispatch gave up on the attempt for ``cause``: its one transaction takes the
         attempt back with its ledger row, and backs the machine off when ``BACKS_OFF`` says
         the failure is the agent's."""
-        if a.state != "STARTING" or a.end_event != gen:
+        if a.state != AttemptState.STARTING or a.end_event != gen:
             return
         m = a.machine
         self._end_attempt(a, EndCause.TAKEN_BACK, Mover.DISPATCH)
@@ -1112,7 +1125,7 @@ class Sim:
             self.q.at(secs(after.dispatch_backoff_until), lambda: self._touch(m.offering.pool))
 
     def _job_done(self, a: Attempt, gen: int, state: str) -> None:
-        if a.state != "RUNNING" or a.end_event != gen:
+        if a.state != AttemptState.RUNNING or a.end_event != gen:
             return
         m = a.machine
         if not m.reporting(self.q.now):
@@ -1120,7 +1133,7 @@ class Sim:
         # The completion carries the slot-seconds the agent measured: its process's run
         # (launched a dispatch after the assignment), not the time since the assignment.
         ran = a.job.duration_s * len(a.slots)
-        cause = EndCause.JOB_FAILED if state == "FAILED" else EndCause.SUCCEEDED
+        cause = EndCause.JOB_FAILED if state == JobState.FAILED else EndCause.SUCCEEDED
         update = self._end_attempt(a, cause, Mover.WORKER, ran)
         if update.ledger_class is not None:  # ReportCompletion's row (the runner's class)
             self._ledger(FailureClass(update.ledger_class), None)
@@ -1241,8 +1254,8 @@ class Sim:
         return False
 
     def _requeue(self, job: Job, not_before: float) -> None:
-        job.state = "QUEUED"
-        self._record("job", job.id, "QUEUED")
+        job.state = JobState.QUEUED
+        self._record("job", job.id, JobState.QUEUED)
         job.backoff_until = not_before
         job.queued_since = self.q.now
         self._wait_began(job)
@@ -1267,11 +1280,11 @@ class Sim:
         )
         if waiting is not None:
             why = f"{waiting} (until caught)"
-        elif m.state in ("STOPPING", "DESTROYING"):
+        elif m.state in (MachineState.STOPPING, MachineState.DESTROYING):
             why = "stop/destroy not yet done"
-        elif m.state in ("PROVISIONING", "STARTING", "BOOTING"):
+        elif m.state in (MachineState.PROVISIONING, MachineState.STARTING, MachineState.BOOTING):
             why = "booting"
-        elif m.state == "DRAINING":
+        elif m.state == MachineState.DRAINING:
             why = "draining for a film"
         elif m.warm_held:
             why = "warm capacity (pinned)"
@@ -1302,10 +1315,10 @@ class Sim:
         self._record("machine", m.id, to)
         if to in TRANSITIONAL_STATES:
             self._due_stuck(m)
-        elif to == "STOPPED":
+        elif to == MachineState.STOPPED:
             # Its destroy timer, or with none its stop plus the chain's gap (the net's due_at).
             self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, self.q.now)
-        if to == "DESTROYED":
+        if to == MachineState.DESTROYED:
             self.live.discard(m.id)
             self.by_pool[m.offering.pool].discard(m.id)
             self.rows[m.offering.pool].remove(m)
@@ -1392,7 +1405,7 @@ class Sim:
             elif name == "destroy_due_at":
                 m.destroy_due_at = None
                 self.due["auto_destroy"].pop(m.id, None)
-                if m.state == "STOPPED":  # due again as a stopped machine with no timer
+                if m.state == MachineState.STOPPED:  # due again as a stopped machine with no timer
                     self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, self.q.now)
             else:
                 raise ValueError(f"a claim clears {name}, which the simulator does not keep")
@@ -1440,7 +1453,6 @@ class Sim:
         m.startup_done_at = INF
         m.reachable_since = INF
         m.unreachable_since = INF
-        m.startup_failed_at = None
         if self.script is not None:
             self._scripted_life(m, boot_at)
             return
@@ -1511,7 +1523,7 @@ class Sim:
                 self.q.at(done + after_s, partial(self._preempt, m, life))
 
     def _alive(self, m: Machine, life: int) -> bool:
-        return m.life == life and m.inst_status == "RUNNING" and m.state != "DESTROYED"
+        return m.life == life and m.inst_status == "RUNNING" and m.state != MachineState.DESTROYED
 
     def _reach(self, m: Machine, life: int, up: bool) -> None:
         if not self._alive(m, life):
@@ -1538,15 +1550,15 @@ class Sim:
         m.startup_done_at = self.q.now
         # Its first heartbeat lists nothing an earlier life ran: those slots are free.
         self._free_held(m, INF)
-        if m.state == "BOOTING":
-            self._move(m, "READY", lifecycle.Actor.WORKER)
+        if m.state == MachineState.BOOTING:
+            self._move(m, MachineState.READY, lifecycle.Actor.WORKER)
         self._watch("idle_scanner", self.idle_watch, m.id)
         self._touch(m.offering.pool)
 
     def _fail_later(self, m: Machine, life: int, cls: str, heal: float) -> None:
         if not self._alive(m, life) or m.startup_done_at > self.q.now or m.worker_stopped_at < INF:
             return
-        if m.intent != "RUNNING":
+        if m.intent != MachineIntent.RUNNING:
             return  # already being stopped or destroyed: what fails now is moot
         now = self.q.now
         if cls == "path_drop":
@@ -1594,7 +1606,7 @@ class Sim:
         call's latency: ``ok``, ``refused`` (nothing done), ``lost`` (done, answer lost),
         or a definitive refusal class for a create or start."""
         self.metrics.provider_calls += 1
-        want = {"create": "RUNNING", "start": "RUNNING", "stop": "STOPPED", "destroy": "DESTROYED"}[op]
+        want = _INTENT_OF_CALL[op]
         if m.intent != want:
             self.metrics.calls_without_intent += 1
             self._broken(f"{op} of machine {m.id} called without its intent recorded")
@@ -1651,7 +1663,7 @@ class Sim:
 
     def _created(self, m: Machine, outcome: str) -> None:
         now = self.q.now
-        if m.intent != "RUNNING" or m.state != "PROVISIONING":
+        if m.intent != MachineIntent.RUNNING or m.state != MachineState.PROVISIONING:
             return  # destroyed meanwhile: the destroy (by machine id) removed what the create made
         if outcome in ("ok", "lost"):
             m.provider_instance_id = f"i-{m.id}"
@@ -1660,9 +1672,9 @@ class Sim:
                 self._oracle_finish(m, self._inject(m, "call_timed_out", now))
                 return
             if outcome == "ok":
-                if m.state == "PROVISIONING":
+                if m.state == MachineState.PROVISIONING:
                     self._write(m, answered_values(CREATE, dt(now), m.provider_instance_id, ""))
-                    self._move(m, "BOOTING", lifecycle.Actor.FLEET_TICK)
+                    self._move(m, MachineState.BOOTING, lifecycle.Actor.FLEET_TICK)
                     self._watch_boot(m, now)
             else:  # done, but the scheduler saw its call fail
                 self._inject(m, "call_timed_out", now)
@@ -1754,31 +1766,28 @@ class Sim:
                 for pool in self.pools:
                     self.q.at(secs(until), partial(self._touch, pool))
         if effect.replace_machine:
-            # The replacement's requeues, as ``end_live_attempts_lost`` builds them from the
-            # writing service's outcome policy.
-            retries = RetryPolicy(
-                lost_retry_backoff_s=policy.lost_retry_backoff_s, disruption_budget=policy.disruption_budget
-            )
+            # The replacement's requeues and mover, as ``end_live_attempts_lost`` ends them
+            # under the writing service's outcome policy.
+            cause = replace_cause(fc)
+            retries, mover = replacement(cause, policy.lost_retry_backoff_s, policy.disruption_budget)
             for a in _live(m):
-                cause = replace_cause(fc)
-                mover = Mover.GPU_HEALTH if cause is EndCause.GPU_FAULT else Mover.MACHINE_LOSS
                 self._end_attempt(a, cause, mover, retries=retries)
 
     def _start(self, m: Machine, for_job: str | None) -> None:
         self._write(m, start_values(for_job, dt(self.q.now)))  # the start's intent
-        self._move(m, "STARTING", lifecycle.Actor.FLEET_TICK)
+        self._move(m, MachineState.STARTING, lifecycle.Actor.FLEET_TICK)
         self._call(m, "start", lambda outcome: self._started_machine(m, outcome))
 
     def _started_machine(self, m: Machine, outcome: str) -> None:
         now = self.q.now
-        if m.intent != "RUNNING" or m.state != "STARTING":
+        if m.intent != MachineIntent.RUNNING or m.state != MachineState.STARTING:
             return
         if outcome in ("ok", "lost"):
             self._new_life(m, now)
             if outcome == "ok":
-                if m.state == "STARTING":
+                if m.state == MachineState.STARTING:
                     self._write(m, answered_values(START, dt(now), m.provider_instance_id or "", ""))
-                    self._move(m, "BOOTING", lifecycle.Actor.FLEET_TICK)
+                    self._move(m, MachineState.BOOTING, lifecycle.Actor.FLEET_TICK)
                     self._watch_boot(m, now)
             else:  # done, but the scheduler saw its call fail
                 f = self._inject(m, "call_timed_out", now)
@@ -1811,7 +1820,7 @@ class Sim:
                 self._caught(f, detector)
         m.intent = transition.intent.value
         # The claim adds a running spot machine's run to its history, as the reaper's does.
-        spot = m.offering.capacity_type == "SPOT"
+        spot = m.offering.capacity_type == CapacityType.SPOT
         m.spot_seconds += spot_history.claimed_s(spot, m.state, self._first_observed_at(m, now), dt(now))
         self._move(m, transition.transitional.value, lifecycle.Actor.REAPER)
         if claim is not None:
@@ -1840,7 +1849,9 @@ class Sim:
             if self.policy == "oracle":
                 self._oracle_finish(m, f)
             return
-        self._finish(m, "STOPPED" if op == "stop" else "DESTROYED", lifecycle.Actor.REAPER)
+        self._finish(
+            m, MachineState.STOPPED if op == "stop" else MachineState.DESTROYED, lifecycle.Actor.REAPER
+        )
 
     def _provider_does(self, m: Machine, op: str) -> None:
         now = self.q.now
@@ -2009,7 +2020,7 @@ class Sim:
         nowd = dt(now)
         for mid in sorted(self.idle_watch):
             m = self.machines[mid]
-            if m.state == "DESTROYED" or m.state not in RUNNING_STATES:
+            if m.state == MachineState.DESTROYED or m.state not in RUNNING_STATES:
                 self.idle_watch.discard(mid)
                 continue
             sample = None
@@ -2195,7 +2206,7 @@ class Sim:
         now = self.q.now
         self._write(m, stuck_transition.finish_values(finish, self.snapshot(m, now), dt(now)))
         if finish.end is MachineState.BOOTING:
-            self._move(m, "BOOTING", lifecycle.Actor.REAPER)
+            self._move(m, MachineState.BOOTING, lifecycle.Actor.REAPER)
             self._watch_boot(m, now)
         else:
             self._finish(m, finish.end.value, lifecycle.Actor.REAPER)
@@ -2203,7 +2214,7 @@ class Sim:
     def _reissue_answered(self, m: Machine, op: str, outcome: str) -> None:
         """A re-issued stop or destroy: done (the transition ends), refused (nothing done;
         the net reads again), or done with its answer lost (the next read finishes it)."""
-        if m.state not in ("STOPPING", "DESTROYING"):
+        if m.state not in (MachineState.STOPPING, MachineState.DESTROYING):
             return
         if outcome != "ok":  # the re-issued call raised: the net's ledger row
             self._ledger(FailureClass.PROVIDER_CALL_FAILED, None, "reaper")
@@ -2220,13 +2231,13 @@ class Sim:
         the provider has nothing)."""
         if m.state not in TRANSITIONAL_STATES:
             return
-        if m.state == "PROVISIONING" and not m.inst_status:
-            m.intent = "DESTROYED"
-            self._move(m, "DESTROYED", lifecycle.Actor.REAPER)
-        elif m.state == "STARTING" and m.inst_status == "STOPPED":
-            self._finish(m, "STOPPED", lifecycle.Actor.REAPER)
-        elif m.state in ("STOPPING", "DESTROYING"):
-            op = "stop" if m.state == "STOPPING" else "destroy"
+        if m.state == MachineState.PROVISIONING and not m.inst_status:
+            m.intent = MachineIntent.DESTROYED
+            self._move(m, MachineState.DESTROYED, lifecycle.Actor.REAPER)
+        elif m.state == MachineState.STARTING and m.inst_status == "STOPPED":
+            self._finish(m, MachineState.STOPPED, lifecycle.Actor.REAPER)
+        elif m.state in (MachineState.STOPPING, MachineState.DESTROYING):
+            op = "stop" if m.state == MachineState.STOPPING else "destroy"
             self._call(m, op, lambda outcome: self._stopped(m, op, outcome))
 
     def _net_inventory_reconcile(self, now: float) -> None:
@@ -2337,7 +2348,7 @@ class Sim:
         for a in _live(m):
             self._end_attempt(a, EndCause.MACHINE_LOST, Mover.MACHINE_LOSS)
         self._clear_timers(m)
-        if m.state in RUNNING_STATES or m.state == "PROVISIONING":
+        if m.state in RUNNING_STATES or m.state == MachineState.PROVISIONING:
             self._stop_or_destroy(m, destroy_transition("oracle"), None)
 
     def _oracle_lost(self, m: Machine, f: Failure, lost: bool) -> None:
@@ -2348,23 +2359,27 @@ class Sim:
 
     def _oracle_finish(self, m: Machine, f: Failure) -> None:
         self._caught(f, "oracle")
-        if m.state == "PROVISIONING":
+        if m.state == MachineState.PROVISIONING:
             if m.inst_status:
-                self._move(m, "BOOTING", lifecycle.Actor.REAPER)
+                self._move(m, MachineState.BOOTING, lifecycle.Actor.REAPER)
             else:
-                m.intent = "DESTROYED"
-                self._move(m, "DESTROYED", lifecycle.Actor.REAPER)
-        elif m.state == "STARTING":
+                m.intent = MachineIntent.DESTROYED
+                self._move(m, MachineState.DESTROYED, lifecycle.Actor.REAPER)
+        elif m.state == MachineState.STARTING:
             if m.inst_status == "RUNNING":
-                self._move(m, "BOOTING", lifecycle.Actor.REAPER)
+                self._move(m, MachineState.BOOTING, lifecycle.Actor.REAPER)
             else:
-                self._finish(m, "STOPPED", lifecycle.Actor.REAPER)
-        elif m.state in ("STOPPING", "DESTROYING"):
-            want = "STOPPED" if m.state == "STOPPING" else "TERMINATED"
+                self._finish(m, MachineState.STOPPED, lifecycle.Actor.REAPER)
+        elif m.state in (MachineState.STOPPING, MachineState.DESTROYING):
+            want = "STOPPED" if m.state == MachineState.STOPPING else "TERMINATED"  # the provider's word
             if m.inst_status == want:
-                self._finish(m, "STOPPED" if want == "STOPPED" else "DESTROYED", lifecycle.Actor.REAPER)
+                self._finish(
+                    m,
+                    MachineState.STOPPED if want == "STOPPED" else MachineState.DESTROYED,
+                    lifecycle.Actor.REAPER,
+                )
             else:
-                op = "stop" if m.state == "STOPPING" else "destroy"
+                op = "stop" if m.state == MachineState.STOPPING else "destroy"
                 self._call(m, op, lambda outcome: self._stopped(m, op, outcome))
 
     # -- the environment: pre-emptions, stockouts, orphans, restarts, pauses ------------
@@ -2372,7 +2387,7 @@ class Sim:
     def _preempt(self, m: Machine, life: int) -> None:
         """The provider takes a spot instance back (only while it runs here: a machine
         mid-transition is left to that transition)."""
-        if not self._alive(m, life) or m.state not in RUNNING_STATES or m.intent != "RUNNING":
+        if not self._alive(m, life) or m.state not in RUNNING_STATES or m.intent != MachineIntent.RUNNING:
             return
         now = self.q.now
         f = self._inject(m, "preemption", now)
@@ -2523,7 +2538,7 @@ class Sim:
                 self._broken(f"machine {m.id} billed while the provider says {m.inst_status}")
         for pool, queue in self.queued.items():
             for job in queue.values():
-                if job.state != "QUEUED" or job.live is not None:
+                if job.state != JobState.QUEUED or job.live is not None:
                     self._broken(f"job {job.id} in the queue of {pool} while {job.state}")
             by_ws = [j.id for jobs in self.ws_queue[pool].values() for j in jobs]
             if sorted(by_ws) != sorted(queue) or any(
@@ -2545,9 +2560,9 @@ class Sim:
             self._bill_orphan(launched, o, now)
         self._check_books(now)
         for job in self.jobs.values():
-            if job.state == "QUEUED" and job.id not in self.queued[job.pool]:
+            if job.state == JobState.QUEUED and job.id not in self.queued[job.pool]:
                 self._broken(f"job {job.id} lost: queued in no queue")
-            elif job.state in ("DISPATCHING", "RUNNING") and job.live is None:
+            elif job.state in (JobState.DISPATCHING, JobState.RUNNING) and job.live is None:
                 self._broken(f"job {job.id} lost: running with no live attempt")
 
     def _bill_orphan(self, launched: float, o: Offering, now: float) -> None:
