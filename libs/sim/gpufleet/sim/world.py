@@ -48,6 +48,7 @@ from gpufleet.common.db.enums import (
     MachineState,
     QuarantineKind,
 )
+from gpufleet.common.errors import GpufleetError, Unavailable
 from gpufleet.common.job_lifecycle import (
     OUR_FAILURES,
     EndCause,
@@ -73,6 +74,7 @@ from gpufleet.common.ledger import (
 )
 from gpufleet.common.nets import Service
 from gpufleet.common.outcome_policy import OutcomePolicy
+from gpufleet.common.provider_errors import AuthFailed, InsufficientCapacity, QuotaExceeded, Transient
 from gpufleet.reaper import (
     auto_destroy,
     auto_stop,
@@ -109,7 +111,15 @@ from gpufleet.scheduler.tick.model import (
     StartMachine,
     TickPlan,
 )
-from gpufleet.scheduler.tick.scale import CREATE, START, answered_values, create_values, start_values
+from gpufleet.scheduler.tick.scale import (
+    CREATE,
+    START,
+    answered_values,
+    create_values,
+    is_definitive,
+    refusal_class,
+    start_values,
+)
 from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import clock_values
 from gpufleet.scheduler.watchdogs import common as watchdog_common
@@ -223,10 +233,15 @@ class Metrics:
 # A definitive refusal's injected failure class and its ledger class (the rest of a failed
 # call is provider_call_failed, as the scale step classes it).
 _REFUSAL_FAILURE = {"stockout": "stockout", "quota": "quota_error", "auth": "auth_error"}
-_REFUSAL_CLASS = {
-    "stockout": FailureClass.STOCKOUT,
-    "quota": FailureClass.QUOTA_EXCEEDED,
-    "auth": FailureClass.AUTH_FAILED,
+# What the scale step's create or start call raises for each answer the simulated provider
+# gives (a call that did nothing, or whose answer was lost, is not a refusal): the scale
+# step's own ``refusal_class`` and ``is_definitive`` read it.
+_ANSWER_ERROR: dict[str, type[GpufleetError]] = {
+    "stockout": InsufficientCapacity,
+    "quota": QuotaExceeded,
+    "auth": AuthFailed,
+    "refused": Transient,
+    "lost": Unavailable,  # the client reads a call that timed out so (grpcclient)
 }
 
 
@@ -1718,9 +1733,10 @@ class Sim:
         the row ended when the provider refused outright, else left transitional for the
         stuck-transition net."""
         now = self.q.now
-        fc = _REFUSAL_CLASS.get(outcome, FailureClass.PROVIDER_CALL_FAILED)
+        exc = _ANSWER_ERROR[outcome](f"the simulated provider's {op}: {outcome}")
+        fc = refusal_class(exc)
         failed = decide_call_failure(
-            op, fc.value, outcome in _REFUSAL_CLASS, m.start_failures, self.scheduler.start_backoff_s
+            op, fc.value, is_definitive(exc), m.start_failures, self.scheduler.start_backoff_s
         )
         values = failed.values(dt(now))
         self._write(m, values)
