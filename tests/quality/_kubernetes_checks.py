@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import kubernetes_validate
+
 from tests.quality._deployfiles import CREDENTIAL_ENV, CREDENTIAL_MOUNT
 from tests.quality._kubernetes import (
     CLOUD_SECRET,
@@ -354,3 +356,28 @@ def checkpoint_problems(
     if "ReadWriteMany" not in modes and not one_node:
         return [f"{workload}: claim {claim} is {modes}: replicas on other nodes cannot mount it"]
     return []
+
+
+# The oldest Kubernetes the manifests are for (native gRPC probes are GA from 1.27) and the
+# newest whose schemas kubernetes-validate carries.
+OLDEST = "1.27.0"
+NEWEST = kubernetes_validate.latest_version()
+# Kinds that come with an operator's CRDs: only the optional components use them.
+CRD_KINDS = {"PodMonitor", "Certificate", "Issuer", "ClusterIssuer"}
+
+
+def schema_problems(docs: list[Doc], version: str) -> list[str]:
+    """Each document against its kind's schema for ``version`` (strict: no unknown field); a
+    kind with no schema is a problem unless an operator's CRD brings it."""
+    problems = []
+    for doc in docs:
+        name = f"{doc['kind']}/{doc['metadata']['name']}"
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            if doc["kind"] not in CRD_KINDS:
+                problems.append(f"{name}: no schema for {doc['apiVersion']} {doc['kind']} in {version}")
+        except kubernetes_validate.ValidationError as exc:
+            path = "/".join(str(p) for p in exc.path)
+            problems.append(f"{name}: {path}: {exc.message}")
+    return problems

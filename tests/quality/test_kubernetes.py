@@ -37,15 +37,15 @@ from tests.quality._kubernetes import (
     workload_of,
     workloads,
 )
-from tests.quality._kubernetes_checks import main_reader, part_settings, port_problems
+from tests.quality._kubernetes_checks import (
+    NEWEST,
+    OLDEST,
+    main_reader,
+    part_settings,
+    port_problems,
+    schema_problems,
+)
 from tests.quality._repo import REPO
-
-# The oldest Kubernetes the manifests are for (native gRPC probes are GA from 1.27) and the
-# newest whose schemas kubernetes-validate carries.
-OLDEST = "1.27.0"
-NEWEST = kubernetes_validate.latest_version()
-# Kinds that come with an operator's CRDs: only the optional components use them.
-CRD_KINDS = {"PodMonitor"}
 
 
 @pytest.fixture(scope="module")
@@ -56,21 +56,6 @@ def rendered() -> dict[str, list[Doc]]:
 @pytest.fixture(scope="module")
 def with_components(tmp_path_factory: pytest.TempPathFactory) -> list[Doc]:
     return render_with_components(tmp_path_factory.mktemp("overlay"), "production", COMPONENTS)
-
-
-def schema_problems(docs: list[Doc], version: str) -> list[str]:
-    problems = []
-    for doc in docs:
-        name = f"{doc['kind']}/{doc['metadata']['name']}"
-        try:
-            kubernetes_validate.validate(doc, version, strict=True)
-        except kubernetes_validate.SchemaNotFoundError:
-            if doc["kind"] not in CRD_KINDS:
-                problems.append(f"{name}: no schema for {doc['apiVersion']} {doc['kind']} in {version}")
-        except kubernetes_validate.ValidationError as exc:
-            path = "/".join(str(p) for p in exc.path)
-            problems.append(f"{name}: {path}: {exc.message}")
-    return problems
 
 
 # --- rendering and schemas ------------------------------------------------------------------

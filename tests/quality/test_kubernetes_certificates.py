@@ -25,6 +25,7 @@ from gpufleet.common.trust import issue
 from gpufleet.common.trust.identity import SERVICE_ROLES, Identity, Role
 from gpufleet.common.trust.peer import identity_from_auth_context
 from gpufleet.common.trust.pki import machine_ca_subject, root_subject
+from tests.quality._kubernetes_checks import NEWEST, OLDEST, schema_problems
 
 REPO = Path(__file__).resolve().parents[2]
 KUSTOMIZE = REPO / "deploy" / "kubernetes"
@@ -91,6 +92,16 @@ def cert_manager(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 @pytest.fixture(scope="module", params=OVERLAYS)
 def certs_job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[Doc]:
     return render(tmp_path_factory.mktemp("certs-job"), request.param, "certs-job")
+
+
+def test_both_certificate_components_render_and_validate(
+    cert_manager: list[Doc], certs_job: list[Doc]
+) -> None:
+    # The Job, CronJob, RBAC and network policy against the Kubernetes schemas, oldest and
+    # newest (cert-manager's own kinds come with its CRDs).
+    for docs in (cert_manager, certs_job):
+        assert schema_problems(docs, OLDEST) == schema_problems(docs, NEWEST) == []
+    assert {"Job", "CronJob", "Role", "RoleBinding", "ServiceAccount"} <= {d["kind"] for d in certs_job}
 
 
 # ---- cert-manager ----------------------------------------------------------------------------
