@@ -70,6 +70,12 @@ def test_prometheus_scrapes_every_service_from_the_config_up_wrote(up: Up, prome
     )
     by_pool = api(prometheus, "query", query=f"sum by (pool) ({SUBMITTED})")["result"]
     assert [(r["metric"], float(r["value"][1])) for r in by_pool] == [({"pool": "l4"}, float(SUBMITTED_JOBS))]
+    # The deployment's alert rules are loaded and evaluated (deploy/prometheus/alerts.yml,
+    # written beside the configuration): the Alerts page shows them.
+    groups = api(prometheus, "rules", type="alert")["groups"]
+    loaded = {r["name"] for g in groups for r in g["rules"]}
+    assert {"GpufleetFleetTickNotRunning", "GpufleetCloudRefusesEveryCreate"} <= loaded, groups
+    assert all(r["health"] != "err" for g in groups for r in g["rules"]), groups
     # Each service said who it is (OpenTelemetry's resource, as target_info).
     names = api(prometheus, "query", query="target_info")["result"]
     assert {r["metric"]["job"]: r["metric"]["service_name"] for r in names}.get(

@@ -41,6 +41,10 @@ def test_one_https_job_per_service_checking_its_name_with_the_scrapers_certifica
         assert tls_config["server_name"] == f"{name}.gpufleet.local"
         assert all(Path(tls_config[k]).is_absolute() for k in ("ca_file", "cert_file", "key_file"))
         assert tls_config["ca_file"] == str(authority.ca_path.resolve())
+    # The deployment's alert rules are written beside it and loaded from there.
+    assert config["rule_files"] == [str((tmp_path / "var" / "alerts.yml").resolve())]
+    repo_rules = Path(__file__).resolve().parents[3] / "deploy" / "prometheus" / "alerts.yml"
+    assert (tmp_path / "var" / "alerts.yml").read_text() == repo_rules.read_text()
     # The scraper's certificate is the deployment's metrics identity.
     cert = Path(jobs["gpufleet-scheduler"]["tls_config"]["cert_file"]).read_bytes()
     leaf = cert.split(b"-----END CERTIFICATE-----")[0] + b"-----END CERTIFICATE-----\n"

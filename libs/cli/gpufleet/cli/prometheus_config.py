@@ -52,10 +52,22 @@ def _q(text: str) -> str:
     return json.dumps(text)
 
 
+# The alert rules a deployment's Prometheus loads (deploy/prometheus/alerts.yml), as the CLI
+# package carries them; None where an install left them out.
+ALERT_RULES: Path | None = Path(__file__).resolve().with_name("alerts.yml")
+if not ALERT_RULES.is_file():
+    ALERT_RULES = None
+
+
 def render(
-    targets: Sequence[ScrapeTarget], scraper: TlsFiles, scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
+    targets: Sequence[ScrapeTarget],
+    scraper: TlsFiles,
+    scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
+    rule_files: Sequence[Path] = (),
 ) -> str:
-    """The configuration's text (YAML)."""
+    """The configuration's text (YAML): the scrape jobs, and the alert rules it evaluates
+    (``rule_files``: shown on Prometheus' Alerts page; none is sent anywhere without an
+    Alertmanager)."""
     interval = prometheus_duration(scrape_interval_s)
     timeout = prometheus_duration(min(scrape_interval_s, _SCRAPE_TIMEOUT_S))
     lines = [
@@ -66,8 +78,11 @@ def render(
         "global:",
         f"  scrape_interval: {interval}",
         f"  scrape_timeout: {timeout}",
-        "scrape_configs:",
     ]
+    if rule_files:
+        lines.append("rule_files:")
+        lines += [f"  - {_q(str(path.resolve()))}" for path in rule_files]
+    lines.append("scrape_configs:")
     for target in targets:
         lines += [
             f"  - job_name: {_q(target.job)}",

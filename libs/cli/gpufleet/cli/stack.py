@@ -195,7 +195,15 @@ class Stack:
         if not targets:
             return None
         path = self.config.prometheus_config_path
-        text = prometheus_config.render(targets, authority.files(SCRAPER), self.config.scrape_interval_s)
+        rules: list[Path] = []
+        if prometheus_config.ALERT_RULES is not None:
+            # The deployment's alert rules, beside the configuration (rewritten with it).
+            rules_path = path.with_name("alerts.yml")
+            prometheus_config.write_atomically(rules_path, prometheus_config.ALERT_RULES.read_text())
+            rules.append(rules_path)
+        text = prometheus_config.render(
+            targets, authority.files(SCRAPER), self.config.scrape_interval_s, rules
+        )
         prometheus_config.write_atomically(path, text)
         return path
 
