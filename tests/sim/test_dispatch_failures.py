@@ -18,7 +18,7 @@ from gpufleet.scheduler.settings import Settings as SchedulerSettings
 from gpufleet.sim.nets import NetSettings
 from gpufleet.sim.profile import Script, ScriptedJob, SimConfig
 from gpufleet.sim.world import Sim
-from tests.support.sim_script import OFFERING
+from tests.support.sim_script import OFFERING, job_moves
 
 TICK_S = 10.0
 BOOTED = 1.0 + 60.0 + 60.0  # the scripted create's answer, the agent, the worker's first report
@@ -29,12 +29,7 @@ def _run(
 ) -> tuple[Sim, dict[str, list[tuple[float, str]]]]:
     sim = Sim(SimConfig(days=1 / 24, machines=1, tick_s=TICK_S, script=script), settings=settings)
     sim.run()
-    assert sim.history is not None
-    moves: dict[str, list[tuple[float, str]]] = {}
-    for t, what, ident, state in sim.history:
-        if what == "job":
-            moves.setdefault(ident, []).append((t, state))
-    return sim, moves
+    return sim, job_moves(sim)
 
 
 def _dropped(jobs: tuple[ScriptedJob, ...]) -> Script:

@@ -10,7 +10,7 @@ import math
 
 from gpufleet.sim.profile import Script, ScriptedJob, SimConfig
 from gpufleet.sim.world import KINDS, Sim
-from tests.support.sim_script import OFFERING
+from tests.support.sim_script import OFFERING, job_moves
 
 LIMIT_S = KINDS["clip"].time_limit_s
 TICK_S = 2.0  # well under the 10 s heartbeat: the wait for it shows
@@ -21,12 +21,7 @@ def _run(jobs: tuple[ScriptedJob, ...]) -> tuple[Sim, dict[str, list[tuple[float
     # One machine (the fleet's ceiling): the waiting job can only take a freed slot.
     sim = Sim(SimConfig(days=(LIMIT_S + 1800.0) / 86400.0, machines=1, tick_s=TICK_S, script=script))
     sim.run()
-    assert sim.history is not None
-    moves: dict[str, list[tuple[float, str]]] = {}
-    for t, what, ident, state in sim.history:
-        if what == "job":
-            moves.setdefault(ident, []).append((t, state))
-    return sim, moves
+    return sim, job_moves(sim)
 
 
 def _at(moves: list[tuple[float, str]], state: str) -> float:

@@ -17,7 +17,7 @@ from gpufleet.common.ledger import FailureClass
 from gpufleet.scheduler.settings import Settings as SchedulerSettings
 from gpufleet.sim.profile import Script, ScriptedJob, SimConfig
 from gpufleet.sim.world import KINDS, Sim
-from tests.support.sim_script import OFFERING
+from tests.support.sim_script import OFFERING, job_moves
 
 DEADLINE_S = KINDS["clip"].queue_wait_deadline_s
 RUN_S = 3000.0  # under the clip's time limit
@@ -56,13 +56,10 @@ def test_a_job_waiting_past_its_deadline_fails_at_the_first_pass_past_it() -> No
 
 
 def test_a_job_that_waited_past_the_paid_wait_threshold_opens_one_incident() -> None:
-    sim, history = _run(False)
+    sim, _ = _run(False)
     settings = SchedulerSettings()
     every, after = settings.paid_wait_every_s, settings.paid_wait_after_s
-    moves: dict[str, list[tuple[float, str]]] = {}
-    for t, what, ident, state in history:
-        if what == "job":
-            moves.setdefault(ident, []).append((t, state))
+    moves = job_moves(sim)
     # The first pass strictly after the threshold, while the job still waited (a pass runs
     # before the tick of the same instant): one row per such job.
     expected = 0
