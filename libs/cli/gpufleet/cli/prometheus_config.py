@@ -54,9 +54,12 @@ def _q(text: str) -> str:
 
 # The alert rules a deployment's Prometheus loads (deploy/prometheus/alerts.yml), as the CLI
 # package carries them; None where an install left them out.
-ALERT_RULES: Path | None = Path(__file__).resolve().with_name("alerts.yml")
-if not ALERT_RULES.is_file():
-    ALERT_RULES = None
+def _packaged_rules() -> Path | None:
+    path = Path(__file__).resolve().with_name("alerts.yml")
+    return path if path.is_file() else None
+
+
+ALERT_RULES = _packaged_rules()
 
 
 def render(
