@@ -80,3 +80,9 @@ def grid_floor(t: float, step: float) -> float:
 def grid_ceil(t: float, step: float) -> float:
     """The first tick at or after ``t``."""
     return math.ceil(t / step) * step
+
+
+def grid_after(t: float, step: float) -> float:
+    """The first tick strictly after ``t``: the pass that first finds a strict gate past
+    (``waited > deadline``) that ``t`` is the edge of."""
+    return (math.floor(t / step) + 1) * step

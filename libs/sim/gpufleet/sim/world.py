@@ -124,7 +124,7 @@ from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import clock_values
 from gpufleet.scheduler.watchdogs import common as watchdog_common
 from gpufleet.scheduler.watchdogs import paid_wait, pool_idle, queue_wait
-from gpufleet.sim.clock import EPOCH, EventQueue, dt, grid_ceil, secs
+from gpufleet.sim.clock import EPOCH, EventQueue, dt, grid_after, grid_ceil, secs
 from gpufleet.sim.fair_share import WindowUsage, next_order_change
 from gpufleet.sim.fairness import FairnessLedger
 from gpufleet.sim.nets import NetSettings
@@ -418,6 +418,13 @@ class Sim:
             PAID_WAIT: self.scheduler.paid_wait_every_s,
         }
         self.paid_wait_policy = self.scheduler.paid_wait_policy()
+        # Each one's decision over the waiting jobs its pass reads, and its act on each.
+        self.job_watchdogs: dict[
+            str, tuple[Callable[[float, list[Job]], list[Job]], Callable[[Job], None]]
+        ] = {
+            QUEUE_WAIT: (self._queue_wait, self._fail_waiting),
+            PAID_WAIT: (self._paid_wait, self._open_paid_wait),
+        }
         self.paid_wait_after_s = self.paid_wait_policy.after.total_seconds()
         # Machines the ledger has a not_yet_listed row for (one each, ever).
         self.not_yet_listed_recorded: set[str] = set()
@@ -974,8 +981,7 @@ class Sim:
             # dispatches comes first: the first tick at which the call has been out longer
             # than the dispatch deadline (it runs after the tick's plan).
             give_up = now + self.dispatch_unanswered_s
-            step = self.cfg.tick_s
-            overdue_at = (math.floor((now + self.scheduler.dispatch_deadline_s) / step) + 1) * step
+            overdue_at = grid_after(now + self.scheduler.dispatch_deadline_s, self.cfg.tick_s)
             if overdue_at < give_up:
                 self.q.at(overdue_at, lambda: self._dispatch_overdue(a, gen), TICK_RANK + 1)
             else:
@@ -1005,8 +1011,7 @@ class Sim:
             self._job_due(PAID_WAIT, job, job.queued_since + self.paid_wait_after_s)
 
     def _job_due(self, name: str, job: Job, due: float) -> None:
-        every = self.job_every[name]
-        self._job_pass_at(name, (math.floor(due / every) + 1) * every, [job])
+        self._job_pass_at(name, grid_after(due, self.job_every[name]), [job])
 
     def _job_pass_at(self, name: str, at: float, jobs: Iterable[Job]) -> None:
         if at >= self.end:
@@ -1032,18 +1037,14 @@ class Sim:
             waiting = list({j.id: j for j in due if j.state == JobState.QUEUED}.values())
         if now < self.down_until:
             if not self.evaluate_everything:
-                self._job_pass_at(name, (math.floor(self.down_until / every) + 1) * every, waiting)
+                self._job_pass_at(name, grid_after(self.down_until, every), waiting)
             return
         waiting.sort(key=lambda j: (j.queued_since, j.id))
-        acts = self._queue_wait(now, waiting) if name == QUEUE_WAIT else self._paid_wait(now, waiting)
+        decide, act = self.job_watchdogs[name]
+        acts = decide(now, waiting)
         left = acts[watchdog_common.MAX_PER_RUN :]
         for job in acts[: watchdog_common.MAX_PER_RUN]:
-            if name == QUEUE_WAIT:
-                self._fail_waiting(job, now)
-            else:
-                # The job's flag and its ledger row (and incident): once per job, ever.
-                job.paid_wait_opened = True
-                self._ledger(FailureClass.PAID_WAIT, None)
+            act(job)
         if left and not self.evaluate_everything:
             self._job_pass_at(name, now + every, left)
 
@@ -1065,7 +1066,13 @@ class Sim:
         ]
         return [self.jobs[w.job_id] for w in paid_wait.decide(dt(now), scanned, self.paid_wait_policy).open]
 
-    def _fail_waiting(self, job: Job, now: float) -> None:
+    def _open_paid_wait(self, job: Job) -> None:
+        """The paid-wait incident's transaction: the job's flag and its ledger row (and
+        incident), once per job, ever."""
+        job.paid_wait_opened = True
+        self._ledger(FailureClass.PAID_WAIT, None)
+
+    def _fail_waiting(self, job: Job) -> None:
         """The queue-wait timeout's transaction: QUEUED to FAILED by the request watchdog,
         uncharged (a queued job holds no attempt), its ledger row."""
         self._checked(check_job_move, JobState.QUEUED, JobState.FAILED, Mover.REQUEST_WATCHDOG)
@@ -1239,7 +1246,7 @@ class Sim:
         now = self.q.now
         if m.reporting(now):
             sd, hb = m.startup_done_at, self.heartbeat_s
-            self.q.at(sd + (math.floor((now - sd) / hb) + 1) * hb, partial(self._heartbeat_frees, m, m.life))
+            self.q.at(sd + grid_after(now - sd, hb), partial(self._heartbeat_frees, m, m.life))
 
     def _heartbeat_frees(self, m: Machine, life: int) -> None:
         """A heartbeat of the worker: the processes ended before it are gone, their slots free."""
