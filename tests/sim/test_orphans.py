@@ -23,8 +23,8 @@ class RefusingOrphanDestroys(Sim):
 
     refusals = 0
 
-    def _answer(self, op: str, zone: str) -> tuple[float, str]:
-        latency, outcome = super()._answer(op, zone)
+    def _answer(self, op: str, zone: str, exists: bool = False) -> tuple[float, str]:
+        latency, outcome = super()._answer(op, zone, exists)
         if op == "destroy" and self.orphans and self.refusals > 0:
             self.refusals -= 1
             return latency, "refused"

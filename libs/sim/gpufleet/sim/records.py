@@ -37,6 +37,11 @@ class Attempt:
     lease_from: datetime | None = None  # the report clock its view's lease was read from
     started_dt: datetime = EPOCH
     ended: float = INF  # when it ended (its slots may stay held past it: ``Machine.held``)
+    # The control plane's process generation whose dispatch this is (``Sim.epoch``): an
+    # answer or a give-up of an older one is nobody's (the process died in a restart).
+    epoch: int = 0
+    # The agent has taken it (a StartJob reached it): its job runs from then, once.
+    handed_over: bool = False
 
 
 @dataclass
@@ -115,6 +120,11 @@ class Machine:
     reissued: list[datetime] = field(default_factory=list)
     reissued_for: datetime | None = None
     provider_instance_id: str | None = None
+    # The create or start the row says is under way (the scale step's ``pending_call``),
+    # and whether the provider has done it though no one read its answer (the process
+    # that called died in a restart; the new leader's adopt re-issues it).
+    pending_call: str | None = None
+    done_unanswered: bool = False
     backoff_until: datetime | None = None
     dispatch_backoff_until: datetime | None = None
     # Dispatches in a row its agent did not answer (the scheduler's dispatch_failures).

@@ -140,7 +140,7 @@ POLICIES = ("nets", "oracle", "merged")
 # The services that write ledger rows, each under its own settings' outcome policy.
 Writer = Literal["scheduler", "reaper", "sweeper"]
 # The columns a shared update may write that the simulator does not keep: the agent's
-# address and the pending call (its machines and calls have none), the failing probes'
+# address (its machines have none) and when a call was made pending, the failing probes'
 # streak (read from each life's truth, which a new life resets), and when an earmark was
 # set (only the API and the CLI show it; no decision reads it).
 # The columns kept on the simulator's machine under the row's own name and type.
@@ -154,6 +154,7 @@ _AS_IS = frozenset(
         "state_changed_at",
         "startup_failed_at",
         "provider_instance_id",
+        "pending_call",
         "backoff_until",
         "start_failures",
         "dispatch_failures",
@@ -162,9 +163,7 @@ _AS_IS = frozenset(
         "earmarked_for",
     }
 )
-_NOT_KEPT = frozenset(
-    {"agent_address", "pending_call", "pending_call_at", "probe_failed_since", "earmarked_at"}
-)
+_NOT_KEPT = frozenset({"agent_address", "pending_call_at", "probe_failed_since", "earmarked_at"})
 # The counterfactual policy's one composite check: no service runs it, so it is not in the
 # net registry; it stands in for the nets in MERGED_REPLACES, at went silent's cadence.
 MERGED_CHECK = "merged_check"
@@ -345,6 +344,14 @@ class Sim:
         self.tick_pending = False
         self.tick_at: float | None = None  # when the pending tick runs (an older event is void)
         self.down_until = 0.0  # the control plane is down (restart) until
+        # The control plane's process generation: a restart starts new processes, and an
+        # answer to a call an older one made is read by no one (``_call``, ``_started``).
+        self.epoch = 0
+        # What the new processes find left over by the ones a restart killed, for the first
+        # tick's adopt (tick/scale.py's and tick/dispatch.py's ``adopt``): machines whose
+        # create or start was under way, and attempts whose StartJob was.
+        self.unadopted: set[str] = set()
+        self.undispatched: dict[str, Attempt] = {}
         self.reaper_paused_until = 0.0
         self.outages: list[tuple[float, float]] = []
         self.ordinal = 0
@@ -688,8 +695,41 @@ class Sim:
             self._wake_on_order_change(pool, now)
             if self.wake_from_plan and (wake := next_wake(snapshot, policy)) is not None:
                 self._wake_at(pool, secs(wake))
+        if self.undispatched or self.unadopted:
+            self._adopt(now)
         if self.evaluate_everything and not self.tick_pending:
             self._schedule_tick(self._next_tick_at())
+
+    def _adopt(self, now: float) -> None:
+        """The tick's follow-up steps for what a process a restart killed left under way
+        (tick/fleet.py: ``take_back_overdue``, then the scale's and the dispatch's
+        ``adopt``): an attempt still STARTING past the dispatch deadline is taken back
+        (``overdue`` for a dispatch no process here is making), one within it dispatched
+        again (StartJobs is idempotent by attempt id), and a create or start still pending
+        on its row is made again (idempotent by machine id at the provider)."""
+        deadline = self.scheduler.dispatch_deadline_s
+        left, self.undispatched = self.undispatched, {}
+        for aid in sorted(left):
+            a = left[aid]
+            if a.state != AttemptState.STARTING or a.epoch == self.epoch:
+                continue  # a heartbeat named it running, or it ended
+            if now - a.started > deadline:
+                cause = overdue(dt(now), deadline=timedelta(seconds=deadline), in_flight=False, sent_at=None)
+                assert cause is not None
+                self._dispatch_failed(a, a.end_event, cause)
+            else:
+                self.metrics.decisions["adopt:dispatch"] += 1
+                self._send_start(a, now)
+        pending, self.unadopted = self.unadopted, set()
+        for mid in sorted(pending):
+            m = self.machines[mid]
+            call = m.pending_call
+            if call == CREATE and m.state == MachineState.PROVISIONING:
+                self.metrics.decisions["adopt:create"] += 1
+                self._call(m, CREATE, partial(self._created, m))
+            elif call == START and m.state == MachineState.STARTING:
+                self.metrics.decisions["adopt:start"] += 1
+                self._call(m, START, partial(self._started_machine, m))
 
     def _wake_on_order_change(self, pool: str, now: float) -> None:
         """Fair-share usage moves with the clock alone: look at the pool again when the
@@ -966,10 +1006,16 @@ class Sim:
         self._clear_timers(m)
         self.idle_watch.discard(m.id)
         self._useful(m, now)
-        gen = a.end_event
         if not m.reporting(now):
             # No report will renew its lease: it runs out the lease after its start.
             self.q.at(_just_after(now + self.lease_s), lambda: self._touch(m.offering.pool))
+        self._send_start(a, now)
+
+    def _send_start(self, a: Attempt, now: float) -> None:
+        """The StartJobs call for ``a``, made by this process (its dispatch, or its adopt's
+        re-dispatch of an attempt a restarted process left STARTING)."""
+        m, gen = a.machine, a.end_event
+        a.epoch = self.epoch
         if m.agent_reachable(now):
             # The agent answers StartJobs: it hands the attempt to its worker and says so, the
             # worker alive or not (a dead worker never runs it: its lease runs out).
@@ -1084,15 +1130,51 @@ class Sim:
         self._touch(job.pool)  # the tick's queue changed
 
     def _started(self, a: Attempt, gen: int) -> None:
+        """The agent took the attempt and answered the StartJob."""
         if a.state != AttemptState.STARTING or a.end_event != gen:
             return
+        self._hand_over(a, gen)
+        if a.epoch == self.epoch:
+            self._running(a, Mover.DISPATCH)
+            return
+        # No one reads the answer (the dispatching process died in a restart): the worker's
+        # next heartbeat names the attempt, and the worker service (on the replica still up)
+        # moves it to running; a worker that does not report leaves it for the adopt.
+        m, now = a.machine, self.q.now
+        if m.reporting(now):
+            sd, hb = m.startup_done_at, self.heartbeat_s
+            self.q.at(sd + grid_after(now - sd, hb), partial(self._reported_running, a, gen, m.life))
+
+    def _reported_running(self, a: Attempt, gen: int, life: int) -> None:
+        """A heartbeat names an attempt still STARTING (worker_service: it runs)."""
+        m = a.machine
+        live = a.state == AttemptState.STARTING and a.end_event == gen
+        if live and m.life == life and m.reporting(self.q.now):
+            self._running(a, Mover.WORKER)
+
+    def _hand_over(self, a: Attempt, gen: int) -> None:
+        """The agent hands the attempt to its worker: the job runs from now, once (a
+        re-dispatch of one it has is answered, not run again)."""
+        if a.handed_over:
+            return
+        a.handed_over = True
+        job = a.job
+        ends = JobState.FAILED if job.fails_own else JobState.SUCCEEDED
+        self.q.after(job.duration_s, lambda: self._job_done(a, gen, ends))
+        # The tick reads the time limit: make it look when it falls due, if the attempt is
+        # still live then (most end long before; a tick for them would decide nothing new).
+        # Over it means started before now minus the limit: the first tick after the limit.
+        self.q.at(_just_after(a.started + job.time_limit_s), lambda: self._limit_due(a, gen))
+
+    def _running(self, a: Attempt, by: Mover) -> None:
+        """The attempt and its job move to running: the StartJob's answer read by its
+        dispatch, or the worker's heartbeat naming it."""
         now = self.q.now
-        # The StartJob's answer: attempt and job running (the dispatch's own moves).
-        self._checked(check_attempt_move, AttemptState.STARTING, AttemptState.RUNNING, Mover.DISPATCH)
-        self._checked(check_job_move, JobState(a.job.state), JobState.RUNNING, Mover.DISPATCH)
+        self._checked(check_attempt_move, AttemptState.STARTING, AttemptState.RUNNING, by)
+        self._checked(check_job_move, JobState(a.job.state), JobState.RUNNING, by)
         a.state = AttemptState.RUNNING
         a.machine.stale.add(a.machine.id)  # its attempt's view changed
-        if a.machine.dispatch_failures:
+        if by is Mover.DISPATCH and a.machine.dispatch_failures:
             # A dispatch its agent took: the back-off starts over (the dispatch's write).
             self._write(a.machine, DISPATCH_TOOK.values())
         job = a.job
@@ -1101,12 +1183,6 @@ class Sim:
         if job.first_start is None:
             job.first_start = now
             self.metrics.waits[(job.kind, job.plan)].append(now - job.created)
-        ends = JobState.FAILED if job.fails_own else JobState.SUCCEEDED
-        self.q.after(job.duration_s, lambda: self._job_done(a, gen, ends))
-        # The tick reads the time limit: make it look when it falls due, if the attempt is
-        # still live then (most end long before; a tick for them would decide nothing new).
-        # Over it means started before now minus the limit: the first tick after the limit.
-        self.q.at(_just_after(a.started + job.time_limit_s), lambda: self._limit_due(a, gen))
 
     def _limit_due(self, a: Attempt, gen: int) -> None:
         if a.state in LIVE_ATTEMPT_STATES and a.end_event == gen:
@@ -1114,8 +1190,9 @@ class Sim:
 
     def _dispatch_overdue(self, a: Attempt, gen: int) -> None:
         """The tick's take-back of a dispatch still STARTING past its deadline, with the
-        reason ``overdue`` gives for a call this process sent that long ago."""
-        if a.state != AttemptState.STARTING or a.end_event != gen:
+        reason ``overdue`` gives for a call this process sent that long ago (a process a
+        restart killed sent nothing the new one knows of: its adopt takes such attempts)."""
+        if a.state != AttemptState.STARTING or a.end_event != gen or a.epoch != self.epoch:
             return
         deadline = timedelta(seconds=self.scheduler.dispatch_deadline_s)
         cause = overdue(dt(self.q.now), deadline=deadline, in_flight=True, sent_at=a.started_dt)
@@ -1130,6 +1207,8 @@ class Sim:
         the failure is the agent's."""
         if a.state != AttemptState.STARTING or a.end_event != gen:
             return
+        if cause is not DispatchFailure.NOT_DISPATCHED and a.epoch != self.epoch:
+            return  # the call's own give-up, in a process a restart killed
         m = a.machine
         self._end_attempt(a, EndCause.TAKEN_BACK, Mover.DISPATCH)
         self._ledger(FailureClass.JOB_INFRA_ERROR, None)
@@ -1334,6 +1413,7 @@ class Sim:
                     self._touch(pool)
         m.state = to
         m.state_changed_at = dt(self.q.now)
+        m.done_unanswered = False  # (a call it stood for is over, whoever ended it)
         self._record("machine", m.id, to)
         if to in TRANSITIONAL_STATES:
             self._due_stuck(m)
@@ -1632,17 +1712,57 @@ class Sim:
         if m.intent != want:
             self.metrics.calls_without_intent += 1
             self._broken(f"{op} of machine {m.id} called without its intent recorded")
-        latency, outcome = self._answer(op, m.offering.zone)
-        self.q.after(latency, lambda: on_done(outcome))
+        latency, outcome = self._answer(op, m.offering.zone, exists=m.done_unanswered)
+        epoch = self.epoch
 
-    def _answer(self, op: str, zone: str) -> tuple[float, str]:
-        """How long a provider call takes and what it answers (``_call``'s outcomes)."""
+        def answered() -> None:
+            if self.epoch == epoch:
+                on_done(outcome)
+            else:
+                self._unanswered(m, op, outcome)
+
+        self.q.after(latency, answered)
+
+    def _unanswered(self, m: Machine, op: str, outcome: str) -> None:
+        """The process that made the call died in a restart before its answer came: the
+        provider did what was asked unless it refused, and no one reads the answer. A create
+        or start stays pending on its row, for the new leader's adopt to make again (the
+        provider's create and start are idempotent by the machine's id); a stop or destroy
+        stays transitional, for the stuck-transition net — as a done call whose answer was
+        lost does, with no ledger row (no one saw the call fail)."""
+        now = self.q.now
+        if op in (CREATE, START):
+            want = MachineState.PROVISIONING if op == CREATE else MachineState.STARTING
+            if m.intent != MachineIntent.RUNNING or m.state != want:
+                return
+            self.unadopted.add(m.id)
+            if outcome in ("ok", "lost") and not m.done_unanswered:
+                if op == CREATE:
+                    m.provider_instance_id = f"i-{m.id}"
+                self._new_life(m, now)
+                m.done_unanswered = True
+            return
+        if m.state not in (MachineState.STOPPING, MachineState.DESTROYING):
+            return
+        if outcome == "refused":
+            f = self._inject(m, "call_failed", now)
+        else:
+            if m.inst_status not in ("", "TERMINATED") and not (op == "stop" and m.inst_status == "STOPPED"):
+                self._provider_does(m, op)
+            f = self._inject(m, "answer_lost", now)
+        if self.policy == "oracle":
+            self._oracle_finish(m, f)
+
+    def _answer(self, op: str, zone: str, exists: bool = False) -> tuple[float, str]:
+        """How long a provider call takes and what it answers (``_call``'s outcomes). A
+        create or start the provider has already done (``exists``: made again by the adopt)
+        answers with what it did — only the call itself can still fail."""
         if self.script is not None:  # every call answered, after the script's latency
             return self.script.call_s, "ok"
         rng, f = self.rng_calls, self.cfg.faults
         latency = rng.uniform(*self.cfg.timing.call_s)
         outcome = "ok"
-        if op in ("create", "start"):
+        if op in ("create", "start") and not exists:
             zone_out = self.stockouts.get(zone, 0.0) > self.q.now
             r = rng.random()
             if zone_out:
@@ -1688,14 +1808,15 @@ class Sim:
         if m.intent != MachineIntent.RUNNING or m.state != MachineState.PROVISIONING:
             return  # destroyed meanwhile: the destroy (by machine id) removed what the create made
         if outcome in ("ok", "lost"):
-            m.provider_instance_id = f"i-{m.id}"
-            self._new_life(m, now)
+            if not m.done_unanswered:  # (made again by the adopt: the instance runs already)
+                m.provider_instance_id = f"i-{m.id}"
+                self._new_life(m, now)
             if self.policy == "oracle" and outcome == "lost":
                 self._oracle_finish(m, self._inject(m, "call_timed_out", now))
                 return
             if outcome == "ok":
                 if m.state == MachineState.PROVISIONING:
-                    self._write(m, answered_values(CREATE, dt(now), m.provider_instance_id, ""))
+                    self._write(m, answered_values(CREATE, dt(now), f"i-{m.id}", ""))
                     self._move(m, MachineState.BOOTING, lifecycle.Actor.FLEET_TICK)
                     self._watch_boot(m, now)
             else:  # done, but the scheduler saw its call fail
@@ -1806,7 +1927,8 @@ class Sim:
         if m.intent != MachineIntent.RUNNING or m.state != MachineState.STARTING:
             return
         if outcome in ("ok", "lost"):
-            self._new_life(m, now)
+            if not m.done_unanswered:  # (made again by the adopt: the instance runs already)
+                self._new_life(m, now)
             if outcome == "ok":
                 if m.state == MachineState.STARTING:
                     self._write(m, answered_values(START, dt(now), m.provider_instance_id or "", ""))
@@ -2352,8 +2474,9 @@ class Sim:
             if f.cls == "orphan" and f.machine_id == iid and f.caught_at is None:
                 self._caught(f, by)
 
-        def answered(outcome: str) -> None:
-            if outcome != "ok":  # the sweep's ledger row; the next pass tries again
+        def answered(outcome: str, epoch: int) -> None:
+            # (An answer no one reads, its caller gone in a restart, writes no row.)
+            if outcome != "ok" and epoch == self.epoch:  # the sweep's row; the next pass tries again
                 self._ledger(FailureClass.PROVIDER_CALL_FAILED, None, "sweeper")
             if outcome == "refused":
                 return
@@ -2363,7 +2486,7 @@ class Sim:
 
         self.metrics.provider_calls += 1
         latency, outcome = self._answer("destroy", entry[2].zone)
-        self.q.after(latency, lambda: answered(outcome))
+        self.q.after(latency, partial(answered, outcome, self.epoch))
 
     # -- the oracle: each failure dealt with the instant it happens ----------------------
 
@@ -2487,6 +2610,15 @@ class Sim:
         self.failures.append(f)
         self.outages.append((now, now + duration))
         if kind == "restart":
+            # A deploy rolls every service's replicas: the leaders' processes die with what
+            # they had in flight (``_call``, ``_started``: answers no one reads), and the new
+            # leaders take over when it ends. The workers' calls are answered by the replica
+            # still up meanwhile: heartbeats renew leases, completions are recorded.
+            self.epoch += 1
+            for mid in sorted(self.live):
+                for a in self.machines[mid].live_attempts:
+                    if a.state == AttemptState.STARTING:
+                        self.undispatched[a.id] = a
             self.down_until = max(self.down_until, now + duration)
             self.restarts.append((now, now + duration))
             self.q.at(now + duration, self._back_from_restart)
