@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -130,17 +130,25 @@ class Box:
 
 
 @dataclass
-class ServicesWorld:
-    script: Script
-    clock: ManualClock
-    sessions: sessionmaker[Session]
-    cloud: SimCloud
+class Leaders:
+    """What one generation of the control plane's processes runs (a restart starts anew)."""
+
     tick: FleetTick
     scheduler_lease: LeaderLease
     reaper: Ticker
     reaper_calls: CallPool
     sweeper: Ticker
     scheduler_watchdogs: Ticker
+
+
+@dataclass
+class ServicesWorld:
+    script: Script
+    clock: ManualClock
+    sessions: sessionmaker[Session]
+    cloud: SimCloud
+    leaders: Leaders
+    start_leaders: Callable[[int], Leaders]
     workers: tls.AsNamedMachine  # the WorkerService, called as each machine
     stack: ExitStack
     tick_s: float
@@ -310,20 +318,30 @@ class ServicesWorld:
     # ---- time -------------------------------------------------------------------------
 
     def run(self, until_s: float) -> History:
+        generation = 0
         while self.now_s() < until_s:
             self.clock.advance(timedelta(seconds=self.tick_s))
             t = self.now_s()
-            self._play(t)
-            self.reaper.lease.try_acquire()
-            self.reaper.run_due()
-            assert self.reaper_calls.wait_idle(30), "the reaper's provider calls did not finish"
-            self.sweeper.lease.try_acquire()
-            self.sweeper.run_due()
-            assert self.scheduler_lease.try_acquire(), "the scheduler could not take its lease"
-            self.scheduler_watchdogs.run_due()
-            self.tick.run(self.clock.now())
-            assert self.tick.provider_calls.wait_idle(30), "the tick's provider calls did not finish"
-            assert self.tick.dispatch_calls.wait_idle(30), "the tick's dispatches did not finish"
+            self._play(t)  # the workers' calls reach the worker service whatever else runs
+            restarts = self.script.restarts
+            if any(at <= t < at + down_s for at, down_s in restarts):
+                continue  # a deploy: the leaders' processes are gone
+            ended = sum(1 for at, down_s in restarts if at + down_s <= t)
+            if ended > generation:
+                # A restart ended: new processes, new leases (the old ones ran out).
+                generation = ended
+                self.leaders = self.start_leaders(generation)
+            leaders = self.leaders
+            assert leaders.reaper.lease.try_acquire(), "the reaper could not take its lease"
+            leaders.reaper.run_due()
+            assert leaders.reaper_calls.wait_idle(30), "the reaper's provider calls did not finish"
+            assert leaders.sweeper.lease.try_acquire(), "the sweeper could not take its lease"
+            leaders.sweeper.run_due()
+            assert leaders.scheduler_lease.try_acquire(), "the scheduler could not take its lease"
+            leaders.scheduler_watchdogs.run_due()
+            leaders.tick.run(self.clock.now())
+            assert leaders.tick.provider_calls.wait_idle(30), "the tick's provider calls did not finish"
+            assert leaders.tick.dispatch_calls.wait_idle(30), "the tick's dispatches did not finish"
         return self.history()
 
     def history(self) -> History:
@@ -413,76 +431,83 @@ def services_world(
             **tls.settings("scheduler"),
         )
         workers = serve_workers(stack, sessions, clock, scheduler_settings)
-        scheduler_provisioner = ProvisionerClient(prov_address, tls.transport("scheduler"), timeout_s=10.0)
-        stack.callback(scheduler_provisioner.close)
-        scheduler_lease = LeaderLease(
-            "scheduler", "scheduler-0", clock, sessions, scheduler_settings.lease_ttl_s
-        )
-        transport = tls.transport("scheduler")
-        tick = FleetTick(
-            sessions,
-            clock,
-            scheduler_lease,
-            scheduler_provisioner,
-            scheduler_settings,
-            agent_factory=lambda machine_id, address: AgentClient(machine_id, address, transport),
-        )
-        stack.callback(tick.close)
-        # The reaper's nets.
-        reaper_settings = ReaperSettings(
-            database_url=pg_url, instance_name="reaper-0", **tls.settings("reaper")
-        )
-        reaper, reaper_calls = reaper_ticker(stack, reaper_settings, sessions, clock, prov_address)
-        # The sweeper's passes.
-        sweeper_settings = SweeperSettings(
-            database_url=pg_url, instance_name="sweeper-0", **tls.settings("sweeper")
-        )
-        sweeper_provisioner = ProvisionerClient(prov_address, tls.transport("sweeper"), timeout_s=10.0)
-        stack.callback(sweeper_provisioner.close)
-        sweeper_lease = LeaderLease(
-            "sweeper", "sweeper-0", clock, sessions, ttl_s=sweeper_settings.lease_ttl_s
-        )
-        passes = build_passes(sweeper_settings, sessions, sweeper_provisioner, sweeper_lease, clock)
-        stack.callback(passes.orphans.close)
-        sweeper = Ticker(
-            "sweeper",
-            clock,
-            sessions,
-            sweeper_lease,
-            passes.tasks(sweeper_settings),
-            renew_s=sweeper_settings.lease_renew_s,
-        )
-        # The scheduler's pool idle release (its other request watchdogs read what the
-        # simulator does not model: requests, consumers, waits to report).
-        scheduler_watchdogs = Ticker(
-            "scheduler-watchdogs",
-            clock,
-            sessions,
-            scheduler_lease,
-            [
-                PeriodicTask(
-                    pool_idle.NAME,
-                    scheduler_settings.pool_idle_every_s,
-                    pool_idle.PoolIdleRelease(sessions, scheduler_lease).run,
-                )
-            ],
-            renew_s=scheduler_settings.lease_renew_s,
-        )
-        # Every pass on the simulator's grid: its first at one cadence from the start.
-        for ticker in (reaper, sweeper, scheduler_watchdogs):
-            for task in ticker.tasks:
-                task.next_at = EPOCH + timedelta(seconds=task.cadence_s)
+
+        def start_leaders(generation: int) -> Leaders:
+            """The scheduler's fleet tick and pool idle release, the reaper's nets and the
+            sweeper's passes, as one generation of processes starts them: new leases under
+            new names, nothing of an earlier generation's memory. The first generation's
+            passes are set on the simulator's grid (its first at one cadence from the
+            start); a later one's run as a new process's do, at its start."""
+            scheduler_provisioner = ProvisionerClient(
+                prov_address, tls.transport("scheduler"), timeout_s=10.0
+            )
+            stack.callback(scheduler_provisioner.close)
+            scheduler_lease = LeaderLease(
+                "scheduler", f"scheduler-{generation}", clock, sessions, scheduler_settings.lease_ttl_s
+            )
+            transport = tls.transport("scheduler")
+            tick = FleetTick(
+                sessions,
+                clock,
+                scheduler_lease,
+                scheduler_provisioner,
+                scheduler_settings,
+                agent_factory=lambda machine_id, address: AgentClient(machine_id, address, transport),
+            )
+            stack.callback(tick.close)
+            # The reaper's nets.
+            reaper_settings = ReaperSettings(
+                database_url=pg_url, instance_name=f"reaper-{generation}", **tls.settings("reaper")
+            )
+            reaper, reaper_calls = reaper_ticker(stack, reaper_settings, sessions, clock, prov_address)
+            # The sweeper's passes.
+            sweeper_settings = SweeperSettings(
+                database_url=pg_url, instance_name=f"sweeper-{generation}", **tls.settings("sweeper")
+            )
+            sweeper_provisioner = ProvisionerClient(prov_address, tls.transport("sweeper"), timeout_s=10.0)
+            stack.callback(sweeper_provisioner.close)
+            sweeper_lease = LeaderLease(
+                "sweeper", f"sweeper-{generation}", clock, sessions, ttl_s=sweeper_settings.lease_ttl_s
+            )
+            passes = build_passes(sweeper_settings, sessions, sweeper_provisioner, sweeper_lease, clock)
+            stack.callback(passes.orphans.close)
+            sweeper = Ticker(
+                "sweeper",
+                clock,
+                sessions,
+                sweeper_lease,
+                passes.tasks(sweeper_settings),
+                renew_s=sweeper_settings.lease_renew_s,
+            )
+            # The scheduler's pool idle release (its other request watchdogs read what the
+            # simulator does not model: requests, consumers, waits to report).
+            scheduler_watchdogs = Ticker(
+                "scheduler-watchdogs",
+                clock,
+                sessions,
+                scheduler_lease,
+                [
+                    PeriodicTask(
+                        pool_idle.NAME,
+                        scheduler_settings.pool_idle_every_s,
+                        pool_idle.PoolIdleRelease(sessions, scheduler_lease).run,
+                    )
+                ],
+                renew_s=scheduler_settings.lease_renew_s,
+            )
+            if generation == 0:
+                for ticker in (reaper, sweeper, scheduler_watchdogs):
+                    for task in ticker.tasks:
+                        task.next_at = EPOCH + timedelta(seconds=task.cadence_s)
+            return Leaders(tick, scheduler_lease, reaper, reaper_calls, sweeper, scheduler_watchdogs)
+
         world = ServicesWorld(
             script=script,
             clock=clock,
             sessions=sessions,
             cloud=cloud,
-            tick=tick,
-            scheduler_lease=scheduler_lease,
-            reaper=reaper,
-            reaper_calls=reaper_calls,
-            sweeper=sweeper,
-            scheduler_watchdogs=scheduler_watchdogs,
+            leaders=start_leaders(0),
+            start_leaders=start_leaders,
             workers=workers,
             stack=stack,
             tick_s=tick_s,

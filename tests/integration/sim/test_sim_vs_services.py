@@ -140,8 +140,27 @@ def _stuck_and_overlong() -> Script:
     )
 
 
+def _restart() -> Script:
+    """A control-plane restart (a deploy) of five minutes mid-story: a job that arrives
+    meanwhile waits for the new leader's first tick; one whose machine's worker died before
+    it has its lease run out meanwhile, ended at that tick and run again after its back-off;
+    one ends meanwhile, recorded by the worker service (on the replica still up). The
+    restart ends on every loop's grid (15 min), where the new processes' first passes and
+    the simulator's meet."""
+    jobs = ((10, "clip", 300), (10, "clip", 700), (10, "clip", 900), (650, "clip", 200))
+    return Script(
+        offering=OFFERING,
+        workspaces=(("ws-e", "creator"),),
+        jobs=tuple(ScriptedJob(float(at), "ws-e", kind, float(run)) for at, kind, run in jobs),
+        call_s=0.0,
+        worker_deaths=((2, 415.0),),
+        restarts=((600.0, 300.0),),
+    )
+
+
 # (script, warm target, minutes told)
 SCENARIOS = {
+    "restart": (_restart, 0, 45.0),
     "stuck_and_overlong": (_stuck_and_overlong, 0, 75.0),
     "quiet": (_script, 0, 40.0),
     "broken_boots": (_broken_boots, 1, 95.0),
@@ -216,6 +235,21 @@ def test_the_simulator_and_the_services_tell_the_same_story(
         assert machines[0] == ["PROVISIONING", "BOOTING", "READY", "DESTROYING", "DESTROYED"]
         assert sum(1 for seq in jobs if seq.count("DISPATCHING") == 2) == 2
         assert [seq[-1] for seq in jobs] == ["TIMED_OUT", "SUCCEEDED", "SUCCEEDED"]
+    elif name == "restart":
+        # The job that arrived during the restart dispatched at the new leader's first tick;
+        # the dead worker's job ended there (its lease ran out meanwhile) and ran again.
+        queued, dispatched = jobs[3][:2], _stories(services, "job")[3][1]
+        assert queued == ["QUEUED", "DISPATCHING"] and dispatched[0] == 900.0, dispatched
+        assert jobs[2] == [
+            "QUEUED",
+            "DISPATCHING",
+            "RUNNING",
+            "QUEUED",
+            "DISPATCHING",
+            "RUNNING",
+            "SUCCEEDED",
+        ]
+        assert _stories(services, "job")[2][3][0] == 900.0
     elif name == "lost_and_taken":
         # The taken instance's machine found gone (never through DESTROYING: no call made
         # it), its two jobs run again; a fourth machine made for the last job, though the

@@ -197,6 +197,8 @@ class Script:
     # (machine ordinal, seconds after its worker's first report): the provider takes its
     # instance back (it is gone).
     preemptions: tuple[tuple[int, float], ...] = ()
+    # (at, seconds down): the control plane restarts (a deploy rolling its replicas).
+    restarts: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -497,6 +497,8 @@ class Sim:
         if self.script is not None:
             for sj in self.script.jobs:
                 self.q.at(sj.at, partial(self._arrive_scripted, sj))
+            for at, down_s in self.script.restarts:
+                self.q.at(at, partial(self._outage, "restart", down_s))
         else:
             self._next_arrival(0.0)
         # The grid loops' ranks among the events of one instant: the sample, then the nets
