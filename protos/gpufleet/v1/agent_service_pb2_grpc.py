@@ -28,6 +28,7 @@ if _version_not_supported:
 class AgentServiceStub:
     """The agent on one machine: probes, live utilisation samples, starting and cancelling jobs.
     Called only by the control plane that drives the machine (scheduler and reaper).
+    Errors: every bad field of a request at once (INVALID_ARGUMENT with a BadRequest).
     """
 
     def __init__(self, channel):
@@ -76,6 +77,7 @@ class AgentServiceStub:
 class AgentServiceServicer:
     """The agent on one machine: probes, live utilisation samples, starting and cancelling jobs.
     Called only by the control plane that drives the machine (scheduler and reaper).
+    Errors: every bad field of a request at once (INVALID_ARGUMENT with a BadRequest).
     """
 
     def Probe(self, request, context):
@@ -183,6 +185,7 @@ def add_AgentServiceServicer_to_server(servicer, server):
 class AgentService:
     """The agent on one machine: probes, live utilisation samples, starting and cancelling jobs.
     Called only by the control plane that drives the machine (scheduler and reaper).
+    Errors: every bad field of a request at once (INVALID_ARGUMENT with a BadRequest).
     """
 
     @staticmethod

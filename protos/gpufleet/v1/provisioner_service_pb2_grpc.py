@@ -29,6 +29,7 @@ class ProvisionerServiceStub:
     """Every call to a cloud goes through here. Errors carry a ProviderErrorKind in the
     trailing metadata key "gpufleet-provider-error" beside the gRPC code (and as the
     ErrorInfo reason of the rich status). Called by the scheduler, reaper and sweeper.
+    Bad input: every bad field of a request at once (INVALID_ARGUMENT with a BadRequest).
     """
 
     def __init__(self, channel):
@@ -78,6 +79,7 @@ class ProvisionerServiceServicer:
     """Every call to a cloud goes through here. Errors carry a ProviderErrorKind in the
     trailing metadata key "gpufleet-provider-error" beside the gRPC code (and as the
     ErrorInfo reason of the rich status). Called by the scheduler, reaper and sweeper.
+    Bad input: every bad field of a request at once (INVALID_ARGUMENT with a BadRequest).
     """
 
     def CreateInstance(self, request, context):
@@ -181,6 +183,7 @@ class ProvisionerService:
     """Every call to a cloud goes through here. Errors carry a ProviderErrorKind in the
     trailing metadata key "gpufleet-provider-error" beside the gRPC code (and as the
     ErrorInfo reason of the rich status). Called by the scheduler, reaper and sweeper.
+    Bad input: every bad field of a request at once (INVALID_ARGUMENT with a BadRequest).
     """
 
     @staticmethod

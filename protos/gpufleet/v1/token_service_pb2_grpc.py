@@ -27,6 +27,7 @@ if _version_not_supported:
 
 class TokenServiceStub:
     """Checks a job token for the model gateway and the voice service (role `gateway`).
+    Errors: every bad field of a request at once (INVALID_ARGUMENT with a BadRequest).
     """
 
     def __init__(self, channel):
@@ -44,6 +45,7 @@ class TokenServiceStub:
 
 class TokenServiceServicer:
     """Checks a job token for the model gateway and the voice service (role `gateway`).
+    Errors: every bad field of a request at once (INVALID_ARGUMENT with a BadRequest).
     """
 
     def CheckToken(self, request, context):
@@ -73,6 +75,7 @@ def add_TokenServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class TokenService:
     """Checks a job token for the model gateway and the voice service (role `gateway`).
+    Errors: every bad field of a request at once (INVALID_ARGUMENT with a BadRequest).
     """
 
     @staticmethod

@@ -28,7 +28,9 @@ if _version_not_supported:
 
 
 class WorkerServiceStub:
-    """What the worker on a machine reports for itself (served by the scheduler).
+    """What the worker on a machine reports for itself (served by the scheduler). Errors:
+    every bad field of a request at once (INVALID_ARGUMENT with a BadRequest), once the
+    machine_id is the caller's own.
     """
 
     def __init__(self, channel):
@@ -70,7 +72,9 @@ class WorkerServiceStub:
 
 
 class WorkerServiceServicer:
-    """What the worker on a machine reports for itself (served by the scheduler).
+    """What the worker on a machine reports for itself (served by the scheduler). Errors:
+    every bad field of a request at once (INVALID_ARGUMENT with a BadRequest), once the
+    machine_id is the caller's own.
     """
 
     def ReportHeartbeat(self, request, context):
@@ -159,7 +163,9 @@ def add_WorkerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WorkerService:
-    """What the worker on a machine reports for itself (served by the scheduler).
+    """What the worker on a machine reports for itself (served by the scheduler). Errors:
+    every bad field of a request at once (INVALID_ARGUMENT with a BadRequest), once the
+    machine_id is the caller's own.
     """
 
     @staticmethod

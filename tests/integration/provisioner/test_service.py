@@ -25,6 +25,7 @@ from gpufleet.common.provider_errors import (
     QuotaExceeded,
     Transient,
 )
+from gpufleet.common.rich_status import details_of
 from gpufleet.common.trust.identity import Role
 from gpufleet.provisioner.drivers.base import Provider
 from gpufleet.provisioner.drivers.sim import SimCloud
@@ -218,6 +219,28 @@ def test_bad_input_is_invalid_argument_naming_the_field(
     err = rpc_error(lambda: getattr(served.stub, method)(request_msg, timeout=10))
     assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert grpcclient.metadata_value(err, FIELD_METADATA_KEY) == field
+    assert served.cloud.calls == []  # nothing reached a provider
+
+
+def test_a_request_wrong_in_several_fields_names_each_one(served: Served) -> None:
+    create = pb.CreateInstanceRequest(
+        machine_id="M 1",
+        offering=machine_pb2.Offering(
+            provider=machine_pb2.PROVIDER_SIM, zone="us-east1-b; rm -rf /", slots=0, hourly_price_micros=-1
+        ),
+    )
+    err = rpc_error(lambda: served.stub.CreateInstance(create, timeout=10))
+    assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert [(v.field, v.reason) for v in details_of(err).violations] == [
+        ("machine_id", "INVALID_FORMAT"),
+        ("offering.instance_type", "REQUIRED"),
+        ("offering.slots", "OUT_OF_RANGE"),
+        ("offering.zone", "INVALID_FORMAT"),
+        ("offering.hourly_price_micros", "OUT_OF_RANGE"),
+    ]
+    destroy = pb.DestroyInstanceRequest(machine_id="", provider_instance_id="; rm -rf /")
+    err = rpc_error(lambda: served.stub.DestroyInstance(destroy, timeout=10))
+    assert [v.field for v in details_of(err).violations] == ["machine_id", "offering", "provider_instance_id"]
     assert served.cloud.calls == []  # nothing reached a provider
 
 

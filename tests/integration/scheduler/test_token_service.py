@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpufleet.common.clock import ManualClock
 from gpufleet.common.db import models
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
+from gpufleet.common.rich_status import details_of
 from gpufleet.scheduler import tokens
 from gpufleet.scheduler.token_service import TokenMinter
 from gpufleet.v1 import agent_service_pb2, job_pb2, token_service_pb2, worker_service_pb2
@@ -114,6 +115,17 @@ def test_bad_input_names_its_field(
         gateway.CheckToken(request_msg, timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert dict(info.value.trailing_metadata() or ()).get("gpufleet-field") == field  # type: ignore[attr-defined]
+
+
+def test_a_check_wrong_in_every_field_names_each_one(gateway: token_grpc.TokenServiceStub) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        gateway.CheckToken(R.CheckTokenRequest(scope=99, spend_micros=-1), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert [(v.field, v.reason) for v in details_of(info.value).violations] == [
+        ("token", "REQUIRED"),
+        ("scope", "UNKNOWN_VALUE"),
+        ("spend_micros", "OUT_OF_RANGE"),
+    ]
 
 
 @pytest.mark.parametrize("ending", ["SUCCEEDED", "LOST", "CANCELLED", "TIMED_OUT", "cancel_requested"])

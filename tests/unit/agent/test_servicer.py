@@ -98,6 +98,33 @@ def test_bad_start_requests_name_the_field(tmp_path: Path, request_: object, fie
     assert state.pending_ids() == []
 
 
+def test_a_start_request_wrong_in_several_fields_names_each_one(tmp_path: Path) -> None:
+    # One answer for the caller to fix everything at once, in the order the fields are read.
+    request = start_request("../escape", job_id="", slot=1, slots=SLOTS)
+    request.time_limit.seconds = -5
+    request.pids_limit = -1
+    request.tokens["gpu"] = "x" * 16
+    state = state_dir(tmp_path)
+    with pytest.raises(InvalidArgument) as caught:
+        servicer(state).StartJob(request, None)
+    assert [(v.field, v.reason) for v in caught.value.violations] == [
+        ("attempt_id", "INVALID_FORMAT"),
+        ("job_id", "REQUIRED"),
+        ("slots", "OUT_OF_RANGE"),
+        ("time_limit", "OUT_OF_RANGE"),
+        ("pids_limit", "OUT_OF_RANGE"),
+        ("tokens", "UNKNOWN_VALUE"),
+    ]
+    assert state.pending_ids() == []
+
+
+def test_a_log_read_wrong_in_several_fields_names_each_one(tmp_path: Path) -> None:
+    request = agent_service_pb2.ReadJobLogRequest(attempt_id="a/b", offset=-1, max_bytes=-3)
+    with pytest.raises(InvalidArgument) as caught:
+        servicer(state_dir(tmp_path)).ReadJobLog(request, None)
+    assert [v.field for v in caught.value.violations] == ["attempt_id", "offset", "max_bytes"]
+
+
 def test_a_negative_time_limit_is_refused(tmp_path: Path) -> None:
     request = start_request("a-1")
     request.time_limit.seconds = -5

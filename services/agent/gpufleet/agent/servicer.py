@@ -37,6 +37,7 @@ from gpufleet.common.errors import (
     InvalidArgument,
     NotFound,
 )
+from gpufleet.common.violations import Violations
 from gpufleet.v1 import agent_service_pb2, agent_service_pb2_grpc
 
 DEFAULT_WINDOW = timedelta(seconds=2)
@@ -69,46 +70,53 @@ TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9_]{8,256}$")
 
 
 def spec_from_request(request: agent_service_pb2.AgentServiceStartJobRequest, machine_slots: int) -> JobSpec:
-    """Validate a StartJob request; every refusal names the field to fix."""
+    """Validate a StartJob request: one refusal naming every field to fix."""
+    found = Violations()
     if not request.attempt_id:
-        raise InvalidArgument("is required", field="attempt_id")
-    if not ATTEMPT_ID_PATTERN.match(request.attempt_id):
-        raise InvalidArgument(
+        found.add("attempt_id", "is required", "REQUIRED")
+    elif not ATTEMPT_ID_PATTERN.match(request.attempt_id):
+        found.add(
+            "attempt_id",
             "must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit",
-            field="attempt_id",
+            "INVALID_FORMAT",
         )
     if not request.job_id:
-        raise InvalidArgument("is required", field="job_id")
-    if not 0 <= request.slot < machine_slots:
-        raise InvalidArgument(f"must be within 0..{machine_slots - 1}", field="slot")
+        found.add("job_id", "is required", "REQUIRED")
     held = request.slots or 1
-    if held < 1 or request.slot + held > machine_slots:
-        raise InvalidArgument(
-            f"slot {request.slot} + {held} slots exceeds the machine's {machine_slots}", field="slots"
+    if not 0 <= request.slot < machine_slots:
+        found.add("slot", f"must be within 0..{machine_slots - 1}", "OUT_OF_RANGE")
+    elif held < 1 or request.slot + held > machine_slots:
+        found.add(
+            "slots",
+            f"slot {request.slot} + {held} slots exceeds the machine's {machine_slots}",
+            "OUT_OF_RANGE",
         )
     limit = request.time_limit.ToTimedelta() if request.HasField("time_limit") else timedelta(0)
     if limit < timedelta(0):
-        raise InvalidArgument("must not be negative", field="time_limit")
+        found.add("time_limit", "must not be negative", "OUT_OF_RANGE")
     if any(not key for key in request.tenant_values):
-        raise InvalidArgument("keys must not be empty", field="tenant_values")
+        found.add("tenant_values", "keys must not be empty", "REQUIRED")
     if request.memory_limit_bytes < 0:
-        raise InvalidArgument("must not be negative", field="memory_limit_bytes")
+        found.add("memory_limit_bytes", "must not be negative", "OUT_OF_RANGE")
     if request.pids_limit < 0:
-        raise InvalidArgument("must not be negative", field="pids_limit")
+        found.add("pids_limit", "must not be negative", "OUT_OF_RANGE")
     if request.checkpoint_id:
         if not ATTEMPT_ID_PATTERN.match(request.checkpoint_id):
-            raise InvalidArgument("must be a checkpoint id", field="checkpoint_id")
+            found.add("checkpoint_id", "must be a checkpoint id", "INVALID_FORMAT")
         if not SHA256_PATTERN.match(request.checkpoint_sha256):
-            raise InvalidArgument("must be lowercase hex SHA-256", field="checkpoint_sha256")
+            found.add("checkpoint_sha256", "must be lowercase hex SHA-256", "INVALID_FORMAT")
         if request.checkpoint_size_bytes <= 0:
-            raise InvalidArgument("must be positive", field="checkpoint_size_bytes")
-    for scope, token in request.tokens.items():
+            found.add("checkpoint_size_bytes", "must be positive", "OUT_OF_RANGE")
+    for scope, token in sorted(request.tokens.items()):
         if scope not in TOKEN_SCOPES:
-            raise InvalidArgument(
-                f"unknown scope {scope!r}: one of {', '.join(sorted(TOKEN_SCOPES))}", field="tokens"
+            found.add(
+                "tokens",
+                f"unknown scope {scope!r}: one of {', '.join(sorted(TOKEN_SCOPES))}",
+                "UNKNOWN_VALUE",
             )
-        if not TOKEN_PATTERN.match(token):
-            raise InvalidArgument(f"the {scope} token is not a token", field="tokens")
+        elif not TOKEN_PATTERN.match(token):
+            found.add("tokens", f"the {scope} token is not a token", "INVALID_FORMAT")
+    found.raise_if_any()
     return JobSpec(
         attempt_id=request.attempt_id,
         job_id=request.job_id,
@@ -329,13 +337,15 @@ class AgentServicer(agent_service_pb2_grpc.AgentServiceServicer):  # type: ignor
     def ReadJobLog(
         self, request: agent_service_pb2.ReadJobLogRequest, context: Any
     ) -> agent_service_pb2.ReadJobLogResponse:
+        found = Violations()
         if not ATTEMPT_ID_PATTERN.match(request.attempt_id):
-            raise InvalidArgument("must be an attempt id", field="attempt_id")
+            found.add("attempt_id", "must be an attempt id", "INVALID_FORMAT")
         if request.offset < 0:
-            raise InvalidArgument("must not be negative", field="offset")
+            found.add("offset", "must not be negative", "OUT_OF_RANGE")
         size = request.max_bytes or MAX_LOG_READ
         if not 0 < size <= MAX_LOG_READ:
-            raise InvalidArgument(f"must be 1-{MAX_LOG_READ}", field="max_bytes")
+            found.add("max_bytes", f"must be 1-{MAX_LOG_READ}", "OUT_OF_RANGE")
+        found.raise_if_any()
         for folder in (self.state.attempts, self.state.finished, self.state.refused):
             path = AttemptFiles(folder / request.attempt_id).job_log
             try:

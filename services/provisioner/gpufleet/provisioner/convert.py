@@ -13,7 +13,7 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpufleet.common.catalog import OfferingSpec
-from gpufleet.common.errors import InvalidArgument
+from gpufleet.common.violations import AT_ONCE, Violations
 from gpufleet.provisioner.drivers.base import CapacityType, InstanceInfo, Offering, Provider
 from gpufleet.v1 import machine_pb2, provisioner_service_pb2
 
@@ -40,51 +40,59 @@ MAX_SLOTS = 64
 MAX_GPUS = 16
 
 
-def provider_of(number: int, field: str) -> Provider:
-    """The Provider for a proto enum number; unset or unknown is bad input."""
+def provider_of(number: int, field: str, found: Violations = AT_ONCE) -> Provider | None:
+    """The Provider for a proto enum number; unset or unknown is bad input (None, with the
+    violation in ``found``)."""
     if number == machine_pb2.PROVIDER_UNSPECIFIED:
-        raise InvalidArgument("is required", field=field)
+        found.add(field, "is required", "REQUIRED")
+        return None
     try:
         return Provider(str(machine_pb2.Provider.Name(number)).removeprefix("PROVIDER_"))
-    except ValueError as exc:
-        raise InvalidArgument(f"unknown provider {number}", field=field) from exc
+    except ValueError:
+        found.add(field, f"unknown provider {number}", "UNKNOWN_VALUE")
+        return None
 
 
 def provider_number(provider: Provider) -> int:
     return int(machine_pb2.Provider.Value(f"PROVIDER_{provider.value}"))
 
 
-def machine_id(value: str) -> str:
+def machine_id(value: str, found: Violations = AT_ONCE) -> str:
     if not value:
-        raise InvalidArgument("is required", field="machine_id")
-    if not _MACHINE_ID.fullmatch(value):
-        raise InvalidArgument(
+        found.add("machine_id", "is required", "REQUIRED")
+    elif not _MACHINE_ID.fullmatch(value):
+        found.add(
+            "machine_id",
             "must be 1-63 lowercase letters, digits, '-' or '_', starting with a letter or digit",
-            field="machine_id",
+            "INVALID_FORMAT",
         )
     return value
 
 
-def provider_instance_id(value: str) -> str:
+def provider_instance_id(value: str, found: Violations = AT_ONCE) -> str:
     """Optional; when given it must look like an id, never like a path or a command."""
     if value and not _PROVIDER_INSTANCE_ID.fullmatch(value):
-        raise InvalidArgument("is not a provider instance id", field="provider_instance_id")
+        found.add("provider_instance_id", "is not a provider instance id", "INVALID_FORMAT")
     return value
 
 
-def offering(request: Any, *, for_create: bool = False) -> Offering:
-    """The request's offering; create also needs where and what to buy."""
+def offering(request: Any, found: Violations = AT_ONCE, *, for_create: bool = False) -> Offering | None:
+    """The request's offering; create also needs where and what to buy. None when it is
+    missing or names no provider (the violations in ``found``)."""
     if not request.HasField("offering"):
-        raise InvalidArgument("is required", field="offering")
+        found.add("offering", "is required", "REQUIRED")
+        return None
     msg: Any = request.offering
-    provider = provider_of(msg.provider, "offering.provider")
+    provider = provider_of(msg.provider, "offering.provider", found)
     if for_create:
         for name in ("zone", "instance_type"):
             if not getattr(msg, name):
-                raise InvalidArgument("is required to create an instance", field=f"offering.{name}")
+                found.add(f"offering.{name}", "is required to create an instance", "REQUIRED")
         if msg.slots < 1:
-            raise InvalidArgument("must be at least 1", field="offering.slots")
-    _check_offering(msg)
+            found.add("offering.slots", "must be at least 1", "OUT_OF_RANGE")
+    _check_offering(msg, found)
+    if provider is None:
+        return None
     capacity = (
         CapacityType.SPOT if msg.capacity_type == machine_pb2.CAPACITY_TYPE_SPOT else CapacityType.ON_DEMAND
     )
@@ -102,23 +110,24 @@ def offering(request: Any, *, for_create: bool = False) -> Offering:
     )
 
 
-def _check_offering(msg: Any) -> None:
+def _check_offering(msg: Any, found: Violations) -> None:
     """Everything an offering carries is stored and shown: check it before any driver."""
     for name in ("region", "zone", "instance_type", "gpu_model", "offering_id"):
         value = getattr(msg, name)
         if value and not _NAME.fullmatch(value):
-            raise InvalidArgument(
+            found.add(
+                f"offering.{name}",
                 "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
-                field=f"offering.{name}",
+                "INVALID_FORMAT",
             )
     if msg.slots > MAX_SLOTS:
-        raise InvalidArgument(f"at most {MAX_SLOTS}", field="offering.slots")
+        found.add("offering.slots", f"at most {MAX_SLOTS}", "OUT_OF_RANGE")
     if not 0 <= msg.gpu_count <= MAX_GPUS:
-        raise InvalidArgument(f"must be 0 to {MAX_GPUS}", field="offering.gpu_count")
+        found.add("offering.gpu_count", f"must be 0 to {MAX_GPUS}", "OUT_OF_RANGE")
     if msg.hourly_price_micros < 0:
-        raise InvalidArgument("must not be negative", field="offering.hourly_price_micros")
+        found.add("offering.hourly_price_micros", "must not be negative", "OUT_OF_RANGE")
     if msg.capacity_type not in machine_pb2.CapacityType.values():
-        raise InvalidArgument(f"unknown capacity type {msg.capacity_type}", field="offering.capacity_type")
+        found.add("offering.capacity_type", f"unknown capacity type {msg.capacity_type}", "UNKNOWN_VALUE")
 
 
 def instance_to_proto(info: InstanceInfo) -> provisioner_service_pb2.Instance:

@@ -19,6 +19,7 @@ from gpufleet.common.catalog import Catalog, OfferingSpec
 from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.provider_errors import METADATA_KEY, InsufficientCapacity, ProviderError
+from gpufleet.common.violations import Violations
 from gpufleet.provisioner import convert
 from gpufleet.provisioner.drivers.base import Driver, InstanceInfo, InstanceRef, InstanceSpec, Provider
 from gpufleet.provisioner.stockouts import Stockouts
@@ -70,18 +71,21 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
         return driver
 
     def _ref(self, request: _InstanceRequest) -> tuple[Driver, InstanceRef]:
-        machine_id = convert.machine_id(request.machine_id)
-        offering = convert.offering(request)
-        ref = InstanceRef(
-            machine_id=machine_id,
-            offering=offering,
-            provider_instance_id=convert.provider_instance_id(request.provider_instance_id),
-        )
+        found = Violations()
+        machine_id = convert.machine_id(request.machine_id, found)
+        offering = convert.offering(request, found)
+        provider_instance_id = convert.provider_instance_id(request.provider_instance_id, found)
+        found.raise_if_any()
+        assert offering is not None  # (a missing one is a violation)
+        ref = InstanceRef(machine_id=machine_id, offering=offering, provider_instance_id=provider_instance_id)
         return self._driver(offering.provider, "offering.provider"), ref
 
     def CreateInstance(self, request: pb.CreateInstanceRequest, context: grpc.ServicerContext) -> pb.Instance:
-        machine_id = convert.machine_id(request.machine_id)
-        offering = convert.offering(request, for_create=True)
+        found = Violations()
+        machine_id = convert.machine_id(request.machine_id, found)
+        offering = convert.offering(request, found, for_create=True)
+        found.raise_if_any()
+        assert offering is not None  # (a missing one is a violation)
         driver = self._driver(offering.provider, "offering.provider")
         log.info(
             "create instance",
@@ -151,6 +155,7 @@ class ProvisionerService(provisioner_service_pb2_grpc.ProvisionerServiceServicer
         after = _instance_position(paging.decode(_INSTANCES, request.page_token))
         if request.provider:
             provider = convert.provider_of(request.provider, "provider")
+            assert provider is not None  # (refused at once otherwise)
             drivers = [self._driver(provider, "provider")]
         else:
             drivers = [self.drivers[p] for p in sorted(self.drivers, key=convert.provider_number)]

@@ -34,11 +34,11 @@ from sqlalchemy.orm import Session
 from gpufleet.common import gpu_health
 from gpufleet.common.db import models
 from gpufleet.common.db.when_committed import when_committed
-from gpufleet.common.errors import InvalidArgument
 from gpufleet.common.ledger import FailureClass, OutcomeTarget, record_and_apply, record_failure
 from gpufleet.common.metrics.catalog import GPU_FINDINGS
 from gpufleet.common.metrics.instruments import PROCESS, Instruments
 from gpufleet.common.outcome_policy import OutcomePolicy
+from gpufleet.common.violations import AT_ONCE, Violations
 from gpufleet.v1 import machine_pb2
 
 log = logging.getLogger(__name__)
@@ -68,27 +68,29 @@ class GpuFaultPolicy:
     repeat_count: int = 2
 
 
-def validate(health: machine_pb2.GpuHealth) -> None:
-    """A heartbeat's health, checked before anything is written; each refusal names its field."""
+def validate(health: machine_pb2.GpuHealth, found: Violations = AT_ONCE) -> None:
+    """A heartbeat's health, checked before anything is written; each violation names its
+    field (every one, into ``found``)."""
     if (
         health.state not in gpu_health.STATE_NAMES
         and health.state != machine_pb2.GPU_HEALTH_STATE_UNSPECIFIED
     ):
-        raise InvalidArgument(f"unknown GPU health state {health.state}", field="gpu_health.state")
+        found.add("gpu_health.state", f"unknown GPU health state {health.state}", "UNKNOWN_VALUE")
     if len(health.findings) > MAX_FINDINGS:
-        raise InvalidArgument(f"at most {MAX_FINDINGS} findings", field="gpu_health.findings")
+        found.add("gpu_health.findings", f"at most {MAX_FINDINGS} findings", "TOO_MANY")
+        return
     for i, finding in enumerate(health.findings):
         where = f"gpu_health.findings[{i}]"
         if not 1 <= len(finding.kind) <= 64:
-            raise InvalidArgument("must be 1-64 characters", field=f"{where}.kind")
+            found.add(f"{where}.kind", "must be 1-64 characters", "INVALID_FORMAT")
         if finding.severity not in gpu_health.SEVERITY_NAMES:
-            raise InvalidArgument("must be WARNING or CRITICAL", field=f"{where}.severity")
+            found.add(f"{where}.severity", "must be WARNING or CRITICAL", "UNKNOWN_VALUE")
         if len(finding.message) > 500:
-            raise InvalidArgument("at most 500 characters", field=f"{where}.message")
+            found.add(f"{where}.message", "at most 500 characters", "TOO_LONG")
         if finding.gpu_index < -1:
-            raise InvalidArgument("must be a GPU index or -1", field=f"{where}.gpu_index")
+            found.add(f"{where}.gpu_index", "must be a GPU index or -1", "OUT_OF_RANGE")
         if finding.count < 0:
-            raise InvalidArgument("must not be negative", field=f"{where}.count")
+            found.add(f"{where}.count", "must not be negative", "OUT_OF_RANGE")
 
 
 @dataclass(frozen=True)

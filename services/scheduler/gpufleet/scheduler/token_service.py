@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.clock import Clock
 from gpufleet.common.db import models
-from gpufleet.common.errors import InvalidArgument
+from gpufleet.common.violations import Violations
 from gpufleet.scheduler import tokens
 from gpufleet.scheduler.tokens import Held, Refusal, Scope
 from gpufleet.v1 import agent_service_pb2, token_service_pb2, token_service_pb2_grpc
@@ -145,13 +145,16 @@ class TokenService(token_service_pb2_grpc.TokenServiceServicer):
     def CheckToken(
         self, request: token_service_pb2.CheckTokenRequest, context: grpc.ServicerContext
     ) -> token_service_pb2.CheckTokenResponse:
+        violations = Violations()
         if not request.token:
-            raise InvalidArgument("is required", field="token")
+            violations.add("token", "is required", "REQUIRED")
         asked = _SCOPES.get(request.scope)
         if asked is None:
-            raise InvalidArgument("must be TOKEN_SCOPE_MODEL or TOKEN_SCOPE_VOICE", field="scope")
+            violations.add("scope", "must be TOKEN_SCOPE_MODEL or TOKEN_SCOPE_VOICE", "UNKNOWN_VALUE")
         if request.spend_micros < 0:
-            raise InvalidArgument("must not be negative", field="spend_micros")
+            violations.add("spend_micros", "must not be negative", "OUT_OF_RANGE")
+        violations.raise_if_any()
+        assert asked is not None
         token = request.token
         if len(token) > MAX_TOKEN_CHARS or tokens.scope_of(token) is None:
             return _refused(Refusal.MALFORMED)

@@ -35,11 +35,12 @@ def require(value: str, field: str, pattern: re.Pattern[str], what: str, found: 
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.?)+$|^\[[0-9A-Fa-f:.]+\]$")
 
 
-def address(value: str, field: str) -> str:
+def address(value: str, field: str, found: Violations = AT_ONCE) -> str:
     """A ``host:port`` the control plane will dial: a DNS name, an IPv4 address or a
     bracketed IPv6 address, and a port 1-65535 — never a path, a URL or a command."""
     if not value:
-        raise InvalidArgument("is required", field=field)
+        found.add(field, "is required", "REQUIRED")
+        return value
     host, sep, port = value.rpartition(":")
     if (
         len(value) > 255
@@ -48,8 +49,8 @@ def address(value: str, field: str) -> str:
         or not port.isdigit()
         or not 0 < int(port) < 65536
     ):
-        raise InvalidArgument(
-            "must be host:port (a name, an IPv4 or a [IPv6] address, a port 1-65535)", field=field
+        found.add(
+            field, "must be host:port (a name, an IPv4 or a [IPv6] address, a port 1-65535)", "INVALID_FORMAT"
         )
     return value
 

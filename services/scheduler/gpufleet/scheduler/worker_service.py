@@ -29,7 +29,7 @@ from gpufleet.common.db.enums import (
     MachineState,
     WorkloadClass,
 )
-from gpufleet.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from gpufleet.common.errors import FailedPrecondition, NotFound
 from gpufleet.common.job_lifecycle import Mover, cause_of_report
 from gpufleet.common.job_outcomes import JobOutcomes, OutcomeTally
 from gpufleet.common.job_writer import end_attempt, move_job, start_attempt_running
@@ -44,7 +44,7 @@ from gpufleet.scheduler.checkpoint_store import open_checkpoint_store
 from gpufleet.scheduler.checkpoints import CheckpointService
 from gpufleet.scheduler.render import attempt_to_proto
 from gpufleet.scheduler.settings import Settings
-from gpufleet.scheduler.validation import IDENT, JOB_ID, require
+from gpufleet.scheduler.validation import IDENT, JOB_ID, Violations, require
 from gpufleet.v1 import job_pb2, machine_pb2, worker_service_pb2, worker_service_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -112,8 +112,10 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     ) -> worker_service_pb2.ReportHeartbeatResponse:
         machine_id = require(request.machine_id, "machine_id", JOB_ID, "machine id")
         _for_itself(context, machine_id)
+        found = Violations()
         if request.HasField("gpu_health"):
-            gpu_faults.validate(request.gpu_health)
+            gpu_faults.validate(request.gpu_health, found)
+        found.raise_if_any()
         now = self.clock.now()
         lease_until = now + timedelta(seconds=self.settings.attempt_lease_s)
         reported = {r.attempt_id: r.slot for r in request.running}
@@ -190,11 +192,13 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     ) -> worker_service_pb2.ReportCompletionResponse:
         machine_id = require(request.machine_id, "machine_id", JOB_ID, "machine id")
         _for_itself(context, machine_id)
-        attempt_id = require(request.attempt_id, "attempt_id", JOB_ID, "attempt id")
+        found = Violations()
+        attempt_id = require(request.attempt_id, "attempt_id", JOB_ID, "attempt id", found)
         if request.outcome not in _REPORTABLE:
-            raise InvalidArgument("must be an ended attempt state", field="outcome")
+            found.add("outcome", "must be an ended attempt state", "UNKNOWN_VALUE")
         if request.slot_seconds < 0:
-            raise InvalidArgument("must not be negative", field="slot_seconds")
+            found.add("slot_seconds", "must not be negative", "OUT_OF_RANGE")
+        found.raise_if_any()
         now = self.clock.now()
         tally = OutcomeTally()
         with self.sessions() as session, session.begin():
@@ -264,12 +268,14 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         machine_id = request.machine_id or fallback or str(uuid.uuid5(uuid.NAMESPACE_URL, request.request_id))
         require(machine_id, "machine_id", JOB_ID, "machine id")
         require_self(caller, machine_id)
-        validation.address(request.agent_address, "agent_address")
-        require(request.pool, "pool", IDENT, "pool id")
+        found = Violations()
+        validation.address(request.agent_address, "agent_address", found)
+        require(request.pool, "pool", IDENT, "pool id", found)
         if request.workload_class not in machine_pb2.WorkloadClass.values():
-            raise InvalidArgument(f"unknown workload class {request.workload_class}", field="workload_class")
+            found.add("workload_class", f"unknown workload class {request.workload_class}", "UNKNOWN_VALUE")
         if request.slots < 1 or request.slots > 64:
-            raise InvalidArgument("must be 1-64", field="slots")
+            found.add("slots", "must be 1-64", "OUT_OF_RANGE")
+        found.raise_if_any()
         now = self.clock.now()
         with self.sessions() as session, session.begin():
             if session.get(models.Pool, request.pool) is None:
