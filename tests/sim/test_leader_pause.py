@@ -43,3 +43,31 @@ def test_a_pause_shorter_than_the_lease_ends_with_the_same_leader() -> None:
     sim, paused = _stopping(unpaused - 5.0, TTL_S / 3)
     back = unpaused - 5.0 + TTL_S / 3
     assert back <= paused <= back + sim.every["auto_stop"]
+
+
+def _stopped_after_pause(pause_s: float) -> tuple[Sim, float, float]:
+    """The idle machine's stop claimed, and its leader paused for ``pause_s`` while the stop's
+    call is out (the script's calls take a second): when the claim was made, when the row
+    was STOPPED."""
+    _, claimed = _stopping()
+    sim, again = _stopping(claimed + 0.5, pause_s)
+    assert again == claimed  # the pause began after the claim
+    assert sim.history is not None
+    stopped = next(t for t, what, _, state in sim.history if what == "machine" and state == "STOPPED")
+    return sim, claimed, stopped
+
+
+def test_a_leader_paused_past_its_lease_never_writes_its_stops_answer() -> None:
+    # The provider stopped the instance, but the deposed leader's write is fenced: the row
+    # stays STOPPING until the new leader's stuck-transition net finds it stopped.
+    sim, claimed, stopped = _stopped_after_pause(100.0)
+    (lost,) = [f for f in sim.failures if f.cls == "answer_lost"]
+    assert lost.at == claimed + 1.0
+    assert (lost.caught_at, lost.caught_by) == (stopped, "stuck_transition")
+    assert stopped > claimed + 100.0
+
+
+def test_a_leader_paused_within_its_lease_writes_its_stops_answer_when_it_wakes() -> None:
+    sim, claimed, stopped = _stopped_after_pause(TTL_S / 3)
+    assert stopped == claimed + 0.5 + TTL_S / 3
+    assert not [f for f in sim.failures if f.cls == "answer_lost"]

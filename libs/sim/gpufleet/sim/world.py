@@ -352,6 +352,8 @@ class Sim:
         # create or start was under way, and attempts whose StartJob was.
         self.unadopted: set[str] = set()
         self.undispatched: dict[str, Attempt] = {}
+        # Each pause of the reaper's leader: (from, when it wakes, whether its lease ran out).
+        self.reaper_pause_log: list[tuple[float, float, bool]] = []
         self.reaper_paused_until = 0.0
         self.outages: list[tuple[float, float]] = []
         self.ordinal = 0
@@ -1705,7 +1707,7 @@ class Sim:
 
     # -- provider calls ----------------------------------------------------------------
 
-    def _call(self, m: Machine, op: str, on_done: Callable[[str], None]) -> None:
+    def _call(self, m: Machine, op: str, on_done: Callable[[str], None], by: str = "scheduler") -> None:
         """A provider call: the intent is already on the row; the answer comes after the
         call's latency: ``ok``, ``refused`` (nothing done), ``lost`` (done, answer lost),
         or a definitive refusal class for a create or start."""
@@ -1715,15 +1717,39 @@ class Sim:
             self.metrics.calls_without_intent += 1
             self._broken(f"{op} of machine {m.id} called without its intent recorded")
         latency, outcome = self._answer(op, m.offering.zone, exists=m.done_unanswered)
-        epoch = self.epoch
+        epoch, made = self.epoch, self.q.now
 
         def answered() -> None:
-            if self.epoch == epoch:
+            # Who reads the answer: the process that made the call, unless a restart killed
+            # it; a reaper leader paused meanwhile reads it when it wakes, or, deposed by
+            # then, writes nothing (its writes are fenced). ``by``: the caller ("oracle" and
+            # "human" stand outside the control plane's processes).
+            if by in ("oracle", "human"):
                 on_done(outcome)
-            else:
+            elif self.epoch != epoch:
                 self._unanswered(m, op, outcome)
+            elif by == "reaper" and (held := self._reaper_held(made)) is not None:
+                if held == INF:
+                    self._unanswered(m, op, outcome)
+                else:
+                    self.q.at(held, answered)
+            else:
+                on_done(outcome)
 
         self.q.after(latency, answered)
+
+    def _reaper_held(self, made: float) -> float | None:
+        """What a pause of the reaper's leader since ``made`` does to an answer arriving
+        now: INF if the leader lost its lease in it (the answer is never written), the time
+        it wakes if it is still paused, None if nothing."""
+        now = self.q.now
+        for start, wake, deposed in self.reaper_pause_log:
+            if made < start <= now:
+                if deposed:
+                    return INF
+                if wake > now:
+                    return wake
+        return None
 
     def _unanswered(self, m: Machine, op: str, outcome: str) -> None:
         """The process that made the call died in a restart before its answer came: the
@@ -1977,7 +2003,8 @@ class Sim:
             m.clear_at_end = ("stop_due_at", "destroy_due_at") if op == "destroy" else ()
         if fc is not None:
             self._ledger(fc, m, "reaper")
-        self._call(m, op, lambda outcome: self._stopped(m, op, outcome))
+        by = "oracle" if detector == "oracle" else "reaper"
+        self._call(m, op, lambda outcome: self._stopped(m, op, outcome), by)
 
     def _stopped(self, m: Machine, op: str, outcome: str) -> None:
         now = self.q.now
@@ -2339,7 +2366,7 @@ class Sim:
                 self._ledger(FailureClass.TRANSITION_REISSUED, m, "reaper")
                 m.reissued.append(dt(now))
                 op = d.operation
-                self._call(m, op, partial(self._reissue_answered, m, op))
+                self._call(m, op, partial(self._reissue_answered, m, op), "reaper")
                 self._due("stuck_transition", m, now + every)
             elif isinstance(d, Refuse):
                 self._refused("stuck_transition", d.reason)
@@ -2385,7 +2412,7 @@ class Sim:
             self._finish(m, MachineState.STOPPED, lifecycle.Actor.REAPER)
         elif m.state in (MachineState.STOPPING, MachineState.DESTROYING):
             op = "stop" if m.state == MachineState.STOPPING else "destroy"
-            self._call(m, op, lambda outcome: self._stopped(m, op, outcome))
+            self._call(m, op, lambda outcome: self._stopped(m, op, outcome), "human")
 
     def _net_inventory_reconcile(self, now: float) -> None:
         if not self.recon_watch:
@@ -2528,7 +2555,7 @@ class Sim:
                 )
             else:
                 op = "stop" if m.state == MachineState.STOPPING else "destroy"
-                self._call(m, op, lambda outcome: self._stopped(m, op, outcome))
+                self._call(m, op, lambda outcome: self._stopped(m, op, outcome), "oracle")
 
     # -- the environment: pre-emptions, stockouts, orphans, restarts, pauses ------------
 
@@ -2631,6 +2658,7 @@ class Sim:
             back = now + min(duration, self.reaper_lease_ttl_s)
             self.reaper_paused_until = max(self.reaper_paused_until, back)
             self.reaper_pauses.append((now, back))
+            self.reaper_pause_log.append((now, now + duration, duration > self.reaper_lease_ttl_s))
         # Recovered when it is back: a restart resumes every loop; a new leader takes over.
         self.q.at(back, lambda: self._caught(f, "leadership"))
 
