@@ -139,6 +139,9 @@ from gpufleet.sweeper.orphan_rows import OrphanAction
 POLICIES = ("nets", "oracle", "merged")
 # The services that write ledger rows, each under its own settings' outcome policy.
 Writer = Literal["scheduler", "reaper", "sweeper"]
+# Who makes a provider call: a service's process (which a restart, or for the reaper a
+# pause, can take its answer from), the oracle or a human (outside the control plane).
+Caller = Literal["scheduler", "reaper", "oracle", "human"]
 # The columns a shared update may write that the simulator does not keep: the agent's
 # address (its machines have none) and when a call was made pending, the failing probes'
 # streak (read from each life's truth, which a new life resets), and when an earmark was
@@ -1707,7 +1710,7 @@ class Sim:
 
     # -- provider calls ----------------------------------------------------------------
 
-    def _call(self, m: Machine, op: str, on_done: Callable[[str], None], by: str = "scheduler") -> None:
+    def _call(self, m: Machine, op: str, on_done: Callable[[str], None], by: Caller = "scheduler") -> None:
         """A provider call: the intent is already on the row; the answer comes after the
         call's latency: ``ok``, ``refused`` (nothing done), ``lost`` (done, answer lost),
         or a definitive refusal class for a create or start."""
@@ -1752,8 +1755,9 @@ class Sim:
         return None
 
     def _unanswered(self, m: Machine, op: str, outcome: str) -> None:
-        """The process that made the call died in a restart before its answer came: the
-        provider did what was asked unless it refused, and no one reads the answer. A create
+        """The process that made the call died in a restart before its answer came (or, a
+        reaper leader, lost its lease while paused: its writes are fenced): the provider did
+        what was asked unless it refused, and no one writes the answer. A create
         or start stays pending on its row, for the new leader's adopt to make again (the
         provider's create and start are idempotent by the machine's id); a stop or destroy
         stays transitional, for the stuck-transition net — as a done call whose answer was
@@ -2003,7 +2007,7 @@ class Sim:
             m.clear_at_end = ("stop_due_at", "destroy_due_at") if op == "destroy" else ()
         if fc is not None:
             self._ledger(fc, m, "reaper")
-        by = "oracle" if detector == "oracle" else "reaper"
+        by: Caller = "oracle" if detector == "oracle" else "reaper"
         self._call(m, op, lambda outcome: self._stopped(m, op, outcome), by)
 
     def _stopped(self, m: Machine, op: str, outcome: str) -> None:
