@@ -31,6 +31,15 @@ def register(**overrides: object) -> worker_service_pb2.RegisterMachineRequest:
     return worker_service_pb2.RegisterMachineRequest(**fields)  # type: ignore[arg-type]
 
 
+def _machines_stored(pg_url: str) -> int:
+    engine = make_engine(pg_url)
+    try:
+        with make_sessionmaker(engine)() as s:
+            return s.execute(select(func.count()).select_from(models.Machine)).scalar_one()
+    finally:
+        engine.dispose()
+
+
 BAD = [
     (register(agent_address=""), "agent_address"),
     (register(agent_address="127.0.0.1"), "agent_address"),
@@ -54,12 +63,7 @@ def test_a_bad_registration_names_its_field_and_stores_nothing(
             worker_service_pb2_grpc.WorkerServiceStub(channel).RegisterMachine(request_msg, timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert dict(info.value.trailing_metadata() or ()).get("gpufleet-field") == field  # type: ignore[attr-defined]
-    engine = make_engine(pg_url)
-    try:
-        with make_sessionmaker(engine)() as s:
-            assert s.execute(select(func.count()).select_from(models.Machine)).scalar_one() == 0
-    finally:
-        engine.dispose()
+    assert _machines_stored(pg_url) == 0
 
 
 def test_a_machines_resource_name_is_accepted_where_its_id_is(scheduler: ServiceProcess) -> None:
@@ -126,12 +130,7 @@ def test_a_registration_wrong_in_several_fields_names_each_one(
             ("workload_class", "UNKNOWN_VALUE"),
             ("slots", "OUT_OF_RANGE"),
         ]
-    engine = make_engine(pg_url)
-    try:
-        with make_sessionmaker(engine)() as s:
-            assert s.execute(select(func.count()).select_from(models.Machine)).scalar_one() == 0
-    finally:
-        engine.dispose()
+    assert _machines_stored(pg_url) == 0
 
 
 def test_a_completion_or_heartbeat_wrong_in_several_fields_names_each_one(
