@@ -177,6 +177,11 @@ class Machine:
             self.drop_view()
         object.__setattr__(self, name, value)
 
+    @property
+    def instance_id(self) -> str:
+        """The id the simulated provider gives this machine's instance (its create's)."""
+        return f"i-{self.id}"
+
     def drop_view(self) -> None:
         """The tick's view of the row (or of its live attempts) no longer holds."""
         object.__setattr__(self, "view", None)

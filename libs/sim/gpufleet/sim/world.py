@@ -1770,7 +1770,7 @@ class Sim:
             self.unadopted.add(m.id)
             if outcome in ("ok", "lost") and not m.done_unanswered:
                 if op == CREATE:
-                    m.provider_instance_id = f"i-{m.id}"
+                    m.provider_instance_id = m.instance_id
                 self._new_life(m, now)
                 m.done_unanswered = True
             return
@@ -1779,8 +1779,7 @@ class Sim:
         if outcome == "refused":
             f = self._inject(m, "call_failed", now)
         else:
-            if m.inst_status not in ("", "TERMINATED") and not (op == "stop" and m.inst_status == "STOPPED"):
-                self._provider_does(m, op)
+            self._provider_does_unless_done(m, op)
             f = self._inject(m, "answer_lost", now)
         if self.policy == "oracle":
             self._oracle_finish(m, f)
@@ -1841,14 +1840,14 @@ class Sim:
             return  # destroyed meanwhile: the destroy (by machine id) removed what the create made
         if outcome in ("ok", "lost"):
             if not m.done_unanswered:  # (made again by the adopt: the instance runs already)
-                m.provider_instance_id = f"i-{m.id}"
+                m.provider_instance_id = m.instance_id
                 self._new_life(m, now)
             if self.policy == "oracle" and outcome == "lost":
                 self._oracle_finish(m, self._inject(m, "call_timed_out", now))
                 return
             if outcome == "ok":
                 if m.state == MachineState.PROVISIONING:
-                    self._write(m, answered_values(CREATE, dt(now), f"i-{m.id}", ""))
+                    self._write(m, answered_values(CREATE, dt(now), m.instance_id, ""))
                     self._move(m, MachineState.BOOTING, lifecycle.Actor.FLEET_TICK)
                     self._watch_boot(m, now)
             else:  # done, but the scheduler saw its call fail
@@ -2048,6 +2047,12 @@ class Sim:
                 # The machine left before the path was judged: nothing is routed to it now.
                 self._caught(f, "machine left")
         m.life += 1  # whatever this life had scheduled is void
+
+    def _provider_does_unless_done(self, m: Machine, op: str) -> None:
+        """A stop or destroy carried out again (a re-issue, or one whose answer no one read):
+        an instance already gone, or already stopped for a stop, is left as it is."""
+        if m.inst_status not in ("", "TERMINATED") and not (op == "stop" and m.inst_status == "STOPPED"):
+            self._provider_does(m, op)
 
     def _finish(self, m: Machine, end: str, by: lifecycle.Actor) -> None:
         if m.state == end:
@@ -2348,7 +2353,7 @@ class Sim:
                 self._due_stuck(m)
                 continue
             status = m.inst_status or stuck_transition.GONE
-            view = stuck_transition.ProviderView(status=status, provider_instance_id=f"i-{m.id}")
+            view = stuck_transition.ProviderView(status=status, provider_instance_id=m.instance_id)
             if m.reissued_for != m.state_changed_at:
                 m.reissued, m.reissued_for = [], m.state_changed_at
             d = stuck_transition.decide(dt(now), snap, view, policy, m.reissued)
@@ -2398,8 +2403,7 @@ class Sim:
             self._ledger(FailureClass.PROVIDER_CALL_FAILED, None, "reaper")
         if outcome == "refused":
             return
-        if m.inst_status not in ("", "TERMINATED") and not (op == "stop" and m.inst_status == "STOPPED"):
-            self._provider_does(m, op)
+        self._provider_does_unless_done(m, op)
         if outcome == "ok":
             end = MachineState.STOPPED if op == "stop" else MachineState.DESTROYED
             self._finish_transition(m, stuck_transition.FinishTransition(end))
