@@ -6,7 +6,8 @@ first check, and what the simulator decides on) sit side by side in each net's m
 one table of machines on each store: every timer and report clock before, at and after
 its threshold, every state, contact and no contact, this life and the last. A rule
 changed in one form and not the other fails here. Each net's ``due_at`` (when a machine
-falls due if nothing changes: the simulator wakes the net then) agrees with both.
+falls due if nothing changes: the simulator wakes the net then) agrees with both. So does
+the stuck-transition net's finish guard, which the simulator applies a re-issue's answer by.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.common.db.engine import make_engine, make_sessionmaker
-from gpufleet.reaper import auto_destroy, auto_stop, provision_deadline, went_silent
+from gpufleet.common.db.models import Machine
+from gpufleet.reaper import auto_destroy, auto_stop, provision_deadline, stuck_transition, went_silent
 from gpufleet.reaper.net_runner import OneStepSpec
 from gpufleet.reaper.settings import Settings
 from gpufleet.reaper.snapshot import scan
@@ -110,3 +112,45 @@ def _agree(sessions: sessionmaker[Session], spec: OneStepSpec[Any, Any]) -> None
         assert not spec.is_due(at - tick, m, policy) and spec.is_due(at, m, policy), (spec.name, m)
     at_later = {m.machine_id for m in everything if (a := spec.due_at(m, policy)) is not None and a <= NOW}
     assert at_later == selected, spec.name
+
+
+def test_a_finish_writes_where_the_simulator_finishes(db_url: str) -> None:
+    """The stuck-transition net's finish guard, in SQL (``finish_where`` beside the state it
+    moves from, as ``lifecycle.transition`` writes it) and over a snapshot
+    (``finish_holds``, what the simulator applies a re-issue's answer by), holds for the
+    same rows: every row of a table against every transition read from it."""
+    engine = make_engine(db_url)
+    began = [NOW - timedelta(minutes=20), NOW - timedelta(minutes=20) + S, NOW]
+    try:
+        sessions = make_sessionmaker(engine)
+        for state, intent, changed, origin, managed in itertools.product(
+            ["STOPPING", "DESTROYING", "STOPPED"],  # (a DESTROYED row is read by no scan)
+            ["STOPPED", "DESTROYED"],
+            began,
+            ["PROVISIONED", "REGISTERED"],
+            [True, False],
+        ):
+            add_machine(
+                sessions,
+                NOW,
+                state=state,
+                intent=intent,
+                state_changed_at=changed,
+                origin=origin,
+                managed=managed,
+            )
+        with sessions() as session:
+            rows = scan(session, [])
+        reads = [r for r in rows if r.state in ("STOPPING", "DESTROYING")]
+        held = 0
+        for read in reads:
+            with sessions() as session:
+                where = [Machine.state == read.state, *stuck_transition.finish_where(read)]
+                in_sql = {m.machine_id for m in scan(session, where)}
+            in_python = {r.machine_id for r in rows if stuck_transition.finish_holds(read, r)}
+            assert in_sql == in_python, read
+            held += len(in_sql)
+        # Both sides exercised: a read's own row holds when it is ours, and most rows do not.
+        assert 0 < held < len(reads) * len(rows)
+    finally:
+        engine.dispose()

@@ -23,6 +23,8 @@ from gpufleet.reaper.stuck_transition import (
     due_at,
     finish_values,
     gate,
+    opens_incident,
+    this_transition,
 )
 from tests.unit.reaper.nets_fixtures import HEALTHY, NOW, ago
 
@@ -275,3 +277,29 @@ def test_due_at_is_the_first_instant_the_net_reads_a_transition(state: str) -> N
 @pytest.mark.parametrize("state", ["BOOTING", "READY", "STOPPED", "DESTROYED"])
 def test_a_machine_in_no_transition_is_never_due(state: str) -> None:
     assert due_at(stuck(state, "RUNNING"), POLICY) is None
+
+
+def test_only_the_present_transitions_rows_count() -> None:
+    """Re-issues and incidents count from the transition's start on: rows of an earlier
+    transition of the same machine (it moved on and got stuck again) are not this one's,
+    and a row written the instant the transition began is."""
+    machine = stuck("STOPPING", "STOPPED", minutes=30)
+    began = machine.state_changed_at
+    assert began is not None
+    earlier, later = began - timedelta(seconds=1), began + timedelta(minutes=12)
+    assert this_transition(machine, [earlier, began, later]) == [began, later]
+    assert this_transition(machine, [earlier]) == []
+    # A row with no transition recorded has none to count against.
+    assert this_transition(replace(machine, state_changed_at=None), [earlier, later]) == []
+
+
+def test_a_stuck_transition_opens_one_incident() -> None:
+    """The net reads a stuck machine every pass: the first alert writes the row (the
+    incident), the later ones of the same transition do not; a new transition opens anew."""
+    machine = stuck("STOPPING", "STOPPED", minutes=30)
+    began = machine.state_changed_at
+    assert began is not None
+    assert opens_incident(machine, [])
+    assert not opens_incident(machine, [began + timedelta(minutes=10)])
+    # Alerted in an earlier transition only: this one has not paged anybody yet.
+    assert opens_incident(machine, [began - timedelta(hours=1)])

@@ -137,6 +137,14 @@ CASES = {
         "the fleet runs its most machines (1)",
         policy=replace(POLICY, max_running_machines=1),
     ),
+    # Decided one pool at a time (the simulator), the other pools' machines fill the same
+    # fleet ceiling, and the reason names the fleet's ceiling, not what is left of it.
+    "the fleet at its ceiling, with other pools' machines": Case(
+        replace(full_pool(pool_max=8), room_held_elsewhere=3),
+        R.POOL_AT_CEILING,
+        "the fleet runs its most machines (4)",
+        policy=replace(POLICY, max_running_machines=4),
+    ),
     "every offering quarantined": Case(
         snapshot(queued=[job("j")], quarantined=frozenset({"cheap", "dear"})),
         R.OFFERING_QUARANTINED,

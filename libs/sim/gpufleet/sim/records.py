@@ -114,11 +114,10 @@ class Machine:
     provision_deadline_at: datetime | None = None
     state_changed_at: datetime | None = None
     startup_failed_at: datetime | None = None
-    alerted_for: datetime | None = None  # the stuck transition's incident, opened once
-    # When the stuck-transition net re-issued this transition's call (its ledger rows),
-    # and which transition (its ``state_changed_at``) they belong to.
-    reissued: list[datetime] = field(default_factory=list)
-    reissued_for: datetime | None = None
+    # The ledger rows written about this machine, by class (when each was written), as a
+    # net reads them back: the stuck-transition net's re-issues and incidents, judged by
+    # its own ``this_transition`` and ``opens_incident``.
+    ledger_rows: dict[str, list[datetime]] = field(default_factory=dict)
     provider_instance_id: str | None = None
     # The create or start the row says is under way (the scale step's ``pending_call``),
     # and whether the provider has done it though no one read its answer (the process

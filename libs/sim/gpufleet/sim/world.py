@@ -106,7 +106,6 @@ from gpufleet.scheduler.tick.model import (
     FleetSnapshot,
     JobView,
     OfferingView,
-    Policy,
     PoolView,
     StartMachine,
     TickPlan,
@@ -170,6 +169,9 @@ _NOT_KEPT = frozenset({"agent_address", "pending_call_at", "probe_failed_since",
 # The counterfactual policy's one composite check: no service runs it, so it is not in the
 # net registry; it stands in for the nets in MERGED_REPLACES, at went silent's cadence.
 MERGED_CHECK = "merged_check"
+# The ledger classes the stuck-transition net reads back, per machine (``Machine.ledger_rows``).
+_REISSUED = FailureClass.TRANSITION_REISSUED.value
+_STUCK = FailureClass.TRANSITION_STUCK.value
 MERGED_REPLACES = frozenset({"provision_deadline", "boot_failure", "went_silent", "lost_detector"})
 
 
@@ -399,7 +401,6 @@ class Sim:
         self.order_wake: dict[str, float] = {}  # pool -> its next wake-up (_wake_at)
         # The scheduler's own tick policy, under the simulated fleet's ceiling.
         self.tick_policy = self.scheduler.tick_policy(config.machines)
-        self.tick_policies: dict[int, Policy] = {}
         # The ledger's outcomes as each service that writes a row builds them from its own
         # settings (a row's quarantine TTLs, a replacement's back-off and disruption budget).
         self.outcomes: dict[Writer, OutcomePolicy] = {
@@ -688,14 +689,10 @@ class Sim:
         if self.evaluate_everything:
             self.dirty.update(self.pools)
         pools, self.dirty = sorted(self.dirty), set()
+        policy = self.tick_policy
         for pool in pools:
-            others = sum(n for p, n in self.running.items() if p != pool)
             snapshot = self._snapshot(pool, now)
             self._sample_fairness(pool, now)
-            ceiling = max(0, self.cfg.machines - others)
-            policy = self.tick_policies.get(ceiling)
-            if policy is None:  # one per ceiling, built once (the decision only reads it)
-                policy = self.tick_policies[ceiling] = replace(self.tick_policy, max_running_machines=ceiling)
             plan = tick_decide.decide(snapshot, policy)
             self.metrics.decisions["fleet_tick"] += 1
             self._apply_plan(pool, plan, now)
@@ -834,6 +831,9 @@ class Sim:
                 o for o, until in self.quarantined.items() if in_force(until, nowd)
             ),
             halted_regions=frozenset(r for r, until in self.halted.items() if in_force(until, nowd)),
+            # The fleet's ceiling is read over every pool; the machines of the others hold
+            # room from their request until they stop (``holds_room`` of provisioned ones).
+            room_held_elsewhere=sum(n for p, n in self.running.items() if p != pool),
         )
 
     def _apply_plan(self, pool: str, plan: TickPlan, now: float) -> None:
@@ -1918,6 +1918,7 @@ class Sim:
         now = self.q.now
         if m is None:
             return
+        m.ledger_rows.setdefault(fc.value, []).append(dt(now))
         o = m.offering
         policy = self.outcomes[by]
         effect = decide_effect(
@@ -2354,9 +2355,9 @@ class Sim:
                 continue
             status = m.inst_status or stuck_transition.GONE
             view = stuck_transition.ProviderView(status=status, provider_instance_id=m.instance_id)
-            if m.reissued_for != m.state_changed_at:
-                m.reissued, m.reissued_for = [], m.state_changed_at
-            d = stuck_transition.decide(dt(now), snap, view, policy, m.reissued)
+            rows = m.ledger_rows
+            reissued = stuck_transition.this_transition(snap, rows.get(_REISSUED, ()))
+            d = stuck_transition.decide(dt(now), snap, view, policy, reissued)
             self.metrics.decisions["stuck_transition"] += 1
             for f in m.life_failures:
                 if f.cls in ("call_failed", "call_timed_out", "answer_lost") and f.caught_at is None:
@@ -2366,16 +2367,14 @@ class Sim:
             elif isinstance(d, stuck_transition.AlertStuck):
                 # The scan reads it again every tick; the incident is opened once.
                 self._due("stuck_transition", m, now + every)
-                if m.alerted_for != m.state_changed_at:
-                    m.alerted_for = m.state_changed_at
+                if stuck_transition.opens_incident(snap, rows.get(_STUCK, ())):
                     self._ledger(FailureClass.TRANSITION_STUCK, m, "reaper")
                     self.q.after(self.cfg.faults.human_response_s, partial(self._human, m))
             elif isinstance(d, stuck_transition.ReissueCall):
                 # The ledger row first (the intent is on the row already), then the call.
                 self._ledger(FailureClass.TRANSITION_REISSUED, m, "reaper")
-                m.reissued.append(dt(now))
                 op = d.operation
-                self._call(m, op, partial(self._reissue_answered, m, op), "reaper")
+                self._call(m, op, partial(self._reissue_answered, m, op, snap), "reaper")
                 self._due("stuck_transition", m, now + every)
             elif isinstance(d, Refuse):
                 self._refused("stuck_transition", d.reason)
@@ -2394,17 +2393,17 @@ class Sim:
         else:
             self._finish(m, finish.end.value, lifecycle.Actor.REAPER)
 
-    def _reissue_answered(self, m: Machine, op: str, outcome: str) -> None:
-        """A re-issued stop or destroy: done (the transition ends), refused (nothing done;
-        the net reads again), or done with its answer lost (the next read finishes it)."""
-        if m.state not in (MachineState.STOPPING, MachineState.DESTROYING):
-            return
+    def _reissue_answered(self, m: Machine, op: str, read: MachineSnapshot, outcome: str) -> None:
+        """A re-issued stop or destroy: done (the transition ends, if the row is still in
+        the transition the net read: ``finish_holds``), refused (nothing done; the net reads
+        again), or done with its answer lost (the next read finishes it). The provider
+        carries the call out whatever the row says by then, as it would for the reaper."""
         if outcome != "ok":  # the re-issued call raised: the net's ledger row
             self._ledger(FailureClass.PROVIDER_CALL_FAILED, None, "reaper")
         if outcome == "refused":
             return
         self._provider_does_unless_done(m, op)
-        if outcome == "ok":
+        if outcome == "ok" and stuck_transition.finish_holds(read, self.snapshot(m, self.q.now)):
             end = MachineState.STOPPED if op == "stop" else MachineState.DESTROYED
             self._finish_transition(m, stuck_transition.FinishTransition(end))
 

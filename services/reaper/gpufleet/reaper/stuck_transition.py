@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -268,6 +268,51 @@ def decide(
     )
 
 
+def this_transition(machine: MachineSnapshot, at: Iterable[datetime]) -> list[datetime]:
+    """Of the machine's ledger rows of one class (when each was written), those its present
+    transition met: written at or after the transition began. The re-issues counted
+    against ``reissues`` and the one incident a transition opens are the present
+    transition's — a machine that moves on and is stuck again starts afresh. The reaper
+    reads the rows from the ledger and the simulator keeps the ones it wrote; both judge
+    them here."""
+    began = machine.state_changed_at
+    if began is None:
+        return []
+    return [t for t in at if t >= began]
+
+
+def opens_incident(machine: MachineSnapshot, stuck_rows: Iterable[datetime]) -> bool:
+    """Whether an :class:`AlertStuck` writes its ``transition_stuck`` row (which opens the
+    incident): once per stuck transition — none of ``stuck_rows``, the machine's rows of
+    that class so far, is this transition's. The net reads a stuck machine every pass; a
+    human is paged once."""
+    return not this_transition(machine, stuck_rows)
+
+
+def finish_where(read: MachineSnapshot) -> list[ColumnElement[bool]]:
+    """A finish's compare-and-set, beside the state it moves from: the row is still in the
+    transition the net read (same start, same intent), not destroyed, and ours. A finish
+    that comes after the row moved on — the first call's own answer ended it, or a human
+    did — writes nothing."""
+    return [
+        Machine.state_changed_at == read.state_changed_at,
+        Machine.intent == read.intent,
+        not_destroyed(),
+        *ours(),
+    ]
+
+
+def finish_holds(read: MachineSnapshot, row: MachineSnapshot) -> bool:
+    """:func:`finish_where` (and the state it moves from) over a snapshot of the row now."""
+    return (
+        row.state == read.state
+        and row.state_changed_at == read.state_changed_at
+        and row.intent == read.intent
+        and row.state != MachineState.DESTROYED.value
+        and is_ours(row)
+    )
+
+
 def read_provider(reader: InstanceReader, machine: MachineSnapshot) -> ProviderView:
     """One fresh ``get``, with no transaction open."""
     try:
@@ -386,21 +431,25 @@ class StuckTransition:
         """When each scanned machine's present transition met ``failure_class`` so far (its
         re-issues, its unconfirmed destroys): those rows since the transition began, one
         query for the scan."""
-        began = {m.machine_id: m.state_changed_at for m in machines if m.state_changed_at is not None}
-        if not began:
+        ids = [m.machine_id for m in machines if m.state_changed_at is not None]
+        if not ids:
             return {}
-        out: dict[str, list[datetime]] = {}
+        at: dict[str, list[datetime]] = {}
         with self.sessions() as session:
             rows = session.execute(
                 select(Failure.machine_id, Failure.at).where(
                     Failure.failure_class == failure_class.value,
-                    Failure.machine_id.in_(began),
+                    Failure.machine_id.in_(ids),
                 )
             ).all()
-        for machine_id, at in rows:
-            since = began.get(machine_id or "")
-            if machine_id is not None and since is not None and at >= since:
-                out.setdefault(machine_id, []).append(at)
+        for machine_id, when in rows:
+            if machine_id is not None:
+                at.setdefault(machine_id, []).append(when)
+        out: dict[str, list[datetime]] = {}
+        for machine in machines:
+            met = this_transition(machine, at.get(machine.machine_id, ()))
+            if met:
+                out[machine.machine_id] = met
         return out
 
     def _reissue(self, machine: MachineSnapshot, call: ReissueCall, decisions: DecisionLog) -> None:
@@ -522,12 +571,7 @@ class StuckTransition:
                 by=lifecycle.Actor.REAPER,
                 why=why,
                 now=now,
-                where=[
-                    Machine.state_changed_at == machine.state_changed_at,
-                    Machine.intent == machine.intent,
-                    not_destroyed(),
-                    *ours(),
-                ],
+                where=finish_where(machine),
                 **values,
             )
 
@@ -536,16 +580,13 @@ class StuckTransition:
         assert machine.state_changed_at is not None
         with self.sessions() as session, session.begin():
             self.lease.fence(session)
-            alerted = session.execute(
-                select(
-                    exists().where(
-                        Failure.machine_id == machine.machine_id,
-                        Failure.failure_class == FailureClass.TRANSITION_STUCK.value,
-                        Failure.at >= machine.state_changed_at,
-                    )
+            stuck_rows = session.scalars(
+                select(Failure.at).where(
+                    Failure.machine_id == machine.machine_id,
+                    Failure.failure_class == FailureClass.TRANSITION_STUCK.value,
                 )
-            ).scalar()
-            if alerted:
+            ).all()
+            if not opens_incident(machine, stuck_rows):
                 return False
             record_failure(
                 session,

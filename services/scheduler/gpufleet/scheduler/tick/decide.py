@@ -265,7 +265,9 @@ def scale(
     why = why if why is not None else {}
     earmarked = book.earmarked
     actions: list[StartMachine | CreateMachine] = []
-    running = sum(1 for m in snapshot.machines if holds_room(m, snapshot, policy))
+    # The fleet's ceiling counts every pool's machines: those this snapshot leaves out too.
+    running = snapshot.room_held_elsewhere
+    running += sum(1 for m in snapshot.machines if holds_room(m, snapshot, policy))
     by_pool: dict[str, list[MachineView]] = {}
     for m in snapshot.machines:
         if m.pool_id is not None:

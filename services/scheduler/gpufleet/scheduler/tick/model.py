@@ -171,6 +171,12 @@ class FleetSnapshot:
     # seconds. Empty: the machine's state change and the policy's default stand in.
     arriving_since: dict[str, datetime] = field(default_factory=dict)
     typical_boot_s: dict[str, float] = field(default_factory=dict)
+    # Machines that hold room under the fleet's ceiling (``decide.holds_room``) in pools this
+    # snapshot leaves out. The tick reads the whole fleet: 0. A reader that decides one pool
+    # at a time (the simulator, whose pools share nothing else a tick reads) gives the other
+    # pools' count, so the fleet's ceiling — and the reason a job waits at it — is the one
+    # ceiling the whole-fleet decision would apply.
+    room_held_elsewhere: int = 0
 
 
 @dataclass(frozen=True)
