@@ -13,6 +13,8 @@ call's flight, and reads the histories."""
 
 from __future__ import annotations
 
+import math
+
 from gpufleet.common.job_lifecycle import EndCause
 from gpufleet.common.ledger import FailureClass
 from gpufleet.scheduler.settings import Settings as SchedulerSettings
@@ -22,6 +24,7 @@ from tests.support.sim_script import OFFERING, job_moves
 
 CALL_S = 1.0
 HEARTBEAT_S = 10.0
+TICK_S = 10.0
 DEADLINE_S = SchedulerSettings().dispatch_deadline_s
 
 
@@ -39,7 +42,7 @@ def _script(dead_worker: bool = False) -> Script:
 
 
 def _run(script: Script, restart_at: float | None = None, down_s: float = 0.0) -> Sim:
-    sim = Sim(SimConfig(days=3 / 24, machines=1, tick_s=10.0, script=script))
+    sim = Sim(SimConfig(days=3 / 24, machines=1, tick_s=TICK_S, script=script))
     if restart_at is not None:
         sim.q.at(restart_at, lambda: sim._outage("restart", down_s))
     sim.run()
@@ -66,7 +69,7 @@ def test_a_create_under_way_is_made_again_by_the_new_leaders_adopt() -> None:
     assert _first(calm, "BOOTING") == asked + CALL_S
     sim = _run(_script(), asked + CALL_S / 2, 60.0)
     moves = _machine_moves(sim)
-    back = asked + CALL_S / 2 + 60.0
+    back = math.ceil(asked + CALL_S / 2 + 60.0)  # (an outage ends on a whole second)
     # The provider made the instance (it comes up when it would have), but the row moves on
     # only when the adopt's call, made as the new leader ticks, is answered.
     assert _first(moves, "BOOTING") == back + CALL_S
@@ -80,7 +83,7 @@ def test_a_start_under_way_is_made_again_by_the_new_leaders_adopt() -> None:
     asked = _first(calm, "STARTING")
     sim = _run(_script(dead_worker=True), asked + CALL_S / 2, 30.0)
     moves = _machine_moves(sim)
-    assert _first(moves, "BOOTING", asked) == asked + CALL_S / 2 + 30.0 + CALL_S
+    assert _first(moves, "BOOTING", asked) == math.ceil(asked + CALL_S / 2 + 30.0) + CALL_S
     assert _first(moves, "READY", asked) == _first(calm, "READY", asked)
     assert sim.metrics.decisions["adopt:start"] == 1
 
@@ -123,10 +126,14 @@ def test_a_dispatch_left_starting_within_its_deadline_is_dispatched_again() -> N
     moves = _job(sim)
     back = dispatched + 1.0 + down_s
     # The adopt's StartJob is answered (the agent has it): running at its answer; its dead
-    # worker renews no lease, which then runs out as before the restart.
+    # worker renews no lease, which then runs out as before the restart — and is ended by
+    # the new leader's tick, on its own grid (its first pass as it came back, then every
+    # cadence), the first there after the lease ran out (within a tick of the calm one's).
     assert _first(moves, "RUNNING") == back + sim.cfg.timing.dispatch_s
     assert sim.metrics.decisions["adopt:dispatch"] == 1
-    assert _first(moves, "QUEUED", back) == _first(_job(calm), "QUEUED", dispatched)
+    ended, calm_ended = _first(moves, "QUEUED", back), _first(_job(calm), "QUEUED", dispatched)
+    assert (ended - back) % TICK_S == 0 and calm_ended % TICK_S == 0
+    assert ended != calm_ended and abs(ended - calm_ended) < TICK_S
     assert sim.metrics.attempt_ends[EndCause.WORKER_LOST.value] == 1
 
 
@@ -142,3 +149,21 @@ def test_a_stop_whose_answer_no_one_read_is_finished_by_the_stuck_transition_net
     assert (lost.at, lost.caught_at, lost.caught_by) == (stopping + CALL_S, stopped, "stuck_transition")
     # No one saw the call fail: no ledger row for it.
     assert f"ledger:{FailureClass.PROVIDER_CALL_FAILED.value}" not in sim.metrics.decisions
+
+
+def test_after_a_restart_every_loop_runs_on_its_new_processes_grid() -> None:
+    """The new processes run each loop at once, then every cadence from then (the services'
+    ``Ticker``): a restart that ends off the loops' grid moves them. The idle machine's
+    stop is claimed at an auto-stop pass of the new grid, within one cadence of the calm
+    month's (its idle timer fell due at the same time)."""
+    calm = _machine_moves(_run(_script()))
+    stopping = _first(calm, "STOPPING")
+    every = Sim(SimConfig(days=1 / 24, machines=1)).every["auto_stop"]
+    assert stopping % every == 0
+    down_s = 95.0  # ends 5 s past one of the auto-stop's passes
+    sim = _run(_script(), stopping - 600.0, down_s)
+    back = stopping - 600.0 + down_s
+    assert sim.loops["auto_stop"].ceil(back) == back
+    moved = _first(_machine_moves(sim), "STOPPING")
+    assert (moved - back) % every == 0
+    assert moved != stopping and abs(moved - stopping) < every

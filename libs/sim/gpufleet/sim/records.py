@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpufleet.scheduler.tick.model import AttemptView, JobView, MachineView
-from gpufleet.sim.clock import EPOCH, dt, grid_ceil, grid_floor
+from gpufleet.sim.clock import EPOCH, Passes, dt
 from gpufleet.sim.profile import Offering
 
 INF = math.inf
@@ -146,10 +146,11 @@ class Machine:
     # answer, a stuck transition finished to BOOTING) or its instance stopped running (the
     # column outlives what the truth below can still tell), over what the truth would say.
     recorded_first_observed: float = INF
-    # The cadences of the probe and provider channels' writers (the idle scanner and the
-    # inventory reconcile, from the services' settings): the grids those channels move on.
-    probe_every_s: float = field(kw_only=True)
-    listing_every_s: float = field(kw_only=True)
+    # The passes of the probe and provider channels' writers (the idle scanner and the
+    # inventory reconcile, at the services' cadences, anew after a restart): the channels
+    # move only when those passes run.
+    probes: Passes = field(kw_only=True, repr=False, compare=False)
+    listings: Passes = field(kw_only=True, repr=False, compare=False)
     # -- the truth -----------------------------------------------------------------------
     life: int = 0
     inst_status: str = ""  # "", PENDING, RUNNING, STOPPED, TERMINATED (the provider's word)
@@ -204,26 +205,26 @@ class Machine:
 
     def probe_ok_at(self, now: float) -> datetime | None:
         if self.reachable_since <= now:
-            first = grid_ceil(self.reachable_since, self.probe_every_s)
+            first = self.probes.ceil(self.reachable_since)
             if first <= now:
-                return dt(grid_floor(now, self.probe_every_s))
+                return dt(self.probes.floor(now))
             return self.earlier_probe_ok_at
         return self.earlier_probe_ok_at
 
     def probe_failed_since(self, now: float) -> datetime | None:
         if self.unreachable_since <= now and self.inst_status == "RUNNING":
-            first = grid_ceil(self.unreachable_since, self.probe_every_s)
+            first = self.probes.ceil(self.unreachable_since)
             return dt(first) if first <= now else None
         if self.reachable_since > now and self.run_since <= now:
-            first = grid_ceil(self.run_since, self.probe_every_s)
+            first = self.probes.ceil(self.run_since)
             return dt(first) if first <= now else None
         return None
 
     def provider_seen_at(self, now: float) -> datetime | None:
         if self.run_since <= now:
-            first = grid_ceil(self.run_since, self.listing_every_s)
+            first = self.listings.ceil(self.run_since)
             if first <= now:
-                return dt(grid_floor(now, self.listing_every_s))
+                return dt(self.listings.floor(now))
         return self.earlier_seen_at
 
     def first_observed(self, now: float) -> float:
@@ -234,9 +235,9 @@ class Machine:
             return self.recorded_first_observed if self.recorded_first_observed <= now else INF
         t = INF
         if self.run_since < INF:
-            t = grid_ceil(self.run_since, self.listing_every_s)
+            t = self.listings.ceil(self.run_since)
         if self.reachable_since < INF:
-            t = min(t, grid_ceil(self.reachable_since, self.probe_every_s))
+            t = min(t, self.probes.ceil(self.reachable_since))
         return t if t <= now else INF
 
     def healthy_truth(self, now: float) -> bool:

@@ -123,7 +123,7 @@ from gpufleet.scheduler.tick.wake import next_wake
 from gpufleet.scheduler.tick.warm import clock_values
 from gpufleet.scheduler.watchdogs import common as watchdog_common
 from gpufleet.scheduler.watchdogs import paid_wait, pool_idle, queue_wait
-from gpufleet.sim.clock import EPOCH, EventQueue, dt, grid_after, grid_ceil, secs
+from gpufleet.sim.clock import EPOCH, EventQueue, Passes, dt, grid_after, secs
 from gpufleet.sim.fair_share import WindowUsage, next_order_change
 from gpufleet.sim.fairness import FairnessLedger
 from gpufleet.sim.nets import NetSettings
@@ -444,6 +444,15 @@ class Sim:
         self.job_due: dict[str, defaultdict[float, list[Job]]] = {
             n: defaultdict(list) for n in self.job_every
         }
+        # Where each control-plane loop's passes fall (``Passes``): on its cadence from the
+        # month's start, and from its new process's first pass after a restart or a takeover.
+        self.loops = {name: Passes(every) for name, every in self.every.items()}
+        self.tick_loop = Passes(config.tick_s)
+        self.pool_idle_loop = Passes(self.pool_idle_every_s)
+        self.job_loops = {name: Passes(every) for name, every in self.job_every.items()}
+        # The evaluate-everything mode's one pending pass of each loop that has no token of
+        # its own (the pool idle release, the request watchdogs): a restart starts it anew.
+        self.chain: Counter[str] = Counter()
         self.idle_policy = reaper.idle_policy()
         self.auto_stop_policy = reaper.auto_stop_policy()
         self.auto_destroy_policy = reaper.auto_destroy_policy()
@@ -517,9 +526,9 @@ class Sim:
                 self._push_pass(name, self.every[name])
         if self.evaluate_everything:
             self._schedule_tick(self.cfg.tick_s)
-            self.q.at(self.pool_idle_every_s, self._pool_idle_pass, POOL_IDLE_RANK)
-            for name, every in self.job_every.items():
-                self.q.at(every, partial(self._job_pass, name), JOB_WATCHDOG_RANK)
+            self.q.at(self.pool_idle_loop.ceil(0.0), partial(self._pool_idle_pass, 0), POOL_IDLE_RANK)
+            for name, loop in self.job_loops.items():
+                self.q.at(loop.ceil(0.0), partial(self._job_pass, name, 0), JOB_WATCHDOG_RANK)
         elif any(self._warm(p) for p in self.pools):
             # The first tick finds the pools with warm capacity idle (their clocks start)
             # and short of their warm machines: it runs whatever arrives.
@@ -670,12 +679,11 @@ class Sim:
         """The fleet tick that reads what happens now: this instant's, if the instant is on
         the tick's grid and its tick is still to run (it runs after the instant's other
         events), else the next."""
-        step = self.cfg.tick_s
-        q = self.q
-        k = math.ceil(q.now / step)
-        if k * step == q.now and q.rank >= TICK_RANK:
-            k += 1
-        return max(k, 1) * step
+        q, loop = self.q, self.tick_loop
+        at = loop.ceil(q.now)
+        if at == q.now and q.rank >= TICK_RANK:
+            at = loop.after(q.now)
+        return at
 
     def _tick(self) -> None:
         now = self.q.now
@@ -926,19 +934,23 @@ class Sim:
             self._pool_idle_wake(t)
 
     def _pool_idle_wake(self, t: float) -> None:
-        every, q = self.pool_idle_every_s, self.q
-        k = max(1, math.ceil(max(t, q.now) / every))
-        if k * every == q.now and q.rank >= POOL_IDLE_RANK:
-            k += 1
-        q.at(k * every, self._pool_idle_pass, POOL_IDLE_RANK)
+        loop, q = self.pool_idle_loop, self.q
+        at = loop.ceil(max(t, q.now))
+        if at == q.now and q.rank >= POOL_IDLE_RANK:
+            at = loop.after(q.now)
+        q.at(at, partial(self._pool_idle_pass, 0), POOL_IDLE_RANK)
 
-    def _pool_idle_pass(self) -> None:
+    def _pool_idle_pass(self, chain: int) -> None:
         """One pass of the pool idle release: the real decision over the pools its scan
         finds due, each release applied as the watchdog's one transaction (the pool marked
-        released, its pins cleared, a ledger row)."""
-        now = self.q.now
+        released, its pins cleared, a ledger row). A pass a restart moved is not one."""
+        now, loop = self.q.now, self.pool_idle_loop
         if self.evaluate_everything:
-            self.q.at(now + self.pool_idle_every_s, self._pool_idle_pass, POOL_IDLE_RANK)
+            if chain != self.chain[pool_idle.NAME]:
+                return
+            self.q.at(loop.after(now), partial(self._pool_idle_pass, chain), POOL_IDLE_RANK)
+        elif loop.ceil(now) != now:
+            return  # on the grid of a process a restart ended: its pass moved (``_loops_anew``)
         if now < self.down_until:
             if not self.evaluate_everything:
                 self._pool_idle_wake(self.down_until)
@@ -1034,7 +1046,7 @@ class Sim:
             # dispatches comes first: the first tick at which the call has been out longer
             # than the dispatch deadline (it runs after the tick's plan).
             give_up = now + self.dispatch_unanswered_s
-            overdue_at = grid_after(now + self.scheduler.dispatch_deadline_s, self.cfg.tick_s)
+            overdue_at = self.tick_loop.after(now + self.scheduler.dispatch_deadline_s)
             if overdue_at < give_up:
                 self.q.at(overdue_at, lambda: self._dispatch_overdue(a, gen), TICK_RANK + 1)
             else:
@@ -1059,30 +1071,38 @@ class Sim:
         (once per job, ever) — is that watchdog's due pass for it."""
         if self.evaluate_everything:
             return  # every pass reads the whole queue
-        self._job_due(QUEUE_WAIT, job, job.queued_since + KINDS[job.kind].queue_wait_deadline_s)
+        self._job_due(QUEUE_WAIT, job)
         if not job.paid_wait_opened:
-            self._job_due(PAID_WAIT, job, job.queued_since + self.paid_wait_after_s)
+            self._job_due(PAID_WAIT, job)
 
-    def _job_due(self, name: str, job: Job, due: float) -> None:
-        self._job_pass_at(name, grid_after(due, self.job_every[name]), [job])
+    def _job_due_at(self, name: str, job: Job) -> float:
+        """When the request watchdog ``name`` can first act on ``job``: strictly after this."""
+        if name == QUEUE_WAIT:
+            return job.queued_since + KINDS[job.kind].queue_wait_deadline_s
+        return job.queued_since + self.paid_wait_after_s
+
+    def _job_due(self, name: str, job: Job) -> None:
+        self._job_pass_at(name, self.job_loops[name].after(self._job_due_at(name, job)), [job])
 
     def _job_pass_at(self, name: str, at: float, jobs: Iterable[Job]) -> None:
         if at >= self.end:
             return
         bucket = self.job_due[name][at]
         if not bucket:
-            self.q.at(at, partial(self._job_pass, name), JOB_WATCHDOG_RANK)
+            self.q.at(at, partial(self._job_pass, name, 0), JOB_WATCHDOG_RANK)
         bucket.extend(jobs)
 
-    def _job_pass(self, name: str) -> None:
+    def _job_pass(self, name: str, chain: int = 0) -> None:
         """One pass of a request watchdog over waiting jobs: the real decision over the jobs
         its scan reads, oldest wait first, at most ``MAX_PER_RUN`` acted on (the rest at the
         next pass). Event-driven, a pass reads only the jobs it is due for: every other
         waiting job is one the decision leaves alone, so it decides the same. A pass while
         the scheduler is down runs when it is back."""
-        now, every = self.q.now, self.job_every[name]
+        now, loop = self.q.now, self.job_loops[name]
         if self.evaluate_everything:
-            self.q.at(now + every, partial(self._job_pass, name), JOB_WATCHDOG_RANK)
+            if chain != self.chain[name]:
+                return
+            self.q.at(loop.after(now), partial(self._job_pass, name, chain), JOB_WATCHDOG_RANK)
             waiting = [j for queue in self.queued.values() for j in queue.values()]
         else:
             # (One job twice at a pass: its wait began again within a pass of the last.)
@@ -1090,7 +1110,7 @@ class Sim:
             waiting = list({j.id: j for j in due if j.state == JobState.QUEUED}.values())
         if now < self.down_until:
             if not self.evaluate_everything:
-                self._job_pass_at(name, grid_after(self.down_until, every), waiting)
+                self._job_pass_at(name, loop.ceil(self.down_until), waiting)
             return
         waiting.sort(key=lambda j: (j.queued_since, j.id))
         decide, act = self.job_watchdogs[name]
@@ -1099,7 +1119,7 @@ class Sim:
         for job in acts[: watchdog_common.MAX_PER_RUN]:
             act(job)
         if left and not self.evaluate_everything:
-            self._job_pass_at(name, now + every, left)
+            self._job_pass_at(name, loop.after(now), left)
 
     def _queue_wait(self, now: float, waiting: list[Job]) -> list[Job]:
         """The jobs ``queue_wait.decide`` fails now."""
@@ -1404,6 +1424,7 @@ class Sim:
 
     def _move(self, m: Machine, to: str, by: lifecycle.Actor) -> None:
         self._segment(m)
+        was_running = m.state in RUNNING_STATES
         if m.state in RUNNING_STATES and to not in RUNNING_STATES:
             for f in m.life_failures:
                 if f.cls == "path_drop" and f.caught_at is None:
@@ -1424,6 +1445,10 @@ class Sim:
         self._record("machine", m.id, to)
         if to in TRANSITIONAL_STATES:
             self._due_stuck(m)
+        elif to in RUNNING_STATES and not was_running:
+            # Its path may have dropped before the row said it ran (a create whose answer
+            # came late): the lost detector judges it from now, as its scan would.
+            self._due_by("lost_detector", lost_detector.due_at, self.lost_policy, m, self.q.now)
         elif to == MachineState.STOPPED:
             # Its destroy timer, or with none its stop plus the chain's gap (the net's due_at).
             self._due_as(auto_destroy.SPEC, self.auto_destroy_policy, m, self.q.now)
@@ -1496,7 +1521,12 @@ class Sim:
         net's next pass while its own ``due_at`` still selects it (None: not until an event
         changes the row)."""
         if due_at is not None:
-            self._due(net, m, max(now + self.every[net], secs(due_at)))
+            self._due(net, m, max(self._next_pass_of(net, now), secs(due_at)))
+
+    def _next_pass_of(self, net: str, now: float) -> float:
+        """A row ``net`` reads again is due at its pass after this one, wherever that falls
+        (a restart before it moves the grid): due from just after now."""
+        return math.nextafter(now, INF)
 
     def _due_stuck(self, m: Machine) -> None:
         """The stuck-transition net reads ``m`` when its own ``due_at`` says (a transition
@@ -1643,14 +1673,14 @@ class Sim:
             m.unreachable_since = INF
             if m.lost:
                 # The idle scanner's next probe writes the channel the mark is lifted on.
-                self._due("lost_detector", m, grid_ceil(now, m.probe_every_s))
+                self._due("lost_detector", m, m.probes.ceil(now))
             self._watch("idle_scanner", self.idle_watch, m.id)
         else:
             m.earlier_probe_ok_at = m.probe_ok_at(now)
             m.reachable_since = INF
             m.unreachable_since = now
             # Its next probe writes the failure: from then the detector's own clock runs.
-            failed_at = grid_ceil(now, m.probe_every_s)
+            failed_at = m.probes.ceil(now)
             self._due_by("lost_detector", lost_detector.due_at, self.lost_policy, m, failed_at)
 
     def _first_report(self, m: Machine, life: int) -> None:
@@ -1819,8 +1849,8 @@ class Sim:
             offering=o,
             ordinal=self.ordinal,
             stale=rows_stale,
-            probe_every_s=self.every["idle_scanner"],
-            listing_every_s=self.every["inventory_reconcile"],
+            probes=self.loops["idle_scanner"],
+            listings=self.loops["inventory_reconcile"],
         )
         # The create's intent, as the scale step records it.
         self._write(m, create_values(for_job, dt(now), self.scheduler.provision_deadline_s))
@@ -2085,12 +2115,10 @@ class Sim:
         pass is still to run in this instant (its rank is after the running event's)."""
         if self.evaluate_everything:
             return  # every pass is pushed anyway
-        q = self.q
-        every = self.every[name]
-        k = max(1, math.ceil(max(t, q.now) / every))
-        if k * every == q.now and q.rank >= self.net_rank[name]:
-            k += 1  # this instant's pass has run (or is running)
-        at = k * every
+        q, loop = self.q, self.loops[name]
+        at = loop.ceil(max(t, q.now))
+        if at == q.now and q.rank >= self.net_rank[name]:
+            at = loop.after(q.now)  # this instant's pass has run (or is running)
         if at <= self.end and at < self.next_pass.get(name, (INF, 0))[0]:
             self._push_pass(name, at)
 
@@ -2102,7 +2130,6 @@ class Sim:
             return  # a pass pushed earlier took its place
         del self.next_pass[name]
         now = self.q.now
-        every = self.every[name]
         # The control plane restarting, or (a reaper net) no reaper leader: a paused one holds
         # its lease until it runs out, and its standby's passes begin once it has.
         down = max(self.down_until, self.reaper_paused_until if name in self.reaper_nets else 0.0)
@@ -2111,7 +2138,7 @@ class Sim:
                 self.net_passes[name] += 1
             NET_HANDLERS[name](self, now)
         if self.evaluate_everything:
-            self._push_pass(name, round(now / every + 1) * every)
+            self._push_pass(name, self.loops[name].after(now))
             return
         if now < down:
             self._wake(name, down)
@@ -2144,16 +2171,7 @@ class Sim:
         """The passes a month that runs every pass would have counted: each point of a
         net's grid up to the end at which the control plane was up."""
         for name in self.scheduled_nets():
-            every = self.every[name]
-            n = int(self.end // every)
-            outages = [*self.restarts, *(self.reaper_pauses if name in self.reaper_nets else [])]
-            down = {
-                k
-                for start, until in outages
-                for k in range(max(1, math.ceil(start / every)), n + 1)
-                if k * every < until
-            }
-            self.net_passes[name] = n - len(down)
+            self.net_passes[name] = self.loops[name].count(self.end)
 
     def _pop_due(self, net: str, now: float) -> list[Machine]:
         due, heap = self.due[net], self.due_heap[net]
@@ -2325,7 +2343,6 @@ class Sim:
         """The counterfactual: one composite freshness over the three channels, behind the
         same ladder (its grace is the boot window it must not kill)."""
         threshold = timedelta(seconds=self.cfg.merged_threshold_s)
-        every = self.every[MERGED_CHECK]
         gates = NetGates(net=MERGED_CHECK, grace=self.silent_policy.grace, reads_reports=False)
         for m in self._pop_due(MERGED_CHECK, now):
             snap = self.snapshot(m, now)
@@ -2340,13 +2357,12 @@ class Sim:
             reason = first_refusal(dt(now), snap, gates)
             if reason is not None:
                 self._refused(MERGED_CHECK, reason)
-                self._due(MERGED_CHECK, m, now + every)
+                self._due(MERGED_CHECK, m, self._next_pass_of(MERGED_CHECK, now))
                 continue
             self._stop_or_destroy(m, destroy_transition(MERGED_CHECK), FailureClass.WENT_SILENT)
 
     def _net_stuck_transition(self, now: float) -> None:
         policy = self.stuck_policy
-        every = self.every["stuck_transition"]
         for m in self._pop_due("stuck_transition", now):
             snap = self.snapshot(m, now)
             gated = stuck_transition.gate(dt(now), snap, policy)
@@ -2366,7 +2382,7 @@ class Sim:
                 self._finish_transition(m, d)
             elif isinstance(d, stuck_transition.AlertStuck):
                 # The scan reads it again every tick; the incident is opened once.
-                self._due("stuck_transition", m, now + every)
+                self._due("stuck_transition", m, self._next_pass_of("stuck_transition", now))
                 if stuck_transition.opens_incident(snap, rows.get(_STUCK, ())):
                     self._ledger(FailureClass.TRANSITION_STUCK, m, "reaper")
                     self.q.after(self.cfg.faults.human_response_s, partial(self._human, m))
@@ -2375,12 +2391,12 @@ class Sim:
                 self._ledger(FailureClass.TRANSITION_REISSUED, m, "reaper")
                 op = d.operation
                 self._call(m, op, partial(self._reissue_answered, m, op, snap), "reaper")
-                self._due("stuck_transition", m, now + every)
+                self._due("stuck_transition", m, self._next_pass_of("stuck_transition", now))
             elif isinstance(d, Refuse):
                 self._refused("stuck_transition", d.reason)
-                self._due("stuck_transition", m, now + every)
+                self._due("stuck_transition", m, self._next_pass_of("stuck_transition", now))
             else:  # a re-issued call may still be under way: read again next pass
-                self._due("stuck_transition", m, now + every)
+                self._due("stuck_transition", m, self._next_pass_of("stuck_transition", now))
 
     def _finish_transition(self, m: Machine, finish: stuck_transition.FinishTransition) -> None:
         """A transition the net finished, with the columns its writer writes beside the state
@@ -2641,10 +2657,13 @@ class Sim:
 
     def _outage(self, kind: str, duration: float) -> None:
         now = self.q.now
+        # The new processes come back on a whole second, so their loops' grids add up
+        # exactly (as the services' microsecond clocks do): an outage lasts up to 1 s more.
+        ends = float(math.ceil(now + duration))
         cls = "control_plane_restart" if kind == "restart" else "leader_paused"
         f = Failure(cls, now)
         self.failures.append(f)
-        self.outages.append((now, now + duration))
+        self.outages.append((now, ends))
         if kind == "restart":
             # A deploy rolls every service's replicas: the leaders' processes die with what
             # they had in flight (``_call``, ``_started``: answers no one reads), and the new
@@ -2655,19 +2674,70 @@ class Sim:
                 for a in self.machines[mid].live_attempts:
                     if a.state == AttemptState.STARTING:
                         self.undispatched[a.id] = a
-            self.down_until = max(self.down_until, now + duration)
-            self.restarts.append((now, now + duration))
-            self.q.at(now + duration, self._back_from_restart)
-            back = now + duration
+            self.down_until = max(self.down_until, ends)
+            self.restarts.append((now, ends))
+            self.q.at(ends, self._back_from_restart)
+            back = ends
+            # Every loop's new process runs its first pass as it starts, then at its cadence.
+            self._loops_anew(list(self.loops), now, back, scheduler=True)
         else:
             # The paused leader's lease runs out (it renews no more) and its standby takes
             # over; one that wakes sooner goes on itself. Its writes after that are fenced.
-            back = now + min(duration, self.reaper_lease_ttl_s)
+            back = min(ends, float(math.ceil(now + self.reaper_lease_ttl_s)))
+            deposed = duration > self.reaper_lease_ttl_s
             self.reaper_paused_until = max(self.reaper_paused_until, back)
             self.reaper_pauses.append((now, back))
-            self.reaper_pause_log.append((now, now + duration, duration > self.reaper_lease_ttl_s))
+            self.reaper_pause_log.append((now, ends, deposed))
+            # The standby's loops start at once when it takes over; a leader that wakes in
+            # time runs each pass it owes as it wakes (``next_at`` passed), then on from there.
+            nets = [
+                n for n in self.loops if n in self.reaper_nets and (deposed or self.loops[n].owes(now, back))
+            ]
+            self._loops_anew(nets, now, back, scheduler=False)
         # Recovered when it is back: a restart resumes every loop; a new leader takes over.
         self.q.at(back, lambda: self._caught(f, "leadership"))
+
+    def _loops_anew(self, nets: list[str], stopped: float, back: float, *, scheduler: bool) -> None:
+        """The loops of the nets named (and, with ``scheduler``, the scheduler's: the fleet
+        tick, the pool idle release, the request watchdogs) stop at ``stopped`` and run
+        anew from ``back`` (``Passes.restart``), and each pass one of them had pending moves
+        to the new grid: a net's to the first pass that reads its earliest due row, a
+        request watchdog's jobs each to the first that can act on it. (A tick pending is
+        voided by the one ``_back_from_restart`` runs at ``back``.)"""
+        for name in nets:
+            self.loops[name].restart(stopped, back)
+        for name in nets:
+            if name not in self.net_rank:
+                continue  # not a net this policy runs
+            self.next_pass.pop(name, None)
+            if self.evaluate_everything:
+                self._push_pass(name, self.loops[name].ceil(stopped))
+            elif (wake := self._next_wake(name)) < INF:
+                self._wake(name, wake)
+        if not scheduler:
+            return
+        self.tick_loop.restart(stopped, back)
+        self.pool_idle_loop.restart(stopped, back)
+        for loop in self.job_loops.values():
+            loop.restart(stopped, back)
+        if self.evaluate_everything:
+            self.chain[pool_idle.NAME] += 1
+            first = self.pool_idle_loop.ceil(stopped)
+            self.q.at(first, partial(self._pool_idle_pass, self.chain[pool_idle.NAME]), POOL_IDLE_RANK)
+            for name, loop in self.job_loops.items():
+                self.chain[name] += 1
+                self.q.at(
+                    loop.ceil(stopped), partial(self._job_pass, name, self.chain[name]), JOB_WATCHDOG_RANK
+                )
+            return
+        if self.pool_idle_due:
+            self._pool_idle_wake(min(self.pool_idle_due.values()))
+        for name, loop in self.job_loops.items():
+            pending = self.job_due[name]
+            jobs = {j.id: j for at in sorted(pending) for j in pending[at] if j.state == JobState.QUEUED}
+            pending.clear()
+            for j in jobs.values():
+                self._job_pass_at(name, max(loop.after(self._job_due_at(name, j)), loop.ceil(stopped)), [j])
 
     # -- bookkeeping ------------------------------------------------------------------------
 
