@@ -97,6 +97,7 @@ class Passes:
         self.every = every
         self._since: list[float] = [0.0]
         self._until: list[float] = [math.inf]
+        self._plain = True  # one segment from the month's start: the grid's arithmetic alone
 
     def restart(self, stopped: float, at: float) -> None:
         """The loop's process stops at ``stopped`` and a new one's first pass is at ``at``.
@@ -110,6 +111,7 @@ class Passes:
         self._until[-1] = min(self._until[-1], stopped)
         self._since.append(at)
         self._until.append(math.inf)
+        self._plain = False
 
     def owes(self, since: float, until: float) -> bool:
         """Whether a pass falls in ``[since, until)`` (one a paused leader owes on waking)."""
@@ -153,6 +155,10 @@ class Passes:
 
     def ceil(self, t: float, strict: bool = False) -> float:
         """The first pass at ``t`` or after it (``strict``: after it); INF if none is known."""
+        if self._plain:  # never restarted (most loops, most of a month): the plain grid
+            every = self.every
+            k = math.floor(t / every) + 1 if strict else math.ceil(t / every)
+            return (k if k > 1 else 1) * every
         i = self._segment(t)
         at = self._first_from(i, t, strict)
         while at == math.inf and i + 1 < len(self._since):
@@ -166,6 +172,9 @@ class Passes:
 
     def floor(self, t: float) -> float:
         """The last pass at ``t`` or before it; -INF if none."""
+        if self._plain:
+            k = math.floor(t / self.every)
+            return k * self.every if k >= 1 else -math.inf
         i = self._segment(t)
         while i >= 0:
             until = self._until[i]

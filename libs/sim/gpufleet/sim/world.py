@@ -569,11 +569,12 @@ class Sim:
         rng = random.Random(f"{self.cfg.seed}:bursts")
         out: list[tuple[float, float]] = []
         t = 0.0
-        while True:
+        while w.bursts_per_day > 0:
             t += rng.expovariate(w.bursts_per_day / 86400.0)
             if t > self.end:
-                return out
+                break
             out.append((t, t + w.burst_s))
+        return out
 
     def _rate(self, t: float) -> float:
         w = self.cfg.workload
@@ -1621,6 +1622,8 @@ class Sim:
             ("worker_wedges", f.worker_wedges_per_day),
             ("path_drop", f.path_drops_per_day),
         ):
+            if per_day <= 0:
+                continue  # (a profile without this class draws nothing for it)
             at = agent_up + rng.expovariate(per_day / 86400.0)
             heal = rng.uniform(*f.path_heal_s)
             life = m.life
@@ -2611,21 +2614,21 @@ class Sim:
         zones = sorted({o.zone for o in self.offerings})
         for zone in zones:
             t = 0.0
-            while True:
+            while f.stockouts_per_zone_month > 0:  # (a profile without them draws none)
                 t += rng.expovariate(f.stockouts_per_zone_month / (30 * 86400.0))
                 if t > self.end:
                     break
                 self.q.at(t, partial(self._stockout, zone, rng.uniform(*f.stockout_s)))
         t = 0.0
         scale = self.cfg.machines / 500.0
-        while True:
+        while f.orphans_per_day > 0:
             t += rng.expovariate(f.orphans_per_day * scale / 86400.0)
             if t > self.end:
                 break
             self.q.at(t, partial(self._orphan, rng.choice(self.offerings)))
         for kind, per_month in (("restart", f.restarts_per_month), ("pause", f.leader_pauses_per_month)):
             t = 0.0
-            while True:
+            while per_month > 0:
                 t += rng.expovariate(per_month / (30 * 86400.0))
                 if t > self.end:
                     break
