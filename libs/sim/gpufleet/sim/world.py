@@ -373,7 +373,6 @@ class Sim:
         # token its event carries; an event whose token is not the net's any more is void).
         self.next_pass: dict[str, tuple[float, int]] = {}
         self.pass_tokens = 0
-        self.restarts: list[tuple[float, float]] = []  # the control plane down, from, until
         self.net_rank: dict[str, int] = {}  # set by run()
         self.idle_watch: set[str] = set()
         self.recon_watch: set[str] = set()
@@ -418,7 +417,6 @@ class Sim:
             MERGED_CHECK
         }
         self.reaper_lease_ttl_s = reaper.lease_ttl_s
-        self.reaper_pauses: list[tuple[float, float]] = []  # (paused, a leader acts again)
         # A provider's list lags its creates: the reconcile's grace for a machine never listed.
         self.not_listed_grace = timedelta(seconds=self.settings.sweeper.not_listed_grace_s)
         self.every[MERGED_CHECK] = self.every["went_silent"]
@@ -680,10 +678,16 @@ class Sim:
         """The fleet tick that reads what happens now: this instant's, if the instant is on
         the tick's grid and its tick is still to run (it runs after the instant's other
         events), else the next."""
-        q, loop = self.q, self.tick_loop
-        at = loop.ceil(q.now)
-        if at == q.now and q.rank >= TICK_RANK:
-            at = loop.after(q.now)
+        return self._first_pass(self.tick_loop, self.q.now, TICK_RANK)
+
+    def _first_pass(self, loop: Passes, t: float, rank: int) -> float:
+        """The first pass of ``loop`` (its events of rank ``rank``) that reads what happens
+        at ``t``, never before now: this instant's, if it is on the loop's grid and still to
+        run (its rank is after the running event's), else the next."""
+        q = self.q
+        at = loop.ceil(max(t, q.now))
+        if at == q.now and q.rank >= rank:
+            at = loop.after(q.now)  # this instant's pass has run (or is running)
         return at
 
     def _tick(self) -> None:
@@ -935,11 +939,8 @@ class Sim:
             self._pool_idle_wake(t)
 
     def _pool_idle_wake(self, t: float) -> None:
-        loop, q = self.pool_idle_loop, self.q
-        at = loop.ceil(max(t, q.now))
-        if at == q.now and q.rank >= POOL_IDLE_RANK:
-            at = loop.after(q.now)
-        q.at(at, partial(self._pool_idle_pass, 0), POOL_IDLE_RANK)
+        at = self._first_pass(self.pool_idle_loop, t, POOL_IDLE_RANK)
+        self.q.at(at, partial(self._pool_idle_pass, 0), POOL_IDLE_RANK)
 
     def _pool_idle_pass(self, chain: int) -> None:
         """One pass of the pool idle release: the real decision over the pools its scan
@@ -1522,10 +1523,11 @@ class Sim:
         net's next pass while its own ``due_at`` still selects it (None: not until an event
         changes the row)."""
         if due_at is not None:
-            self._due(net, m, max(self._next_pass_of(net, now), secs(due_at)))
+            self._due(net, m, max(self._next_pass_of(now), secs(due_at)))
 
-    def _next_pass_of(self, net: str, now: float) -> float:
-        """A row ``net`` reads again is due at its pass after this one, wherever that falls
+    @staticmethod
+    def _next_pass_of(now: float) -> float:
+        """A row a net reads again is due at its pass after this one, wherever that falls
         (a restart before it moves the grid): due from just after now."""
         return math.nextafter(now, INF)
 
@@ -2118,10 +2120,7 @@ class Sim:
         pass is still to run in this instant (its rank is after the running event's)."""
         if self.evaluate_everything:
             return  # every pass is pushed anyway
-        q, loop = self.q, self.loops[name]
-        at = loop.ceil(max(t, q.now))
-        if at == q.now and q.rank >= self.net_rank[name]:
-            at = loop.after(q.now)  # this instant's pass has run (or is running)
+        at = self._first_pass(self.loops[name], t, self.net_rank[name])
         if at <= self.end and at < self.next_pass.get(name, (INF, 0))[0]:
             self._push_pass(name, at)
 
@@ -2360,7 +2359,7 @@ class Sim:
             reason = first_refusal(dt(now), snap, gates)
             if reason is not None:
                 self._refused(MERGED_CHECK, reason)
-                self._due(MERGED_CHECK, m, self._next_pass_of(MERGED_CHECK, now))
+                self._due(MERGED_CHECK, m, self._next_pass_of(now))
                 continue
             self._stop_or_destroy(m, destroy_transition(MERGED_CHECK), FailureClass.WENT_SILENT)
 
@@ -2385,7 +2384,7 @@ class Sim:
                 self._finish_transition(m, d)
             elif isinstance(d, stuck_transition.AlertStuck):
                 # The scan reads it again every tick; the incident is opened once.
-                self._due("stuck_transition", m, self._next_pass_of("stuck_transition", now))
+                self._due("stuck_transition", m, self._next_pass_of(now))
                 if stuck_transition.opens_incident(snap, rows.get(_STUCK, ())):
                     self._ledger(FailureClass.TRANSITION_STUCK, m, "reaper")
                     self.q.after(self.cfg.faults.human_response_s, partial(self._human, m))
@@ -2394,12 +2393,12 @@ class Sim:
                 self._ledger(FailureClass.TRANSITION_REISSUED, m, "reaper")
                 op = d.operation
                 self._call(m, op, partial(self._reissue_answered, m, op, snap), "reaper")
-                self._due("stuck_transition", m, self._next_pass_of("stuck_transition", now))
+                self._due("stuck_transition", m, self._next_pass_of(now))
             elif isinstance(d, Refuse):
                 self._refused("stuck_transition", d.reason)
-                self._due("stuck_transition", m, self._next_pass_of("stuck_transition", now))
+                self._due("stuck_transition", m, self._next_pass_of(now))
             else:  # a re-issued call may still be under way: read again next pass
-                self._due("stuck_transition", m, self._next_pass_of("stuck_transition", now))
+                self._due("stuck_transition", m, self._next_pass_of(now))
 
     def _finish_transition(self, m: Machine, finish: stuck_transition.FinishTransition) -> None:
         """A transition the net finished, with the columns its writer writes beside the state
@@ -2678,7 +2677,6 @@ class Sim:
                     if a.state == AttemptState.STARTING:
                         self.undispatched[a.id] = a
             self.down_until = max(self.down_until, ends)
-            self.restarts.append((now, ends))
             self.q.at(ends, self._back_from_restart)
             back = ends
             # Every loop's new process runs its first pass as it starts, then at its cadence.
@@ -2689,7 +2687,6 @@ class Sim:
             back = min(ends, float(math.ceil(now + self.reaper_lease_ttl_s)))
             deposed = duration > self.reaper_lease_ttl_s
             self.reaper_paused_until = max(self.reaper_paused_until, back)
-            self.reaper_pauses.append((now, back))
             self.reaper_pause_log.append((now, ends, deposed))
             # The standby's loops start at once when it takes over; a leader that wakes in
             # time runs each pass it owes as it wakes (``next_at`` passed), then on from there.
